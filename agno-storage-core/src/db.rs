@@ -1,0 +1,186 @@
+//! [`AgnoDb`]: the one handle an application holds, one store per domain.
+
+use std::sync::Arc;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::eval::EvalStore;
+use crate::job::JobStore;
+use crate::knowledge::KnowledgeStore;
+use crate::learning::LearningStore;
+use crate::legacy::LegacyRunsStore;
+use crate::metrics::MetricsStore;
+use crate::migration::MigrationTarget;
+use crate::run::RunStore;
+use crate::schedule::ScheduleStore;
+use crate::session::SessionStore;
+use crate::user_memory::MemoryStore;
+
+/// One database: a store per domain a backend offers. A domain it does not offer returns
+/// [`crate::ErrorKind::Unsupported`] from its accessor; [`AgnoDb::capabilities`] says which.
+#[derive(Clone)]
+pub struct AgnoDb {
+    backend: &'static str,
+    durable: bool,
+    sessions: Option<Arc<dyn SessionStore>>,
+    runs: Option<Arc<dyn RunStore>>,
+    memories: Option<Arc<dyn MemoryStore>>,
+    metrics: Option<Arc<dyn MetricsStore>>,
+    evals: Option<Arc<dyn EvalStore>>,
+    knowledge: Option<Arc<dyn KnowledgeStore>>,
+    schedules: Option<Arc<dyn ScheduleStore>>,
+    learnings: Option<Arc<dyn LearningStore>>,
+    jobs: Option<Arc<dyn JobStore>>,
+    migrations: Option<Arc<dyn MigrationTarget>>,
+    legacy: Option<Arc<dyn LegacyRunsStore>>,
+}
+
+impl std::fmt::Debug for AgnoDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgnoDb")
+            .field("backend", &self.backend)
+            .field("capabilities", &self.capabilities())
+            .finish_non_exhaustive()
+    }
+}
+
+fn get<'a, T: ?Sized>(slot: &'a Option<Arc<T>>, backend: &'static str, what: &'static str) -> Result<&'a T> {
+    slot.as_deref().ok_or_else(|| Error::unsupported(backend, what))
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, store: Arc<$ty>) -> Self {
+                self.db.$name = Some(store);
+                self
+            }
+        )*
+    };
+}
+
+/// Builds an [`AgnoDb`] from the stores a backend offers.
+pub struct AgnoDbBuilder {
+    db: AgnoDb,
+}
+
+impl AgnoDbBuilder {
+    setters! {
+        /// The session store.
+        sessions: dyn SessionStore;
+        /// The runs store.
+        runs: dyn RunStore;
+        /// The memory store.
+        memories: dyn MemoryStore;
+        /// The metrics store.
+        metrics: dyn MetricsStore;
+        /// The eval store.
+        evals: dyn EvalStore;
+        /// The knowledge store.
+        knowledge: dyn KnowledgeStore;
+        /// The schedule store.
+        schedules: dyn ScheduleStore;
+        /// The learning store.
+        learnings: dyn LearningStore;
+        /// The job queue.
+        jobs: dyn JobStore;
+        /// The migration target (stamps, steps, lock).
+        migrations: dyn MigrationTarget;
+        /// Access to pre-v3 runs blobs.
+        legacy: dyn LegacyRunsStore;
+    }
+
+    /// Writes survive a restart.
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.db.durable = durable;
+        self
+    }
+
+    /// The finished handle.
+    pub fn build(self) -> AgnoDb {
+        self.db
+    }
+}
+
+macro_rules! accessors {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&self) -> Result<&$ty> {
+                get(&self.$name, self.backend, stringify!($name))
+            }
+        )*
+    };
+}
+
+impl AgnoDb {
+    /// Starts a handle for `backend` (a short name such as `sqlite` or `memory`).
+    pub fn builder(backend: &'static str) -> AgnoDbBuilder {
+        AgnoDbBuilder {
+            db: AgnoDb {
+                backend,
+                durable: false,
+                sessions: None,
+                runs: None,
+                memories: None,
+                metrics: None,
+                evals: None,
+                knowledge: None,
+                schedules: None,
+                learnings: None,
+                jobs: None,
+                migrations: None,
+                legacy: None,
+            },
+        }
+    }
+
+    /// The backend's short name.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// What this handle offers, derived from the stores it holds.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            sessions: self.sessions.is_some(),
+            runs: self.runs.is_some(),
+            memories: self.memories.is_some(),
+            metrics: self.metrics.is_some(),
+            evals: self.evals.is_some(),
+            knowledge: self.knowledge.is_some(),
+            schedules: self.schedules.is_some(),
+            learnings: self.learnings.is_some(),
+            jobs: self.jobs.is_some(),
+            migrations: self.migrations.is_some(),
+            legacy_runs: self.legacy.is_some(),
+            durable: self.durable,
+        }
+    }
+
+    accessors! {
+        /// Sessions.
+        sessions: dyn SessionStore;
+        /// Runs.
+        runs: dyn RunStore;
+        /// User memories.
+        memories: dyn MemoryStore;
+        /// Metrics.
+        metrics: dyn MetricsStore;
+        /// Eval runs.
+        evals: dyn EvalStore;
+        /// Knowledge contents.
+        knowledge: dyn KnowledgeStore;
+        /// Schedules and schedule runs.
+        schedules: dyn ScheduleStore;
+        /// Learnings.
+        learnings: dyn LearningStore;
+        /// The job queue.
+        jobs: dyn JobStore;
+        /// The migration target.
+        migrations: dyn MigrationTarget;
+        /// Pre-v3 runs blobs.
+        legacy: dyn LegacyRunsStore;
+    }
+}

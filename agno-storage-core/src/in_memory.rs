@@ -1,0 +1,1059 @@
+//! The in-memory reference store: every trait of the contract, held in process memory.
+//!
+//! It is the executable definition of the contract (the conformance suite is proven against
+//! it) and a fast store for unit tests. Nothing survives the process. Each call takes one
+//! short lock over the whole state, so every read-modify-write is atomic.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore};
+use crate::job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore};
+use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
+use crate::learning::{Learning, LearningQuery, LearningStore};
+use crate::legacy::{last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session, LegacyRunsStore, LegacySessionRuns};
+use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
+use crate::migration::{
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep, SchemaVersion,
+    SchemaVersionStore, TableRef, TableType,
+};
+use crate::pagination::{sort_records, Page, Pagination, Sort, SortOrder};
+use crate::run::{RunQuery, RunRecord, RunStore};
+use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
+use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
+use crate::user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};
+use crate::{now_epoch_seconds, owned_by_another_user, visible_to, writable_by, AgnoDb, Error, ErrorKind, Result};
+
+const BACKEND: &str = "memory";
+
+struct StoredSession {
+    session: Session,
+    legacy_runs: Option<Value>,
+}
+
+#[derive(Default)]
+struct State {
+    sessions: BTreeMap<String, StoredSession>,
+    runs: BTreeMap<String, RunRecord>,
+    memories: BTreeMap<String, UserMemory>,
+    metrics: Vec<MetricsRecord>,
+    evals: BTreeMap<String, EvalRun>,
+    knowledge: BTreeMap<String, KnowledgeContent>,
+    schedules: BTreeMap<String, Schedule>,
+    schedule_runs: BTreeMap<String, ScheduleRun>,
+    learnings: BTreeMap<String, Learning>,
+    jobs: BTreeMap<String, Job>,
+    versions: HashMap<String, SchemaVersion>,
+}
+
+impl State {
+    fn session_runs(&self, session_id: &str) -> Vec<RunRecord> {
+        self.runs.values().filter(|r| r.session_id == session_id).cloned().collect()
+    }
+
+    fn with_runs(&self, stored: &StoredSession, runs_limit: Option<usize>) -> Session {
+        let mut session = stored.session.clone();
+        let merged = merge_runs(stored.legacy_runs.as_ref(), self.session_runs(&session.session_id));
+        session.runs = Some(match runs_limit {
+            Some(n) => last_context_runs(merged, n),
+            None => merged,
+        });
+        session
+    }
+}
+
+/// The in-memory database. Cheap to clone: clones share one state.
+#[derive(Clone)]
+pub struct InMemoryDb {
+    state: Arc<Mutex<State>>,
+    migration_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Default for InMemoryDb {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InMemoryDb {
+    /// A new, empty database with every table stamped at the latest schema version.
+    pub fn new() -> Self {
+        let db = Self::new_legacy();
+        {
+            let mut state = db.lock();
+            for t in TableType::ALL {
+                state.versions.insert(t.default_name().to_owned(), SchemaVersion::LATEST);
+            }
+        }
+        db
+    }
+
+    /// A new, empty database in the state agno 2.x leaves: nothing stamped. Fill it with
+    /// [`InMemoryDb::insert_legacy_session`], then migrate it.
+    pub fn new_legacy() -> Self {
+        InMemoryDb {
+            state: Arc::new(Mutex::new(State::default())),
+            migration_lock: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-written record: every write
+        // replaces whole values. Recover the state instead of propagating the poison.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Writes a session as agno 2.x stored it, with its runs in a legacy blob (an array or
+    /// an encoded JSON string), for migration tests and imports.
+    pub fn insert_legacy_session(&self, mut session: Session, runs_blob: Value) {
+        session.runs = None;
+        self.lock().sessions.insert(
+            session.session_id.clone(),
+            StoredSession { session, legacy_runs: Some(runs_blob) },
+        );
+    }
+
+    /// One handle over every store of this database.
+    pub fn agno_db(&self) -> AgnoDb {
+        let me = Arc::new(self.clone());
+        AgnoDb::builder(BACKEND)
+            .sessions(me.clone())
+            .runs(me.clone())
+            .memories(me.clone())
+            .metrics(me.clone())
+            .evals(me.clone())
+            .knowledge(me.clone())
+            .schedules(me.clone())
+            .learnings(me.clone())
+            .jobs(me.clone())
+            .migrations(me.clone())
+            .legacy(me)
+            .build()
+    }
+}
+
+fn ids_set(ids: &[String]) -> std::collections::HashSet<&str> {
+    ids.iter().map(String::as_str).collect()
+}
+
+#[async_trait]
+impl SessionStore for InMemoryDb {
+    async fn upsert_session(&self, mut session: Session) -> Result<Session> {
+        session.runs = None;
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        let id = session.session_id.clone();
+        match state.sessions.get_mut(&id) {
+            Some(stored) => {
+                if !writable_by(stored.session.user_id.as_deref(), session.user_id.as_deref()) {
+                    return Err(owned_by_another_user("session", &id));
+                }
+                session.created_at = stored.session.created_at;
+                session.session_type = stored.session.session_type;
+                session.updated_at = Some(now);
+                stored.session = session;
+            }
+            None => {
+                session.updated_at = Some(session.created_at);
+                state.sessions.insert(id.clone(), StoredSession { session, legacy_runs: None });
+            }
+        }
+        let stored = state.sessions.get(&id).ok_or_else(|| Error::not_found(format!("session {id} vanished")))?;
+        Ok(state.with_runs(stored, None))
+    }
+
+    async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
+        let state = self.lock();
+        let Some(stored) = state.sessions.get(session_id) else { return Ok(None) };
+        let s = &stored.session;
+        if !visible_to(s.user_id.as_deref(), read.user_id.as_deref())
+            || read.session_type.is_some_and(|t| t != s.session_type)
+        {
+            return Ok(None);
+        }
+        Ok(Some(state.with_runs(stored, read.runs_limit)))
+    }
+
+    async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
+        query.pagination.validate()?;
+        let state = self.lock();
+        let name = query.session_name.as_ref().map(|n| n.to_lowercase());
+        let mut rows: Vec<&StoredSession> = state
+            .sessions
+            .values()
+            .filter(|st| {
+                let s = &st.session;
+                query.session_type.is_none_or(|t| t == s.session_type)
+                    && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
+                    && query.component_id.as_deref().is_none_or(|c| match query.session_type {
+                        Some(_) => s.component_id() == Some(c),
+                        None => [&s.agent_id, &s.team_id, &s.workflow_id].iter().any(|id| id.as_deref() == Some(c)),
+                    })
+                    && name.as_deref().is_none_or(|n| s.session_name().is_some_and(|sn| sn.to_lowercase().contains(n)))
+                    && query.start_timestamp.is_none_or(|t| s.created_at >= t)
+                    && query.end_timestamp.is_none_or(|t| s.created_at <= t)
+            })
+            .collect();
+        let mut sessions: Vec<Session> = rows.drain(..).map(|st| st.session.clone()).collect();
+        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
+        let mut page = Page::paginate(sessions, &query.pagination)?;
+        if query.include_runs {
+            for s in &mut page.items {
+                if let Some(stored) = state.sessions.get(&s.session_id) {
+                    s.runs = state.with_runs(stored, None).runs;
+                }
+            }
+        }
+        Ok(page)
+    }
+
+    async fn rename_session(&self, session_id: &str, session_name: &str, user_id: Option<&str>) -> Result<Option<Session>> {
+        let mut state = self.lock();
+        let Some(stored) = state.sessions.get_mut(session_id) else { return Ok(None) };
+        if !visible_to(stored.session.user_id.as_deref(), user_id) {
+            return Ok(None);
+        }
+        stored.session.set_session_name(session_name);
+        stored.session.updated_at = Some(now_epoch_seconds());
+        let stored = &state.sessions[session_id];
+        Ok(Some(state.with_runs(stored, None)))
+    }
+
+    async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let mut state = self.lock();
+        let doomed: Vec<String> = session_ids
+            .iter()
+            .filter(|id| state.sessions.get(*id).is_some_and(|s| visible_to(s.session.user_id.as_deref(), user_id)))
+            .cloned()
+            .collect();
+        for id in &doomed {
+            state.sessions.remove(id);
+        }
+        let doomed_set = ids_set(&doomed);
+        state.runs.retain(|_, r| !doomed_set.contains(r.session_id.as_str()));
+        Ok(doomed.len() as u64)
+    }
+}
+
+#[async_trait]
+impl RunStore for InMemoryDb {
+    async fn upsert_run(&self, mut run: RunRecord) -> Result<RunRecord> {
+        let mut state = self.lock();
+        if !state.sessions.contains_key(&run.session_id) {
+            return Err(Error::not_found(format!(
+                "session {} does not exist: upsert the session before its runs",
+                run.session_id
+            )));
+        }
+        let now = now_epoch_seconds();
+        let next_index = state
+            .runs
+            .values()
+            .filter(|r| r.session_id == run.session_id)
+            .filter_map(|r| r.run_index)
+            .max()
+            .map_or(0, |m| m + 1);
+        let id = run.run_id.clone();
+        match state.runs.get_mut(&id) {
+            Some(stored) => {
+                if !writable_by(stored.user_id.as_deref(), run.user_id.as_deref()) {
+                    return Err(owned_by_another_user("run", &id));
+                }
+                stored.status = run.status;
+                stored.run_data = run.run_data;
+                if run.user_id.is_some() {
+                    stored.user_id = run.user_id;
+                }
+                stored.parent_run_id = run.parent_run_id;
+                stored.updated_at = Some(now);
+                stored.run_index = stored.run_index.or(run.run_index);
+                Ok(stored.clone())
+            }
+            None => {
+                run.run_index = run.run_index.or(Some(next_index));
+                run.updated_at = Some(now);
+                state.runs.insert(id, run.clone());
+                Ok(run)
+            }
+        }
+    }
+
+    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
+        Ok(self.lock().runs.get(run_id).filter(|r| visible_to(r.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
+        query.pagination.validate()?;
+        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let mut rows: Vec<RunRecord> = self
+            .lock()
+            .runs
+            .values()
+            .filter(|r| {
+                query.session_id.as_deref().is_none_or(|s| s == r.session_id)
+                    && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
+                    && eq(&query.agent_id, &r.agent_id)
+                    && eq(&query.team_id, &r.team_id)
+                    && eq(&query.workflow_id, &r.workflow_id)
+                    && eq(&query.status, &r.status)
+            })
+            .cloned()
+            .collect();
+        sort_runs_for_session(&mut rows);
+        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let mut state = self.lock();
+        let wanted = ids_set(run_ids);
+        let doomed: Vec<String> = state
+            .runs
+            .values()
+            .filter(|r| wanted.contains(r.run_id.as_str()) && visible_to(r.user_id.as_deref(), user_id))
+            .map(|r| r.run_id.clone())
+            .collect();
+        for id in &doomed {
+            state.runs.remove(id);
+        }
+        // Scrub legacy blobs of sessions the caller may see, so a merge cannot resurrect them.
+        let scrub = ids_set(run_ids);
+        for stored in state.sessions.values_mut() {
+            if !visible_to(stored.session.user_id.as_deref(), user_id) || stored.legacy_runs.is_none() {
+                continue;
+            }
+            let list = legacy_runs_list(stored.legacy_runs.as_ref());
+            let kept: Vec<Value> = list
+                .iter()
+                .filter(|r| r.get("run_id").and_then(Value::as_str).is_none_or(|id| !scrub.contains(id)))
+                .cloned()
+                .collect();
+            if kept.len() != list.len() {
+                stored.legacy_runs = Some(Value::Array(kept));
+            }
+        }
+        Ok(doomed.len() as u64)
+    }
+}
+
+#[async_trait]
+impl LegacyRunsStore for InMemoryDb {
+    async fn legacy_runs_page(&self, after: Option<&str>, limit: usize) -> Result<Vec<LegacySessionRuns>> {
+        let state = self.lock();
+        Ok(state
+            .sessions
+            .values()
+            .filter(|s| after.is_none_or(|a| s.session.session_id.as_str() > a))
+            .filter(|s| !legacy_runs_list(s.legacy_runs.as_ref()).is_empty())
+            .take(limit)
+            .map(|s| LegacySessionRuns {
+                session_id: s.session.session_id.clone(),
+                user_id: s.session.user_id.clone(),
+                runs: s.legacy_runs.clone().unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<u64> {
+        let mut state = self.lock();
+        let mut inserted = 0;
+        for row in rows {
+            if !state.runs.contains_key(&row.run_id) {
+                state.runs.insert(row.run_id.clone(), row);
+                inserted += 1;
+            }
+        }
+        Ok(inserted)
+    }
+
+    async fn count_legacy_runs(&self) -> Result<u64> {
+        let state = self.lock();
+        Ok(state.sessions.values().filter(|s| !legacy_runs_list(s.legacy_runs.as_ref()).is_empty()).count() as u64)
+    }
+
+    async fn drop_legacy_runs(&self) -> Result<u64> {
+        let mut state = self.lock();
+        let mut changed = 0;
+        for s in state.sessions.values_mut() {
+            if s.legacy_runs.take().is_some() {
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+#[async_trait]
+impl MemoryStore for InMemoryDb {
+    async fn upsert_memory(&self, mut memory: UserMemory) -> Result<UserMemory> {
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        match state.memories.get_mut(&memory.memory_id) {
+            Some(stored) => {
+                if !writable_by(stored.user_id.as_deref(), memory.user_id.as_deref()) {
+                    return Err(owned_by_another_user("memory", &memory.memory_id));
+                }
+                memory.user_id = stored.user_id.clone();
+                memory.created_at = stored.created_at;
+                memory.updated_at = Some(now);
+                *stored = memory.clone();
+            }
+            None => {
+                memory.updated_at = memory.updated_at.or(Some(memory.created_at));
+                state.memories.insert(memory.memory_id.clone(), memory.clone());
+            }
+        }
+        Ok(memory)
+    }
+
+    async fn get_memory(&self, memory_id: &str, user_id: Option<&str>) -> Result<Option<UserMemory>> {
+        Ok(self.lock().memories.get(memory_id).filter(|m| visible_to(m.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>> {
+        query.pagination.validate()?;
+        let search = query.search_content.as_ref().map(|s| s.to_lowercase());
+        let mut rows: Vec<UserMemory> = self
+            .lock()
+            .memories
+            .values()
+            .filter(|m| {
+                visible_to(m.user_id.as_deref(), query.user_id.as_deref())
+                    && (query.agent_id.is_none() || query.agent_id == m.agent_id)
+                    && (query.team_id.is_none() || query.team_id == m.team_id)
+                    && query.topics.iter().all(|t| m.topics.as_ref().is_some_and(|ts| ts.contains(t)))
+                    && search.as_deref().is_none_or(|s| m.memory.to_lowercase().contains(s))
+            })
+            .cloned()
+            .collect();
+        sort_records(&mut rows, &query.sort, UserMemory::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {
+        let mut topics: Vec<String> = self
+            .lock()
+            .memories
+            .values()
+            .filter(|m| visible_to(m.user_id.as_deref(), user_id))
+            .flat_map(|m| m.topics.clone().unwrap_or_default())
+            .collect();
+        topics.sort();
+        topics.dedup();
+        Ok(topics)
+    }
+
+    async fn get_memory_stats(&self, user_id: Option<&str>, pagination: Pagination) -> Result<Page<MemoryStats>> {
+        pagination.validate()?;
+        let mut by_user: BTreeMap<String, MemoryStats> = BTreeMap::new();
+        for m in self.lock().memories.values() {
+            let Some(owner) = m.user_id.as_deref() else { continue };
+            if !visible_to(Some(owner), user_id) {
+                continue;
+            }
+            let entry = by_user.entry(owner.to_owned()).or_insert_with(|| MemoryStats {
+                user_id: owner.to_owned(),
+                total_memories: 0,
+                last_memory_updated_at: None,
+            });
+            entry.total_memories += 1;
+            entry.last_memory_updated_at = entry.last_memory_updated_at.max(m.updated_at);
+        }
+        let mut rows: Vec<MemoryStats> = by_user.into_values().collect();
+        rows.sort_by(|a, b| b.last_memory_updated_at.cmp(&a.last_memory_updated_at));
+        Page::paginate(rows, &pagination)
+    }
+
+    async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let mut state = self.lock();
+        let mut deleted = 0;
+        for id in memory_ids {
+            if state.memories.get(id).is_some_and(|m| visible_to(m.user_id.as_deref(), user_id)) {
+                state.memories.remove(id);
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+#[async_trait]
+impl MetricsStore for InMemoryDb {
+    async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
+        let mut state = self.lock();
+        let mut stored = Vec::with_capacity(records.len());
+        for mut record in records {
+            let key = |r: &MetricsRecord| (r.stored_user_id().to_owned(), r.date, r.aggregation_period.clone());
+            let wanted = key(&record);
+            match state.metrics.iter_mut().find(|r| key(r) == wanted) {
+                Some(existing) => {
+                    record.id = existing.id.clone();
+                    record.created_at = existing.created_at;
+                    *existing = record.clone();
+                }
+                None => state.metrics.push(record.clone()),
+            }
+            stored.push(record);
+        }
+        Ok(stored)
+    }
+
+    async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
+        let state = self.lock();
+        let owner_ok = |r: &MetricsRecord| query.user_id.as_deref().is_none_or(|u| r.stored_user_id() == u);
+        let mut rows: Vec<MetricsRecord> = state
+            .metrics
+            .iter()
+            .filter(|r| {
+                owner_ok(r)
+                    && query.starting_date.is_none_or(|d| r.date >= d)
+                    && query.ending_date.is_none_or(|d| r.date <= d)
+            })
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| (a.date, a.stored_user_id()).cmp(&(b.date, b.stored_user_id())));
+        let latest_updated_at = if rows.is_empty() {
+            None
+        } else {
+            state.metrics.iter().filter(|r| owner_ok(r)).filter_map(|r| r.updated_at).max()
+        };
+        Ok(MetricsPage { rows, latest_updated_at })
+    }
+}
+
+#[async_trait]
+impl EvalStore for InMemoryDb {
+    async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
+        let mut state = self.lock();
+        if state.evals.contains_key(&run.run_id) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("eval run {} already exists: every eval run needs its own run_id", run.run_id),
+            ));
+        }
+        state.evals.insert(run.run_id.clone(), run.clone());
+        Ok(run)
+    }
+
+    async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
+        Ok(self.lock().evals.get(run_id).filter(|r| visible_to(r.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
+        query.pagination.validate()?;
+        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let mut rows: Vec<EvalRun> = self
+            .lock()
+            .evals
+            .values()
+            .filter(|r| {
+                visible_to(r.user_id.as_deref(), query.user_id.as_deref())
+                    && eq(&query.agent_id, &r.agent_id)
+                    && eq(&query.team_id, &r.team_id)
+                    && eq(&query.workflow_id, &r.workflow_id)
+                    && eq(&query.model_id, &r.model_id)
+                    && (query.eval_types.is_empty() || query.eval_types.contains(&r.eval_type))
+                    && match query.filter_type {
+                        Some(EvalFilterType::Agent) => r.agent_id.is_some(),
+                        Some(EvalFilterType::Team) => r.team_id.is_some(),
+                        Some(EvalFilterType::Workflow) => r.workflow_id.is_some(),
+                        None => true,
+                    }
+            })
+            .cloned()
+            .collect();
+        let sort = match &query.sort.sort_by {
+            Some(_) => query.sort.clone(),
+            None => Sort::by("created_at", SortOrder::Desc),
+        };
+        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn rename_eval_run(&self, run_id: &str, name: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
+        let mut state = self.lock();
+        let Some(run) = state.evals.get_mut(run_id).filter(|r| visible_to(r.user_id.as_deref(), user_id)) else {
+            return Ok(None);
+        };
+        run.name = Some(name.to_owned());
+        run.updated_at = Some(now_epoch_seconds());
+        Ok(Some(run.clone()))
+    }
+
+    async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let mut state = self.lock();
+        let mut deleted = 0;
+        for id in run_ids {
+            if state.evals.get(id).is_some_and(|r| visible_to(r.user_id.as_deref(), user_id)) {
+                state.evals.remove(id);
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
+    caller.is_none() || row_owner.is_none() || row_owner == caller
+}
+
+#[async_trait]
+impl KnowledgeStore for InMemoryDb {
+    async fn upsert_knowledge_content(&self, content: KnowledgeContent) -> Result<KnowledgeContent> {
+        let mut state = self.lock();
+        let merged = match state.knowledge.get(&content.id) {
+            Some(stored) => {
+                if content.user_id.is_some() && stored.user_id != content.user_id {
+                    return Err(Error::not_found(format!("Knowledge content {} not found", content.id)));
+                }
+                let mut doc = serde_json::to_value(stored).map_err(|e| Error::serialization("knowledge content", e))?;
+                let update = serde_json::to_value(&content).map_err(|e| Error::serialization("knowledge content", e))?;
+                if let (Value::Object(doc), Value::Object(update)) = (&mut doc, update) {
+                    for (k, v) in update.into_iter().filter(|(_, v)| !v.is_null()) {
+                        doc.insert(k, v);
+                    }
+                }
+                serde_json::from_value(doc).map_err(|e| Error::serialization("knowledge content", e))?
+            }
+            None => content,
+        };
+        state.knowledge.insert(merged.id.clone(), merged.clone());
+        Ok(merged)
+    }
+
+    async fn get_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<Option<KnowledgeContent>> {
+        Ok(self.lock().knowledge.get(id).filter(|c| owner_or_shared(c.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn get_knowledge_contents(&self, query: KnowledgeQuery) -> Result<Page<KnowledgeContent>> {
+        query.pagination.validate()?;
+        let mut rows: Vec<KnowledgeContent> = self
+            .lock()
+            .knowledge
+            .values()
+            .filter(|c| {
+                owner_or_shared(c.user_id.as_deref(), query.user_id.as_deref())
+                    && (query.linked_to.is_none() || query.linked_to == c.linked_to)
+            })
+            .cloned()
+            .collect();
+        sort_records(&mut rows, &query.sort, KnowledgeContent::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let mut state = self.lock();
+        if state.knowledge.get(id).is_some_and(|c| visible_to(c.user_id.as_deref(), user_id)) {
+            state.knowledge.remove(id);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+fn name_taken(name: &str) -> Error {
+    Error::new(ErrorKind::AlreadyExists, format!("Schedule with name '{name}' already exists"))
+}
+
+#[async_trait]
+impl ScheduleStore for InMemoryDb {
+    async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
+        let mut state = self.lock();
+        if state.schedules.contains_key(&schedule.id) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("schedule {} already exists", schedule.id)));
+        }
+        if state.schedules.values().any(|s| s.user_id == schedule.user_id && s.name == schedule.name) {
+            return Err(name_taken(&schedule.name));
+        }
+        state.schedules.insert(schedule.id.clone(), schedule.clone());
+        Ok(schedule)
+    }
+
+    async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
+        Ok(self.lock().schedules.get(id).filter(|s| visible_to(s.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn get_schedule_by_name(&self, name: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
+        Ok(self.lock().schedules.values().find(|s| s.name == name && s.user_id.as_deref() == user_id).cloned())
+    }
+
+    async fn get_schedules(&self, enabled: Option<bool>, user_id: Option<&str>, pagination: Pagination) -> Result<Page<Schedule>> {
+        pagination.validate()?;
+        let mut rows: Vec<Schedule> = self
+            .lock()
+            .schedules
+            .values()
+            .filter(|s| enabled.is_none_or(|e| s.enabled == e) && visible_to(s.user_id.as_deref(), user_id))
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        Page::paginate(rows, &pagination)
+    }
+
+    async fn update_schedule(&self, id: &str, user_id: Option<&str>, update: ScheduleUpdate) -> Result<Option<Schedule>> {
+        let mut state = self.lock();
+        let Some(current) = state.schedules.get(id).filter(|s| visible_to(s.user_id.as_deref(), user_id)) else {
+            return Ok(None);
+        };
+        let updated = update.apply_to(current, now_epoch_seconds())?;
+        if updated.name != current.name
+            && state.schedules.values().any(|s| s.id != id && s.user_id == updated.user_id && s.name == updated.name)
+        {
+            return Err(name_taken(&updated.name));
+        }
+        state.schedules.insert(id.to_owned(), updated.clone());
+        Ok(Some(updated))
+    }
+
+    async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let mut state = self.lock();
+        if !state.schedules.get(id).is_some_and(|s| visible_to(s.user_id.as_deref(), user_id)) {
+            return Ok(false);
+        }
+        state.schedules.remove(id);
+        state.schedule_runs.retain(|_, r| r.schedule_id != id);
+        Ok(true)
+    }
+
+    async fn claim_due_schedule(&self, worker_id: &str, lock_grace_seconds: i64) -> Result<Option<Schedule>> {
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        let due = state
+            .schedules
+            .values()
+            .filter(|s| s.is_due(now, lock_grace_seconds))
+            .min_by(|a, b| (a.next_run_at, &a.id).cmp(&(b.next_run_at, &b.id)))
+            .map(|s| s.id.clone());
+        let Some(id) = due else { return Ok(None) };
+        let Some(schedule) = state.schedules.get_mut(&id) else { return Ok(None) };
+        schedule.locked_by = Some(worker_id.to_owned());
+        schedule.locked_at = Some(now);
+        Ok(Some(schedule.clone()))
+    }
+
+    async fn release_schedule(&self, id: &str, worker_id: &str, locked_at: Option<i64>, next_run_at: Option<i64>) -> Result<bool> {
+        let mut state = self.lock();
+        let Some(s) = state.schedules.get_mut(id) else { return Ok(false) };
+        if s.locked_by.as_deref() != Some(worker_id) || locked_at.is_some_and(|t| s.locked_at != Some(t)) {
+            return Ok(false);
+        }
+        s.locked_by = None;
+        s.locked_at = None;
+        s.updated_at = Some(now_epoch_seconds());
+        s.next_run_at = if s.cron_expr.is_empty() { None } else { next_run_at.or(s.next_run_at) };
+        Ok(true)
+    }
+
+    async fn create_schedule_run(&self, mut run: ScheduleRun) -> Result<ScheduleRun> {
+        let mut state = self.lock();
+        let Some(schedule) = state.schedules.get(&run.schedule_id) else {
+            return Err(Error::not_found(format!("schedule {} does not exist", run.schedule_id)));
+        };
+        run.user_id = schedule.user_id.clone();
+        if state.schedule_runs.contains_key(&run.id) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("schedule run {} already exists", run.id)));
+        }
+        state.schedule_runs.insert(run.id.clone(), run.clone());
+        Ok(run)
+    }
+
+    async fn update_schedule_run(&self, run: ScheduleRun, user_id: Option<&str>) -> Result<Option<ScheduleRun>> {
+        let mut state = self.lock();
+        let Some(stored) = state.schedule_runs.get_mut(&run.id).filter(|r| visible_to(r.user_id.as_deref(), user_id)) else {
+            return Ok(None);
+        };
+        *stored = ScheduleRun {
+            id: stored.id.clone(),
+            schedule_id: stored.schedule_id.clone(),
+            user_id: stored.user_id.clone(),
+            created_at: stored.created_at,
+            ..run
+        };
+        Ok(Some(stored.clone()))
+    }
+
+    async fn get_schedule_run(&self, id: &str, user_id: Option<&str>) -> Result<Option<ScheduleRun>> {
+        Ok(self.lock().schedule_runs.get(id).filter(|r| visible_to(r.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn get_schedule_runs(&self, schedule_id: &str, user_id: Option<&str>, pagination: Pagination) -> Result<Page<ScheduleRun>> {
+        pagination.validate()?;
+        let mut rows: Vec<ScheduleRun> = self
+            .lock()
+            .schedule_runs
+            .values()
+            .filter(|r| r.schedule_id == schedule_id && visible_to(r.user_id.as_deref(), user_id))
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        Page::paginate(rows, &pagination)
+    }
+}
+
+#[async_trait]
+impl LearningStore for InMemoryDb {
+    async fn upsert_learning(&self, mut learning: Learning) -> Result<Learning> {
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        match state.learnings.get_mut(&learning.learning_id) {
+            Some(stored) => {
+                if !writable_by(stored.user_id.as_deref(), learning.user_id.as_deref()) {
+                    return Err(owned_by_another_user("learning", &learning.learning_id));
+                }
+                stored.content = learning.content;
+                stored.metadata = learning.metadata;
+                stored.updated_at = Some(now);
+                Ok(stored.clone())
+            }
+            None => {
+                learning.updated_at = learning.updated_at.or(Some(now));
+                state.learnings.insert(learning.learning_id.clone(), learning.clone());
+                Ok(learning)
+            }
+        }
+    }
+
+    async fn get_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<Option<Learning>> {
+        Ok(self.lock().learnings.get(learning_id).filter(|l| visible_to(l.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
+        query.pagination.validate()?;
+        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let mut rows: Vec<Learning> = self
+            .lock()
+            .learnings
+            .values()
+            .filter(|l| {
+                let owner_ok = match (&query.user_id, query.include_global) {
+                    (None, _) => true,
+                    (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
+                    (Some(u), false) => l.user_id.as_deref() == Some(u),
+                };
+                owner_ok
+                    && query.learning_type.as_deref().is_none_or(|t| t == l.learning_type)
+                    && eq(&query.agent_id, &l.agent_id)
+                    && eq(&query.team_id, &l.team_id)
+                    && eq(&query.session_id, &l.session_id)
+                    && eq(&query.namespace, &l.namespace)
+                    && eq(&query.entity_id, &l.entity_id)
+                    && eq(&query.entity_type, &l.entity_type)
+            })
+            .cloned()
+            .collect();
+        let sort = match &query.sort.sort_by {
+            Some(_) => query.sort.clone(),
+            None => Sort { sort_by: Some("updated_at".into()), sort_order: query.sort.sort_order },
+        };
+        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
+        let mut state = self.lock();
+        if state.learnings.get(learning_id).is_some_and(|l| visible_to(l.user_id.as_deref(), user_id)) {
+            state.learnings.remove(learning_id);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
+    )
+    .set_temporary(false)
+}
+
+fn fenced<'a>(state: &'a mut State, id: &str, worker_id: &str, attempt: i64) -> Result<&'a mut Job> {
+    state
+        .jobs
+        .get_mut(id)
+        .filter(|j| j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker_id) && j.attempt == attempt)
+        .ok_or_else(|| lease_lost(id, worker_id, attempt))
+}
+
+#[async_trait]
+impl JobStore for InMemoryDb {
+    async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
+        let mut state = self.lock();
+        job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
+        if let Some(key) = &job.idempotency_key {
+            if let Some(original) = state.jobs.values().find(|j| j.idempotency_key.as_ref() == Some(key) && j.user_id == job.user_id) {
+                return Ok(EnqueueOutcome { rejection: Some(EnqueueRejection::Duplicate), job: Some(original.clone()) });
+            }
+        }
+        if max_depth > 0 && state.jobs.values().filter(|j| j.status == JobStatus::Queued).count() as u64 >= max_depth {
+            return Ok(EnqueueOutcome { rejection: Some(EnqueueRejection::QueueFull), job: None });
+        }
+        if state.jobs.contains_key(&job.id) {
+            return Err(Error::new(ErrorKind::AlreadyExists, format!("job {} already exists; job ids are never reused", job.id)));
+        }
+        job.status = JobStatus::Queued;
+        job.attempt = 0;
+        state.jobs.insert(job.id.clone(), job.clone());
+        Ok(EnqueueOutcome { rejection: None, job: Some(job) })
+    }
+
+    async fn claim_job(&self, worker_id: &str, lock_grace_seconds: i64, deployment_id: Option<&str>) -> Result<Option<Job>> {
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        let candidate = state
+            .jobs
+            .values()
+            .filter(|j| {
+                j.available_at <= now
+                    && (j.deployment_id.is_none() || j.deployment_id.as_deref() == deployment_id)
+                    && (j.status == JobStatus::Queued
+                        || (j.status == JobStatus::Running
+                            && j.locked_at.is_some_and(|t| t <= now - lock_grace_seconds)
+                            && j.attempt < j.max_attempts))
+            })
+            .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
+            .map(|j| j.id.clone());
+        let Some(id) = candidate else { return Ok(None) };
+        let Some(job) = state.jobs.get_mut(&id) else { return Ok(None) };
+        job.status = JobStatus::Running;
+        job.locked_by = Some(worker_id.to_owned());
+        job.locked_at = Some(now);
+        job.attempt += 1;
+        job.updated_at = Some(now);
+        Ok(Some(job.clone()))
+    }
+
+    async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        let mut held = 0;
+        for id in ids {
+            if let Some(job) = state.jobs.get_mut(id).filter(|j| j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker_id)) {
+                job.locked_at = Some(now);
+                held += 1;
+            }
+        }
+        Ok(held)
+    }
+
+    async fn complete_job(&self, id: &str, worker_id: &str, attempt: i64, status: JobStatus, error: Option<String>) -> Result<Job> {
+        if !(status.is_terminal() || status == JobStatus::Paused) {
+            return Err(Error::invalid_input(format!(
+                "complete_job: status must be completed, failed, cancelled or paused, not {}",
+                status.as_str()
+            )));
+        }
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        let job = fenced(&mut state, id, worker_id, attempt)?;
+        job.status = status;
+        job.error = error;
+        job.locked_by = None;
+        job.locked_at = None;
+        job.updated_at = Some(now);
+        job.completed_at = status.is_terminal().then_some(now);
+        Ok(job.clone())
+    }
+
+    async fn retry_or_fail_job(&self, id: &str, worker_id: &str, attempt: i64, error: Option<String>, retry_delay_seconds: i64) -> Result<Job> {
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        let job = fenced(&mut state, id, worker_id, attempt)?;
+        job.error = error;
+        job.locked_by = None;
+        job.locked_at = None;
+        job.updated_at = Some(now);
+        if job.attempt < job.max_attempts {
+            job.status = JobStatus::Queued;
+            job.available_at = now + retry_delay_seconds.max(0);
+        } else {
+            job.status = JobStatus::Failed;
+            job.completed_at = Some(now);
+        }
+        Ok(job.clone())
+    }
+
+    async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let mut state = self.lock();
+        let now = now_epoch_seconds();
+        let Some(job) = state.jobs.get_mut(id).filter(|j| visible_to(j.user_id.as_deref(), user_id)) else {
+            return Ok(false);
+        };
+        if !matches!(job.status, JobStatus::Queued | JobStatus::Paused) {
+            return Ok(false);
+        }
+        job.status = JobStatus::Cancelled;
+        job.completed_at = Some(now);
+        job.updated_at = Some(now);
+        Ok(true)
+    }
+
+    async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
+        Ok(self.lock().jobs.get(id).filter(|j| visible_to(j.user_id.as_deref(), user_id)).cloned())
+    }
+
+    async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
+        query.pagination.validate()?;
+        let mut rows: Vec<Job> = self
+            .lock()
+            .jobs
+            .values()
+            .filter(|j| {
+                query.status.is_none_or(|s| s == j.status)
+                    && query.session_id.as_deref().is_none_or(|s| s == j.session_id)
+                    && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
+            })
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
+        let mut state = self.lock();
+        let cutoff = now_epoch_seconds() - older_than_seconds;
+        let before = state.jobs.len();
+        state
+            .jobs
+            .retain(|_, j| !(j.status.is_terminal() && j.completed_at.is_some_and(|t| t <= cutoff)));
+        Ok((before - state.jobs.len()) as u64)
+    }
+}
+
+#[async_trait]
+impl SchemaVersionStore for InMemoryDb {
+    async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
+        Ok(self.lock().versions.get(table_name).copied())
+    }
+
+    async fn set_schema_version(&self, table_name: &str, version: SchemaVersion) -> Result<()> {
+        self.lock().versions.insert(table_name.to_owned(), version);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl MigrationTarget for InMemoryDb {
+    fn tables(&self) -> Vec<TableRef> {
+        TableType::ALL
+            .iter()
+            .map(|t| TableRef { table_type: *t, name: t.default_name().to_owned() })
+            .collect()
+    }
+
+    fn versions(&self) -> &dyn SchemaVersionStore {
+        self
+    }
+
+    fn steps(&self) -> Vec<Arc<dyn MigrationStep>> {
+        let me = Arc::new(self.clone());
+        vec![Arc::new(CopyLegacyRunsStep::new(me.clone())), Arc::new(RekeyLearningsStep::new(me))]
+    }
+
+    async fn lock(&self) -> Result<MigrationLock> {
+        Ok(Box::new(self.migration_lock.clone().lock_owned().await))
+    }
+}

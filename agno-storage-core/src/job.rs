@@ -1,0 +1,192 @@
+//! The durable job queue behind `background=True` runs.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::pagination::{Page, Pagination};
+
+/// A job's state. Claimed jobs are `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    /// Waiting to be claimed.
+    Queued,
+    /// Claimed by a worker holding a lease.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Finished with an error and no retries left.
+    Failed,
+    /// Cancelled before it finished.
+    Cancelled,
+    /// Waiting for human input.
+    Paused,
+}
+
+impl JobStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Completed => "completed",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Paused => "paused",
+        }
+    }
+
+    /// Completed, failed or cancelled.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled)
+    }
+}
+
+/// A job (`agno_jobs`). `attempt` is the fencing token: a worker acts only on the attempt it
+/// claimed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Primary key (the run id).
+    pub id: String,
+    /// `agent`, `team` or `workflow`.
+    pub component_type: String,
+    /// `run`.
+    pub job_type: String,
+    /// Claim affinity: only workers of this deployment claim it.
+    #[serde(default)]
+    pub deployment_id: Option<String>,
+    /// The component to run.
+    pub component_id: String,
+    /// The session of the run.
+    pub session_id: String,
+    /// Owner.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Serialized run parameters.
+    pub payload: Value,
+    /// State.
+    pub status: JobStatus,
+    /// Claims so far (the fencing generation).
+    pub attempt: i64,
+    /// Claims allowed.
+    pub max_attempts: i64,
+    /// Deduplicates submissions per user.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// Not claimable before this time, epoch seconds.
+    pub available_at: i64,
+    /// Worker holding the lease.
+    #[serde(default)]
+    pub locked_by: Option<String>,
+    /// Last heartbeat, epoch seconds.
+    #[serde(default)]
+    pub locked_at: Option<i64>,
+    /// Error text of the last attempt.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Creation time, epoch seconds.
+    pub created_at: i64,
+    /// Last write, epoch seconds.
+    #[serde(default)]
+    pub updated_at: Option<i64>,
+    /// When it reached a terminal state, epoch seconds.
+    #[serde(default)]
+    pub completed_at: Option<i64>,
+}
+
+impl Job {
+    /// A queued run job, available now, with one attempt.
+    pub fn new(id: impl Into<String>, component_type: &str, component_id: impl Into<String>, session_id: impl Into<String>, payload: Value) -> Self {
+        let now = crate::now_epoch_seconds();
+        Job {
+            id: id.into(),
+            component_type: component_type.into(),
+            job_type: "run".into(),
+            deployment_id: None,
+            component_id: component_id.into(),
+            session_id: session_id.into(),
+            user_id: None,
+            payload,
+            status: JobStatus::Queued,
+            attempt: 0,
+            max_attempts: 1,
+            idempotency_key: None,
+            available_at: now,
+            locked_by: None,
+            locked_at: None,
+            error: None,
+            created_at: now,
+            updated_at: Some(now),
+            completed_at: None,
+        }
+    }
+}
+
+/// Why a submission was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueRejection {
+    /// The queue holds `max_depth` queued jobs.
+    QueueFull,
+    /// The idempotency key was already used by this user; the original job is returned.
+    Duplicate,
+}
+
+/// Result of [`JobStore::enqueue_job`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnqueueOutcome {
+    /// `None` when accepted.
+    pub rejection: Option<EnqueueRejection>,
+    /// The stored job (the original one for a duplicate).
+    pub job: Option<Job>,
+}
+
+/// Filters of [`JobStore::list_jobs`] (newest first).
+#[derive(Debug, Clone, Default)]
+pub struct JobQuery {
+    /// Only jobs in this state.
+    pub status: Option<JobStatus>,
+    /// Only jobs of this session.
+    pub session_id: Option<String>,
+    /// Only this owner's jobs.
+    pub user_id: Option<String>,
+    /// Limit and 1-indexed page.
+    pub pagination: Pagination,
+}
+
+/// The durable job queue. Every transition after a claim is fenced on
+/// `(id, worker_id, attempt, status = running)`; a stale worker gets `LeaseLost`.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Submits a job. A used `(idempotency_key, user_id)` returns the original job as
+    /// `Duplicate`; `max_depth > 0` caps queued jobs (`QueueFull`); a taken id is
+    /// `AlreadyExists`.
+    async fn enqueue_job(&self, job: Job, max_depth: u64) -> Result<EnqueueOutcome>;
+
+    /// Atomically claims the oldest available job (queued, or running with a lease older
+    /// than `lock_grace_seconds` and attempts left) for `worker_id`, incrementing `attempt`.
+    async fn claim_job(&self, worker_id: &str, lock_grace_seconds: i64, deployment_id: Option<&str>) -> Result<Option<Job>>;
+
+    /// Refreshes the leases `worker_id` holds among `ids`; returns how many it still holds.
+    async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64>;
+
+    /// Moves a held job to a terminal or paused `status`. `LeaseLost` when the fence fails.
+    async fn complete_job(&self, id: &str, worker_id: &str, attempt: i64, status: JobStatus, error: Option<String>) -> Result<Job>;
+
+    /// Re-queues a held job after `retry_delay_seconds` if attempts remain, else fails it.
+    /// `LeaseLost` when the fence fails.
+    async fn retry_or_fail_job(&self, id: &str, worker_id: &str, attempt: i64, error: Option<String>, retry_delay_seconds: i64) -> Result<Job>;
+
+    /// Cancels a queued or paused job owned by `user_id` (any when `None`).
+    async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool>;
+
+    /// The job, or `None` when absent or not owned by `user_id`.
+    async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>>;
+
+    /// Jobs matching `query`, newest first, with the count before paging.
+    async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>>;
+
+    /// Deletes completed, failed and cancelled jobs finished at least `older_than_seconds` ago.
+    async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64>;
+}

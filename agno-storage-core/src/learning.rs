@@ -1,0 +1,250 @@
+//! Learnings: user profiles, entity memories, session context and other learned records.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::Result;
+use crate::pagination::{Page, Pagination, Sort, SortOrder};
+
+/// A learning (`agno_learnings`). Identity columns never change after the first write.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Learning {
+    /// Primary key (deterministic per type, see [`entity_learning_id`]).
+    pub learning_id: String,
+    /// `user_profile`, `user_memory`, `session_context`, `entity_memory`, …
+    pub learning_type: String,
+    /// `user`, `global` or a custom namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Owner.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Agent that learned it.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// Team that learned it.
+    #[serde(default)]
+    pub team_id: Option<String>,
+    /// Workflow that learned it.
+    #[serde(default)]
+    pub workflow_id: Option<String>,
+    /// Session it belongs to.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Entity slug (entity memories).
+    #[serde(default)]
+    pub entity_id: Option<String>,
+    /// Entity type (entity memories).
+    #[serde(default)]
+    pub entity_type: Option<String>,
+    /// The learned content.
+    pub content: Value,
+    /// Free-form metadata.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    /// Creation time, epoch seconds.
+    pub created_at: i64,
+    /// Last write, epoch seconds.
+    #[serde(default)]
+    pub updated_at: Option<i64>,
+}
+
+impl Learning {
+    /// Columns accepted by [`Sort::sort_by`] on learnings.
+    pub const SORTABLE: &'static [&'static str] = &[
+        "learning_id",
+        "learning_type",
+        "namespace",
+        "user_id",
+        "entity_id",
+        "entity_type",
+        "created_at",
+        "updated_at",
+    ];
+}
+
+/// The first 16 hex digits of `sha256(user_id)`: the user component of entity keys.
+pub fn user_digest(user_id: &str) -> String {
+    let digest = Sha256::digest(user_id.as_bytes());
+    hex::encode(digest)[..16].to_owned()
+}
+
+/// The id of an entity memory, as agno 3.1.10's `build_learning_id`: under namespace `user`
+/// `entity_user_{sha256(user_id)[:16]}_{type}_{id}` (`None` without a user), otherwise
+/// `entity_{namespace}_{type}_{id}`.
+pub fn entity_learning_id(namespace: &str, user_id: Option<&str>, entity_type: &str, entity_id: &str) -> Option<String> {
+    if namespace == "user" {
+        user_id.map(|u| format!("entity_user_{}_{entity_type}_{entity_id}", user_digest(u)))
+    } else {
+        Some(format!("entity_{namespace}_{entity_type}_{entity_id}"))
+    }
+}
+
+/// Filters of [`LearningStore::list_learnings`]. Default order: `updated_at` descending.
+#[derive(Debug, Clone, Default)]
+pub struct LearningQuery {
+    /// Only this type.
+    pub learning_type: Option<String>,
+    /// Only this owner's learnings.
+    pub user_id: Option<String>,
+    /// With `user_id`: also unowned (global) learnings.
+    pub include_global: bool,
+    /// Only this agent's.
+    pub agent_id: Option<String>,
+    /// Only this team's.
+    pub team_id: Option<String>,
+    /// Only this session's.
+    pub session_id: Option<String>,
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only this entity.
+    pub entity_id: Option<String>,
+    /// Only this entity type.
+    pub entity_type: Option<String>,
+    /// Limit and 1-indexed page.
+    pub pagination: Pagination,
+    /// Sort column and direction.
+    pub sort: Sort,
+}
+
+/// Learnings.
+#[async_trait]
+pub trait LearningStore: Send + Sync {
+    /// Inserts a learning or replaces the `content`, `metadata` and `updated_at` of an
+    /// existing one (identity columns are kept). A row owned by someone else is refused
+    /// with `PermissionDenied`.
+    async fn upsert_learning(&self, learning: Learning) -> Result<Learning>;
+
+    /// The learning, or `None` when absent or not owned by `user_id`.
+    async fn get_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<Option<Learning>>;
+
+    /// Learnings matching `query`, with the count before paging.
+    async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>>;
+
+    /// Deletes the learning if owned by `user_id` (any when `None`).
+    async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool>;
+}
+
+/// What [`rekey_user_entity_learnings`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RekeyReport {
+    /// Rows looked at.
+    pub scanned: u64,
+    /// Already on a user-scoped key.
+    pub keyed: u64,
+    /// Moved to their user-scoped key.
+    pub rekeyed: u64,
+    /// Moved onto an existing user-scoped row (the existing row's content wins).
+    pub merged: u64,
+    /// Rows whose content names another user, moved to the `quarantined_user` namespace.
+    pub quarantined: u64,
+    /// Rows without an owner, left as they are.
+    pub unowned: u64,
+    /// Rows lacking entity id or type, left as they are.
+    pub malformed: u64,
+}
+
+/// The v3.0.0 learnings step: re-keys entity memories of namespace `user` from the pre-v3
+/// shared key `entity_user_{type}_{id}` to the per-user key. Written once against
+/// [`LearningStore`] for every backend. Each move writes the target, reads it back, then
+/// deletes the source; an error aborts (the caller does not stamp).
+pub async fn rekey_user_entity_learnings(store: &dyn LearningStore) -> Result<RekeyReport> {
+    let mut report = RekeyReport::default();
+    let rows = store
+        .list_learnings(LearningQuery {
+            learning_type: Some("entity_memory".into()),
+            namespace: Some("user".into()),
+            sort: Sort::by("learning_id", SortOrder::Asc),
+            ..Default::default()
+        })
+        .await?
+        .items;
+    for row in rows {
+        report.scanned += 1;
+        let (Some(entity_type), Some(entity_id)) = (row.entity_type.clone(), row.entity_id.clone()) else {
+            report.malformed += 1;
+            continue;
+        };
+        if row.learning_id != format!("entity_user_{entity_type}_{entity_id}") {
+            report.keyed += 1;
+            continue;
+        }
+        let Some(owner) = row.user_id.clone() else {
+            report.unowned += 1;
+            continue;
+        };
+        let content_owner = row.content.get("user_id").and_then(Value::as_str);
+        let (target_id, namespace) = match content_owner {
+            Some(c) if c != owner => (format!("entity_quarantined_user_{entity_type}_{entity_id}"), "quarantined_user"),
+            _ => match entity_learning_id("user", Some(&owner), &entity_type, &entity_id) {
+                Some(id) => (id, "user"),
+                None => continue,
+            },
+        };
+        let existing = store.get_learning(&target_id, None).await?;
+        let now = crate::now_epoch_seconds();
+        let content = match &existing {
+            Some(target) => merge_entity_content(&target.content, &row.content),
+            None => row.content.clone(),
+        };
+        let moved = Learning {
+            learning_id: target_id.clone(),
+            namespace: Some(namespace.into()),
+            content,
+            created_at: now,
+            updated_at: Some(now),
+            ..row.clone()
+        };
+        store.upsert_learning(moved).await?;
+        if store.get_learning(&target_id, None).await?.is_none() {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Conflict,
+                format!("re-keyed learning {target_id} was not readable after writing it; source {} kept", row.learning_id),
+            ));
+        }
+        store.delete_learning(&row.learning_id, None).await?;
+        match (namespace, existing) {
+            ("quarantined_user", _) => report.quarantined += 1,
+            (_, Some(_)) => report.merged += 1,
+            (_, None) => report.rekeyed += 1,
+        }
+    }
+    Ok(report)
+}
+
+/// Target wins on scalar keys; `facts`, `events` and `relationships` are unioned with the
+/// source's entries first.
+fn merge_entity_content(target: &Value, source: &Value) -> Value {
+    let (Value::Object(t), Value::Object(s)) = (target, source) else {
+        return target.clone();
+    };
+    let mut merged = s.clone();
+    for (k, v) in t {
+        merged.insert(k.clone(), v.clone());
+    }
+    for key in ["facts", "events", "relationships"] {
+        if let (Some(Value::Array(sa)), Some(Value::Array(ta))) = (s.get(key), t.get(key)) {
+            let mut union = sa.clone();
+            union.extend(ta.iter().filter(|v| !sa.contains(v)).cloned());
+            merged.insert(key.into(), Value::Array(union));
+        }
+    }
+    Value::Object(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_key_matches_agno() {
+        assert_eq!(
+            entity_learning_id("user", Some("alice"), "person", "sarah_chen").as_deref(),
+            Some("entity_user_2bd806c97f0e00af_person_sarah_chen")
+        );
+        assert_eq!(entity_learning_id("user", None, "person", "x"), None);
+        assert_eq!(entity_learning_id("global", None, "person", "x").as_deref(), Some("entity_global_person_x"));
+    }
+}

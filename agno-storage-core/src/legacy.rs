@@ -1,0 +1,268 @@
+//! Pre-v3 data: decoding agno 2.x JSON and merging legacy runs blobs with the runs store.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::run::{RunRecord, RunType};
+
+/// Decodes a JSON cell as agno 2.x may have written it: parses `text`, and when the result
+/// is itself a JSON string (the 2.x SQLite double encoding), parses that too.
+///
+/// A value that is a string but not JSON stays a JSON string. SQL NULL (`None`) and JSON
+/// `null` both decode to `None`.
+pub fn decode_legacy_json(text: Option<&str>) -> Result<Option<Value>> {
+    let Some(text) = text else { return Ok(None) };
+    let first: Value =
+        serde_json::from_str(text).map_err(|e| Error::serialization("a JSON column", e))?;
+    Ok(unwrap_double_encoded(first))
+}
+
+/// The value inside a possibly double-encoded JSON value; JSON `null` becomes `None`.
+pub fn unwrap_double_encoded(value: Value) -> Option<Value> {
+    match value {
+        Value::Null => None,
+        Value::String(inner) => match serde_json::from_str::<Value>(&inner) {
+            Ok(Value::Null) => None,
+            Ok(decoded @ (Value::Object(_) | Value::Array(_))) => Some(decoded),
+            _ => Some(Value::String(inner)),
+        },
+        other => Some(other),
+    }
+}
+
+/// The list inside a legacy runs blob: an array, a (double-encoded) JSON string of an array,
+/// or nothing. Anything else is ignored, as agno does ("Could not parse legacy runs blob").
+pub fn legacy_runs_list(blob: Option<&Value>) -> Vec<Value> {
+    match blob.cloned().and_then(unwrap_double_encoded) {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    }
+}
+
+fn run_id_of(run: &Value) -> Option<&str> {
+    run.get("run_id").and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// `session.runs` as agno 3 rebuilds it: the legacy blob in stored order with each entry
+/// replaced by the runs-store copy of the same `run_id` (the store wins), then the
+/// store-only runs in store order (`run_index, created_at, run_id`). Blob entries that are
+/// not objects or lack a `run_id` are dropped. Returns run dicts.
+pub fn merge_runs(legacy_blob: Option<&Value>, mut store_runs: Vec<RunRecord>) -> Vec<Value> {
+    sort_runs_for_session(&mut store_runs);
+    let legacy = legacy_runs_list(legacy_blob);
+    if legacy.is_empty() {
+        return store_runs.into_iter().map(|r| r.run_data).collect();
+    }
+    let mut merged = Vec::with_capacity(legacy.len() + store_runs.len());
+    let mut used = vec![false; store_runs.len()];
+    let mut seen_legacy = std::collections::HashSet::new();
+    for entry in legacy {
+        let Some(run_id) = run_id_of(&entry).map(str::to_owned) else {
+            continue;
+        };
+        if !seen_legacy.insert(run_id.clone()) {
+            continue;
+        }
+        match store_runs.iter().position(|r| r.run_id == run_id) {
+            Some(i) => {
+                used[i] = true;
+                merged.push(store_runs[i].run_data.clone());
+            }
+            None => merged.push(entry),
+        }
+    }
+    merged.extend(
+        store_runs
+            .into_iter()
+            .zip(used)
+            .filter(|(_, used)| !used)
+            .map(|(r, _)| r.run_data),
+    );
+    merged
+}
+
+/// Sorts runs in session order: `run_index` (missing first), then `created_at`, then `run_id`.
+pub fn sort_runs_for_session(runs: &mut [RunRecord]) {
+    runs.sort_by(|a, b| {
+        (a.run_index, a.created_at, &a.run_id).cmp(&(b.run_index, b.created_at, &b.run_id))
+    });
+}
+
+/// Keeps the last `limit` context runs (see [`RunRecord::is_context_run`]).
+pub fn last_context_runs(runs: Vec<Value>, limit: usize) -> Vec<Value> {
+    let context: Vec<Value> = runs.into_iter().filter(RunRecord::is_context_run).collect();
+    let skip = context.len().saturating_sub(limit);
+    context.into_iter().skip(skip).collect()
+}
+
+/// The run rows the v3.0.0 migration copies out of one session's legacy blob, as agno's
+/// `_build_run_rows`: `run_index` is the position in the blob (entries without a `run_id`
+/// still consume an index), the owner is the session's, and `run_type` is agent if
+/// `agent_id` is set, team if `team_id` is, else workflow. A duplicate `run_id` inside one
+/// blob keeps its first occurrence.
+pub fn legacy_run_rows(session_id: &str, user_id: Option<&str>, blob: Option<&Value>) -> Vec<RunRecord> {
+    let now = crate::now_epoch_seconds();
+    let mut seen = std::collections::HashSet::new();
+    let mut rows = Vec::new();
+    for (index, run) in legacy_runs_list(blob).into_iter().enumerate() {
+        let Some(run_id) = run_id_of(&run).map(str::to_owned) else {
+            continue;
+        };
+        if !seen.insert(run_id.clone()) {
+            continue;
+        }
+        let text = |key: &str| {
+            run.get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let run_type = if text("agent_id").is_some() {
+            RunType::Agent
+        } else if text("team_id").is_some() {
+            RunType::Team
+        } else {
+            RunType::Workflow
+        };
+        rows.push(RunRecord {
+            run_id,
+            session_id: session_id.to_owned(),
+            run_type,
+            run_index: Some(index as i64),
+            user_id: user_id.map(str::to_owned),
+            agent_id: text("agent_id"),
+            team_id: text("team_id"),
+            workflow_id: text("workflow_id"),
+            parent_run_id: text("parent_run_id"),
+            status: text("status"),
+            created_at: run.get("created_at").and_then(Value::as_i64).unwrap_or(now),
+            updated_at: Some(now),
+            run_data: run,
+        });
+    }
+    rows
+}
+
+/// One session's legacy runs blob, as read by the migration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegacySessionRuns {
+    /// The session.
+    pub session_id: String,
+    /// Its owner.
+    pub user_id: Option<String>,
+    /// The blob as stored (array or encoded string).
+    pub runs: Value,
+}
+
+/// Access to pre-v3 runs blobs, implemented by every backend that can hold them. The
+/// shared v3.0.0 sessions step and `cleanup_legacy_runs` are written once against it.
+#[async_trait]
+pub trait LegacyRunsStore: Send + Sync {
+    /// Up to `limit` sessions whose blob is non-empty, ordered by `session_id`, strictly
+    /// after `after`. A read error is an error (never an empty page).
+    async fn legacy_runs_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LegacySessionRuns>>;
+
+    /// Inserts each row whose `run_id` is not stored yet; never overwrites a stored run
+    /// (a newer run wins over its legacy copy). Returns how many were inserted.
+    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<u64>;
+
+    /// How many sessions still carry a non-empty legacy blob.
+    async fn count_legacy_runs(&self) -> Result<u64>;
+
+    /// Removes every legacy blob (column, field or key). Returns how many sessions changed.
+    async fn drop_legacy_runs(&self) -> Result<u64>;
+}
+
+/// Copies every legacy blob into the runs store, a page at a time, without overwriting
+/// newer runs. Returns `(sessions scanned, runs inserted)`. Any error aborts.
+pub async fn copy_legacy_runs(store: &dyn LegacyRunsStore, page_size: usize) -> Result<(u64, u64)> {
+    let mut after: Option<String> = None;
+    let (mut sessions, mut inserted) = (0u64, 0u64);
+    loop {
+        let page = store.legacy_runs_page(after.as_deref(), page_size).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.session_id.clone());
+        let full = page.len() == page_size;
+        for legacy in page {
+            sessions += 1;
+            let rows = legacy_run_rows(&legacy.session_id, legacy.user_id.as_deref(), Some(&legacy.runs));
+            if !rows.is_empty() {
+                inserted += store.insert_runs_if_absent(rows).await?;
+            }
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok((sessions, inserted))
+}
+
+/// Drops the legacy blobs. Unforced, it refuses while any remain (they are the migration's
+/// backup), naming how many; with `force` it removes them. Returns how many sessions changed.
+pub async fn cleanup_legacy_runs(store: &dyn LegacyRunsStore, table: &str, force: bool) -> Result<u64> {
+    if !force {
+        let pending = store.count_legacy_runs().await?;
+        if pending > 0 {
+            return Err(Error::new(
+                crate::ErrorKind::Conflict,
+                format!(
+                    "Refusing to drop {table}.runs: {pending} session(s) still have non-null `runs` content. \
+                     Run the migration manager (`agno-storage migrate <URL>`) first, verify the runs table, \
+                     then pass force (`agno-storage cleanup-legacy-runs <URL> --force`)."
+                ),
+            )
+            .set_temporary(false));
+        }
+    }
+    store.drop_legacy_runs().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(run_id: &str, index: i64, status: &str) -> RunRecord {
+        let mut r = RunRecord::from_run_data(
+            "s1",
+            None,
+            json!({"run_id": run_id, "agent_id": "a", "status": status}),
+        )
+        .unwrap();
+        r.run_index = Some(index);
+        r
+    }
+
+    #[test]
+    fn double_encoded_json_is_decoded_once_more() {
+        let cell = serde_json::to_string(&json!("{\"session_name\": \"n1\"}")).unwrap();
+        assert_eq!(decode_legacy_json(Some(&cell)).unwrap(), Some(json!({"session_name": "n1"})));
+        assert_eq!(decode_legacy_json(Some("null")).unwrap(), None);
+        assert_eq!(decode_legacy_json(Some("\"plain\"")).unwrap(), Some(json!("plain")));
+        assert!(decode_legacy_json(Some("{truncated")).is_err());
+    }
+
+    #[test]
+    fn store_wins_and_blob_order_first() {
+        let blob = json!([{"run_id": "r1", "status": "PAUSED"}, 7, {"no": "id"}, {"run_id": "r2"}]);
+        let merged = merge_runs(Some(&blob), vec![row("r3", 2, "RUNNING"), row("r1", 0, "COMPLETED")]);
+        let ids: Vec<_> = merged.iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["r1", "r2", "r3"]);
+        assert_eq!(merged[0]["status"], "COMPLETED");
+    }
+
+    #[test]
+    fn legacy_rows_keep_positions() {
+        let blob = json!("[{\"run_id\": \"a\", \"team_id\": \"t\"}, {}, {\"run_id\": \"b\"}, {\"run_id\": \"a\"}]");
+        let rows = legacy_run_rows("s", Some("u"), Some(&blob));
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].run_index, rows[0].run_type), (Some(0), RunType::Team));
+        assert_eq!((rows[1].run_index, rows[1].run_type), (Some(2), RunType::Workflow));
+        assert_eq!(rows[1].user_id.as_deref(), Some("u"));
+    }
+}

@@ -1,0 +1,115 @@
+//! User memories: facts an agent remembers about a user.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::pagination::{Page, Pagination, Sort};
+
+/// A memory as agno 3.1.10 stores it (`agno_memories`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMemory {
+    /// Primary key.
+    pub memory_id: String,
+    /// The remembered text.
+    pub memory: String,
+    /// Topics, e.g. `["food"]`.
+    #[serde(default)]
+    pub topics: Option<Vec<String>>,
+    /// Owner.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// The input the memory was derived from.
+    #[serde(default)]
+    pub input: Option<String>,
+    /// Agent that wrote it.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// Team that wrote it.
+    #[serde(default)]
+    pub team_id: Option<String>,
+    /// User feedback on the memory.
+    #[serde(default)]
+    pub feedback: Option<String>,
+    /// Creation time, epoch seconds; round-trips unchanged.
+    pub created_at: i64,
+    /// Last write, epoch seconds.
+    #[serde(default)]
+    pub updated_at: Option<i64>,
+}
+
+impl UserMemory {
+    /// A new memory for `user_id`, created now.
+    pub fn new(memory_id: impl Into<String>, user_id: Option<String>, memory: impl Into<String>) -> Self {
+        UserMemory {
+            memory_id: memory_id.into(),
+            memory: memory.into(),
+            topics: None,
+            user_id,
+            input: None,
+            agent_id: None,
+            team_id: None,
+            feedback: None,
+            created_at: crate::now_epoch_seconds(),
+            updated_at: None,
+        }
+    }
+
+    /// Columns accepted by [`Sort::sort_by`] on memories.
+    pub const SORTABLE: &'static [&'static str] =
+        &["memory_id", "user_id", "agent_id", "team_id", "created_at", "updated_at"];
+}
+
+/// Filters of [`MemoryStore::get_memories`].
+#[derive(Debug, Clone, Default)]
+pub struct MemoryQuery {
+    /// Only this user's memories.
+    pub user_id: Option<String>,
+    /// Only memories written by this agent.
+    pub agent_id: Option<String>,
+    /// Only memories written by this team.
+    pub team_id: Option<String>,
+    /// Memories carrying every one of these topics.
+    pub topics: Vec<String>,
+    /// Case-insensitive substring of the memory text.
+    pub search_content: Option<String>,
+    /// Limit and 1-indexed page.
+    pub pagination: Pagination,
+    /// Sort column and direction.
+    pub sort: Sort,
+}
+
+/// Per-user memory counts of [`MemoryStore::get_memory_stats`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryStats {
+    /// The user.
+    pub user_id: String,
+    /// How many memories they have.
+    pub total_memories: u64,
+    /// Newest `updated_at` among them.
+    pub last_memory_updated_at: Option<i64>,
+}
+
+/// User memories.
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// Inserts or updates a memory. On an existing id the owner and `created_at` are kept and
+    /// `updated_at` becomes now; a memory owned by another user is refused with
+    /// `PermissionDenied` (agno would overwrite it).
+    async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory>;
+
+    /// The memory, or `None` when absent or not owned by `user_id`.
+    async fn get_memory(&self, memory_id: &str, user_id: Option<&str>) -> Result<Option<UserMemory>>;
+
+    /// Memories matching `query`, with the count before paging.
+    async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>>;
+
+    /// Every distinct topic (of `user_id`'s memories when given), sorted.
+    async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>>;
+
+    /// Per-user counts, newest activity first; only `user_id` when given.
+    async fn get_memory_stats(&self, user_id: Option<&str>, pagination: Pagination) -> Result<Page<MemoryStats>>;
+
+    /// Deletes the memories among `memory_ids` owned by `user_id` (any when `None`).
+    async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64>;
+}
