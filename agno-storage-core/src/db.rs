@@ -44,8 +44,13 @@ impl std::fmt::Debug for AgnoDb {
     }
 }
 
-fn get<'a, T: ?Sized>(slot: &'a Option<Arc<T>>, backend: &'static str, what: &'static str) -> Result<&'a T> {
-    slot.as_deref().ok_or_else(|| Error::unsupported(backend, what))
+fn get<'a, T: ?Sized>(
+    slot: &'a Option<Arc<T>>,
+    backend: &'static str,
+    what: &'static str,
+) -> Result<&'a T> {
+    slot.as_deref()
+        .ok_or_else(|| Error::unsupported(backend, what))
 }
 
 macro_rules! setters {

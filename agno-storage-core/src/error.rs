@@ -110,8 +110,11 @@ impl Error {
 
     /// [`ErrorKind::Serialization`] wrapping a serde error.
     pub fn serialization(what: impl fmt::Display, source: serde_json::Error) -> Self {
-        Error::new(ErrorKind::Serialization, format!("cannot decode {what}: {source}"))
-            .with_source(source)
+        Error::new(
+            ErrorKind::Serialization,
+            format!("cannot decode {what}: {source}"),
+        )
+        .with_source(source)
     }
 
     /// The schema-mismatch error for a table an older Agno created. It names the likely

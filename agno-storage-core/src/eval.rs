@@ -128,7 +128,12 @@ pub trait EvalStore: Send + Sync {
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>>;
 
     /// Renames a run; `None` when absent or not owned by `user_id`.
-    async fn rename_eval_run(&self, run_id: &str, name: &str, user_id: Option<&str>) -> Result<Option<EvalRun>>;
+    async fn rename_eval_run(
+        &self,
+        run_id: &str,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<EvalRun>>;
 
     /// Deletes the runs among `run_ids` owned by `user_id` (any when `None`).
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64>;

@@ -14,18 +14,24 @@ use crate::eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore};
 use crate::job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore};
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use crate::learning::{Learning, LearningQuery, LearningStore};
-use crate::legacy::{last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session, LegacyRunsStore, LegacySessionRuns};
+use crate::legacy::{
+    last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session, LegacyRunsStore,
+    LegacySessionRuns,
+};
 use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
 use crate::migration::{
-    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep, SchemaVersion,
-    SchemaVersionStore, TableRef, TableType,
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
+    SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
 use crate::pagination::{sort_records, Page, Pagination, Sort, SortOrder};
 use crate::run::{RunQuery, RunRecord, RunStore};
 use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
 use crate::user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};
-use crate::{now_epoch_seconds, owned_by_another_user, visible_to, writable_by, AgnoDb, Error, ErrorKind, Result};
+use crate::{
+    now_epoch_seconds, owned_by_another_user, visible_to, writable_by, AgnoDb, Error, ErrorKind,
+    Result,
+};
 
 const BACKEND: &str = "memory";
 
@@ -51,12 +57,19 @@ struct State {
 
 impl State {
     fn session_runs(&self, session_id: &str) -> Vec<RunRecord> {
-        self.runs.values().filter(|r| r.session_id == session_id).cloned().collect()
+        self.runs
+            .values()
+            .filter(|r| r.session_id == session_id)
+            .cloned()
+            .collect()
     }
 
     fn with_runs(&self, stored: &StoredSession, runs_limit: Option<usize>) -> Session {
         let mut session = stored.session.clone();
-        let merged = merge_runs(stored.legacy_runs.as_ref(), self.session_runs(&session.session_id));
+        let merged = merge_runs(
+            stored.legacy_runs.as_ref(),
+            self.session_runs(&session.session_id),
+        );
         session.runs = Some(match runs_limit {
             Some(n) => last_context_runs(merged, n),
             None => merged,
@@ -85,7 +98,9 @@ impl InMemoryDb {
         {
             let mut state = db.lock();
             for t in TableType::ALL {
-                state.versions.insert(t.default_name().to_owned(), SchemaVersion::LATEST);
+                state
+                    .versions
+                    .insert(t.default_name().to_owned(), SchemaVersion::LATEST);
             }
         }
         db
@@ -103,7 +118,9 @@ impl InMemoryDb {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-written record: every write
         // replaces whole values. Recover the state instead of propagating the poison.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Writes a session as agno 2.x stored it, with its runs in a legacy blob (an array or
@@ -112,7 +129,10 @@ impl InMemoryDb {
         session.runs = None;
         self.lock().sessions.insert(
             session.session_id.clone(),
-            StoredSession { session, legacy_runs: Some(runs_blob) },
+            StoredSession {
+                session,
+                legacy_runs: Some(runs_blob),
+            },
         );
     }
 
@@ -148,7 +168,10 @@ impl SessionStore for InMemoryDb {
         let id = session.session_id.clone();
         match state.sessions.get_mut(&id) {
             Some(stored) => {
-                if !writable_by(stored.session.user_id.as_deref(), session.user_id.as_deref()) {
+                if !writable_by(
+                    stored.session.user_id.as_deref(),
+                    session.user_id.as_deref(),
+                ) {
                     return Err(owned_by_another_user("session", &id));
                 }
                 session.created_at = stored.session.created_at;
@@ -158,16 +181,27 @@ impl SessionStore for InMemoryDb {
             }
             None => {
                 session.updated_at = Some(session.created_at);
-                state.sessions.insert(id.clone(), StoredSession { session, legacy_runs: None });
+                state.sessions.insert(
+                    id.clone(),
+                    StoredSession {
+                        session,
+                        legacy_runs: None,
+                    },
+                );
             }
         }
-        let stored = state.sessions.get(&id).ok_or_else(|| Error::not_found(format!("session {id} vanished")))?;
+        let stored = state
+            .sessions
+            .get(&id)
+            .ok_or_else(|| Error::not_found(format!("session {id} vanished")))?;
         Ok(state.with_runs(stored, None))
     }
 
     async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
         let state = self.lock();
-        let Some(stored) = state.sessions.get(session_id) else { return Ok(None) };
+        let Some(stored) = state.sessions.get(session_id) else {
+            return Ok(None);
+        };
         let s = &stored.session;
         if !visible_to(s.user_id.as_deref(), read.user_id.as_deref())
             || read.session_type.is_some_and(|t| t != s.session_type)
@@ -188,11 +222,19 @@ impl SessionStore for InMemoryDb {
                 let s = &st.session;
                 query.session_type.is_none_or(|t| t == s.session_type)
                     && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
-                    && query.component_id.as_deref().is_none_or(|c| match query.session_type {
-                        Some(_) => s.component_id() == Some(c),
-                        None => [&s.agent_id, &s.team_id, &s.workflow_id].iter().any(|id| id.as_deref() == Some(c)),
+                    && query
+                        .component_id
+                        .as_deref()
+                        .is_none_or(|c| match query.session_type {
+                            Some(_) => s.component_id() == Some(c),
+                            None => [&s.agent_id, &s.team_id, &s.workflow_id]
+                                .iter()
+                                .any(|id| id.as_deref() == Some(c)),
+                        })
+                    && name.as_deref().is_none_or(|n| {
+                        s.session_name()
+                            .is_some_and(|sn| sn.to_lowercase().contains(n))
                     })
-                    && name.as_deref().is_none_or(|n| s.session_name().is_some_and(|sn| sn.to_lowercase().contains(n)))
                     && query.start_timestamp.is_none_or(|t| s.created_at >= t)
                     && query.end_timestamp.is_none_or(|t| s.created_at <= t)
             })
@@ -210,9 +252,16 @@ impl SessionStore for InMemoryDb {
         Ok(page)
     }
 
-    async fn rename_session(&self, session_id: &str, session_name: &str, user_id: Option<&str>) -> Result<Option<Session>> {
+    async fn rename_session(
+        &self,
+        session_id: &str,
+        session_name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Session>> {
         let mut state = self.lock();
-        let Some(stored) = state.sessions.get_mut(session_id) else { return Ok(None) };
+        let Some(stored) = state.sessions.get_mut(session_id) else {
+            return Ok(None);
+        };
         if !visible_to(stored.session.user_id.as_deref(), user_id) {
             return Ok(None);
         }
@@ -226,14 +275,21 @@ impl SessionStore for InMemoryDb {
         let mut state = self.lock();
         let doomed: Vec<String> = session_ids
             .iter()
-            .filter(|id| state.sessions.get(*id).is_some_and(|s| visible_to(s.session.user_id.as_deref(), user_id)))
+            .filter(|id| {
+                state
+                    .sessions
+                    .get(*id)
+                    .is_some_and(|s| visible_to(s.session.user_id.as_deref(), user_id))
+            })
             .cloned()
             .collect();
         for id in &doomed {
             state.sessions.remove(id);
         }
         let doomed_set = ids_set(&doomed);
-        state.runs.retain(|_, r| !doomed_set.contains(r.session_id.as_str()));
+        state
+            .runs
+            .retain(|_, r| !doomed_set.contains(r.session_id.as_str()));
         Ok(doomed.len() as u64)
     }
 }
@@ -282,7 +338,12 @@ impl RunStore for InMemoryDb {
     }
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
-        Ok(self.lock().runs.get(run_id).filter(|r| visible_to(r.user_id.as_deref(), user_id)).cloned())
+        Ok(self
+            .lock()
+            .runs
+            .get(run_id)
+            .filter(|r| visible_to(r.user_id.as_deref(), user_id))
+            .cloned())
     }
 
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
@@ -293,7 +354,10 @@ impl RunStore for InMemoryDb {
             .runs
             .values()
             .filter(|r| {
-                query.session_id.as_deref().is_none_or(|s| s == r.session_id)
+                query
+                    .session_id
+                    .as_deref()
+                    .is_none_or(|s| s == r.session_id)
                     && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
                     && eq(&query.agent_id, &r.agent_id)
                     && eq(&query.team_id, &r.team_id)
@@ -313,7 +377,9 @@ impl RunStore for InMemoryDb {
         let doomed: Vec<String> = state
             .runs
             .values()
-            .filter(|r| wanted.contains(r.run_id.as_str()) && visible_to(r.user_id.as_deref(), user_id))
+            .filter(|r| {
+                wanted.contains(r.run_id.as_str()) && visible_to(r.user_id.as_deref(), user_id)
+            })
             .map(|r| r.run_id.clone())
             .collect();
         for id in &doomed {
@@ -322,13 +388,19 @@ impl RunStore for InMemoryDb {
         // Scrub legacy blobs of sessions the caller may see, so a merge cannot resurrect them.
         let scrub = ids_set(run_ids);
         for stored in state.sessions.values_mut() {
-            if !visible_to(stored.session.user_id.as_deref(), user_id) || stored.legacy_runs.is_none() {
+            if !visible_to(stored.session.user_id.as_deref(), user_id)
+                || stored.legacy_runs.is_none()
+            {
                 continue;
             }
             let list = legacy_runs_list(stored.legacy_runs.as_ref());
             let kept: Vec<Value> = list
                 .iter()
-                .filter(|r| r.get("run_id").and_then(Value::as_str).is_none_or(|id| !scrub.contains(id)))
+                .filter(|r| {
+                    r.get("run_id")
+                        .and_then(Value::as_str)
+                        .is_none_or(|id| !scrub.contains(id))
+                })
                 .cloned()
                 .collect();
             if kept.len() != list.len() {
@@ -341,7 +413,11 @@ impl RunStore for InMemoryDb {
 
 #[async_trait]
 impl LegacyRunsStore for InMemoryDb {
-    async fn legacy_runs_page(&self, after: Option<&str>, limit: usize) -> Result<Vec<LegacySessionRuns>> {
+    async fn legacy_runs_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LegacySessionRuns>> {
         let state = self.lock();
         Ok(state
             .sessions
@@ -371,7 +447,11 @@ impl LegacyRunsStore for InMemoryDb {
 
     async fn count_legacy_runs(&self) -> Result<u64> {
         let state = self.lock();
-        Ok(state.sessions.values().filter(|s| !legacy_runs_list(s.legacy_runs.as_ref()).is_empty()).count() as u64)
+        Ok(state
+            .sessions
+            .values()
+            .filter(|s| !legacy_runs_list(s.legacy_runs.as_ref()).is_empty())
+            .count() as u64)
     }
 
     async fn drop_legacy_runs(&self) -> Result<u64> {
@@ -403,14 +483,25 @@ impl MemoryStore for InMemoryDb {
             }
             None => {
                 memory.updated_at = memory.updated_at.or(Some(memory.created_at));
-                state.memories.insert(memory.memory_id.clone(), memory.clone());
+                state
+                    .memories
+                    .insert(memory.memory_id.clone(), memory.clone());
             }
         }
         Ok(memory)
     }
 
-    async fn get_memory(&self, memory_id: &str, user_id: Option<&str>) -> Result<Option<UserMemory>> {
-        Ok(self.lock().memories.get(memory_id).filter(|m| visible_to(m.user_id.as_deref(), user_id)).cloned())
+    async fn get_memory(
+        &self,
+        memory_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<UserMemory>> {
+        Ok(self
+            .lock()
+            .memories
+            .get(memory_id)
+            .filter(|m| visible_to(m.user_id.as_deref(), user_id))
+            .cloned())
     }
 
     async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>> {
@@ -424,8 +515,13 @@ impl MemoryStore for InMemoryDb {
                 visible_to(m.user_id.as_deref(), query.user_id.as_deref())
                     && (query.agent_id.is_none() || query.agent_id == m.agent_id)
                     && (query.team_id.is_none() || query.team_id == m.team_id)
-                    && query.topics.iter().all(|t| m.topics.as_ref().is_some_and(|ts| ts.contains(t)))
-                    && search.as_deref().is_none_or(|s| m.memory.to_lowercase().contains(s))
+                    && query
+                        .topics
+                        .iter()
+                        .all(|t| m.topics.as_ref().is_some_and(|ts| ts.contains(t)))
+                    && search
+                        .as_deref()
+                        .is_none_or(|s| m.memory.to_lowercase().contains(s))
             })
             .cloned()
             .collect();
@@ -446,19 +542,27 @@ impl MemoryStore for InMemoryDb {
         Ok(topics)
     }
 
-    async fn get_memory_stats(&self, user_id: Option<&str>, pagination: Pagination) -> Result<Page<MemoryStats>> {
+    async fn get_memory_stats(
+        &self,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<MemoryStats>> {
         pagination.validate()?;
         let mut by_user: BTreeMap<String, MemoryStats> = BTreeMap::new();
         for m in self.lock().memories.values() {
-            let Some(owner) = m.user_id.as_deref() else { continue };
+            let Some(owner) = m.user_id.as_deref() else {
+                continue;
+            };
             if !visible_to(Some(owner), user_id) {
                 continue;
             }
-            let entry = by_user.entry(owner.to_owned()).or_insert_with(|| MemoryStats {
-                user_id: owner.to_owned(),
-                total_memories: 0,
-                last_memory_updated_at: None,
-            });
+            let entry = by_user
+                .entry(owner.to_owned())
+                .or_insert_with(|| MemoryStats {
+                    user_id: owner.to_owned(),
+                    total_memories: 0,
+                    last_memory_updated_at: None,
+                });
             entry.total_memories += 1;
             entry.last_memory_updated_at = entry.last_memory_updated_at.max(m.updated_at);
         }
@@ -471,7 +575,11 @@ impl MemoryStore for InMemoryDb {
         let mut state = self.lock();
         let mut deleted = 0;
         for id in memory_ids {
-            if state.memories.get(id).is_some_and(|m| visible_to(m.user_id.as_deref(), user_id)) {
+            if state
+                .memories
+                .get(id)
+                .is_some_and(|m| visible_to(m.user_id.as_deref(), user_id))
+            {
                 state.memories.remove(id);
                 deleted += 1;
             }
@@ -486,7 +594,13 @@ impl MetricsStore for InMemoryDb {
         let mut state = self.lock();
         let mut stored = Vec::with_capacity(records.len());
         for mut record in records {
-            let key = |r: &MetricsRecord| (r.stored_user_id().to_owned(), r.date, r.aggregation_period.clone());
+            let key = |r: &MetricsRecord| {
+                (
+                    r.stored_user_id().to_owned(),
+                    r.date,
+                    r.aggregation_period.clone(),
+                )
+            };
             let wanted = key(&record);
             match state.metrics.iter_mut().find(|r| key(r) == wanted) {
                 Some(existing) => {
@@ -503,7 +617,12 @@ impl MetricsStore for InMemoryDb {
 
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
         let state = self.lock();
-        let owner_ok = |r: &MetricsRecord| query.user_id.as_deref().is_none_or(|u| r.stored_user_id() == u);
+        let owner_ok = |r: &MetricsRecord| {
+            query
+                .user_id
+                .as_deref()
+                .is_none_or(|u| r.stored_user_id() == u)
+        };
         let mut rows: Vec<MetricsRecord> = state
             .metrics
             .iter()
@@ -518,9 +637,17 @@ impl MetricsStore for InMemoryDb {
         let latest_updated_at = if rows.is_empty() {
             None
         } else {
-            state.metrics.iter().filter(|r| owner_ok(r)).filter_map(|r| r.updated_at).max()
+            state
+                .metrics
+                .iter()
+                .filter(|r| owner_ok(r))
+                .filter_map(|r| r.updated_at)
+                .max()
         };
-        Ok(MetricsPage { rows, latest_updated_at })
+        Ok(MetricsPage {
+            rows,
+            latest_updated_at,
+        })
     }
 }
 
@@ -531,7 +658,10 @@ impl EvalStore for InMemoryDb {
         if state.evals.contains_key(&run.run_id) {
             return Err(Error::new(
                 ErrorKind::AlreadyExists,
-                format!("eval run {} already exists: every eval run needs its own run_id", run.run_id),
+                format!(
+                    "eval run {} already exists: every eval run needs its own run_id",
+                    run.run_id
+                ),
             ));
         }
         state.evals.insert(run.run_id.clone(), run.clone());
@@ -539,7 +669,12 @@ impl EvalStore for InMemoryDb {
     }
 
     async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
-        Ok(self.lock().evals.get(run_id).filter(|r| visible_to(r.user_id.as_deref(), user_id)).cloned())
+        Ok(self
+            .lock()
+            .evals
+            .get(run_id)
+            .filter(|r| visible_to(r.user_id.as_deref(), user_id))
+            .cloned())
     }
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
@@ -573,9 +708,18 @@ impl EvalStore for InMemoryDb {
         Page::paginate(rows, &query.pagination)
     }
 
-    async fn rename_eval_run(&self, run_id: &str, name: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
+    async fn rename_eval_run(
+        &self,
+        run_id: &str,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<EvalRun>> {
         let mut state = self.lock();
-        let Some(run) = state.evals.get_mut(run_id).filter(|r| visible_to(r.user_id.as_deref(), user_id)) else {
+        let Some(run) = state
+            .evals
+            .get_mut(run_id)
+            .filter(|r| visible_to(r.user_id.as_deref(), user_id))
+        else {
             return Ok(None);
         };
         run.name = Some(name.to_owned());
@@ -587,7 +731,11 @@ impl EvalStore for InMemoryDb {
         let mut state = self.lock();
         let mut deleted = 0;
         for id in run_ids {
-            if state.evals.get(id).is_some_and(|r| visible_to(r.user_id.as_deref(), user_id)) {
+            if state
+                .evals
+                .get(id)
+                .is_some_and(|r| visible_to(r.user_id.as_deref(), user_id))
+            {
                 state.evals.remove(id);
                 deleted += 1;
             }
@@ -602,21 +750,30 @@ fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
 
 #[async_trait]
 impl KnowledgeStore for InMemoryDb {
-    async fn upsert_knowledge_content(&self, content: KnowledgeContent) -> Result<KnowledgeContent> {
+    async fn upsert_knowledge_content(
+        &self,
+        content: KnowledgeContent,
+    ) -> Result<KnowledgeContent> {
         let mut state = self.lock();
         let merged = match state.knowledge.get(&content.id) {
             Some(stored) => {
                 if content.user_id.is_some() && stored.user_id != content.user_id {
-                    return Err(Error::not_found(format!("Knowledge content {} not found", content.id)));
+                    return Err(Error::not_found(format!(
+                        "Knowledge content {} not found",
+                        content.id
+                    )));
                 }
-                let mut doc = serde_json::to_value(stored).map_err(|e| Error::serialization("knowledge content", e))?;
-                let update = serde_json::to_value(&content).map_err(|e| Error::serialization("knowledge content", e))?;
+                let mut doc = serde_json::to_value(stored)
+                    .map_err(|e| Error::serialization("knowledge content", e))?;
+                let update = serde_json::to_value(&content)
+                    .map_err(|e| Error::serialization("knowledge content", e))?;
                 if let (Value::Object(doc), Value::Object(update)) = (&mut doc, update) {
                     for (k, v) in update.into_iter().filter(|(_, v)| !v.is_null()) {
                         doc.insert(k, v);
                     }
                 }
-                serde_json::from_value(doc).map_err(|e| Error::serialization("knowledge content", e))?
+                serde_json::from_value(doc)
+                    .map_err(|e| Error::serialization("knowledge content", e))?
             }
             None => content,
         };
@@ -624,11 +781,23 @@ impl KnowledgeStore for InMemoryDb {
         Ok(merged)
     }
 
-    async fn get_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<Option<KnowledgeContent>> {
-        Ok(self.lock().knowledge.get(id).filter(|c| owner_or_shared(c.user_id.as_deref(), user_id)).cloned())
+    async fn get_knowledge_content(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<KnowledgeContent>> {
+        Ok(self
+            .lock()
+            .knowledge
+            .get(id)
+            .filter(|c| owner_or_shared(c.user_id.as_deref(), user_id))
+            .cloned())
     }
 
-    async fn get_knowledge_contents(&self, query: KnowledgeQuery) -> Result<Page<KnowledgeContent>> {
+    async fn get_knowledge_contents(
+        &self,
+        query: KnowledgeQuery,
+    ) -> Result<Page<KnowledgeContent>> {
         query.pagination.validate()?;
         let mut rows: Vec<KnowledgeContent> = self
             .lock()
@@ -646,7 +815,11 @@ impl KnowledgeStore for InMemoryDb {
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let mut state = self.lock();
-        if state.knowledge.get(id).is_some_and(|c| visible_to(c.user_id.as_deref(), user_id)) {
+        if state
+            .knowledge
+            .get(id)
+            .is_some_and(|c| visible_to(c.user_id.as_deref(), user_id))
+        {
             state.knowledge.remove(id);
             return Ok(true);
         }
@@ -655,7 +828,10 @@ impl KnowledgeStore for InMemoryDb {
 }
 
 fn name_taken(name: &str) -> Error {
-    Error::new(ErrorKind::AlreadyExists, format!("Schedule with name '{name}' already exists"))
+    Error::new(
+        ErrorKind::AlreadyExists,
+        format!("Schedule with name '{name}' already exists"),
+    )
 }
 
 #[async_trait]
@@ -663,44 +839,86 @@ impl ScheduleStore for InMemoryDb {
     async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
         let mut state = self.lock();
         if state.schedules.contains_key(&schedule.id) {
-            return Err(Error::new(ErrorKind::AlreadyExists, format!("schedule {} already exists", schedule.id)));
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("schedule {} already exists", schedule.id),
+            ));
         }
-        if state.schedules.values().any(|s| s.user_id == schedule.user_id && s.name == schedule.name) {
+        if state
+            .schedules
+            .values()
+            .any(|s| s.user_id == schedule.user_id && s.name == schedule.name)
+        {
             return Err(name_taken(&schedule.name));
         }
-        state.schedules.insert(schedule.id.clone(), schedule.clone());
+        state
+            .schedules
+            .insert(schedule.id.clone(), schedule.clone());
         Ok(schedule)
     }
 
     async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
-        Ok(self.lock().schedules.get(id).filter(|s| visible_to(s.user_id.as_deref(), user_id)).cloned())
+        Ok(self
+            .lock()
+            .schedules
+            .get(id)
+            .filter(|s| visible_to(s.user_id.as_deref(), user_id))
+            .cloned())
     }
 
-    async fn get_schedule_by_name(&self, name: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
-        Ok(self.lock().schedules.values().find(|s| s.name == name && s.user_id.as_deref() == user_id).cloned())
+    async fn get_schedule_by_name(
+        &self,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Schedule>> {
+        Ok(self
+            .lock()
+            .schedules
+            .values()
+            .find(|s| s.name == name && s.user_id.as_deref() == user_id)
+            .cloned())
     }
 
-    async fn get_schedules(&self, enabled: Option<bool>, user_id: Option<&str>, pagination: Pagination) -> Result<Page<Schedule>> {
+    async fn get_schedules(
+        &self,
+        enabled: Option<bool>,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<Schedule>> {
         pagination.validate()?;
         let mut rows: Vec<Schedule> = self
             .lock()
             .schedules
             .values()
-            .filter(|s| enabled.is_none_or(|e| s.enabled == e) && visible_to(s.user_id.as_deref(), user_id))
+            .filter(|s| {
+                enabled.is_none_or(|e| s.enabled == e) && visible_to(s.user_id.as_deref(), user_id)
+            })
             .cloned()
             .collect();
         rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
         Page::paginate(rows, &pagination)
     }
 
-    async fn update_schedule(&self, id: &str, user_id: Option<&str>, update: ScheduleUpdate) -> Result<Option<Schedule>> {
+    async fn update_schedule(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        update: ScheduleUpdate,
+    ) -> Result<Option<Schedule>> {
         let mut state = self.lock();
-        let Some(current) = state.schedules.get(id).filter(|s| visible_to(s.user_id.as_deref(), user_id)) else {
+        let Some(current) = state
+            .schedules
+            .get(id)
+            .filter(|s| visible_to(s.user_id.as_deref(), user_id))
+        else {
             return Ok(None);
         };
         let updated = update.apply_to(current, now_epoch_seconds())?;
         if updated.name != current.name
-            && state.schedules.values().any(|s| s.id != id && s.user_id == updated.user_id && s.name == updated.name)
+            && state
+                .schedules
+                .values()
+                .any(|s| s.id != id && s.user_id == updated.user_id && s.name == updated.name)
         {
             return Err(name_taken(&updated.name));
         }
@@ -710,7 +928,11 @@ impl ScheduleStore for InMemoryDb {
 
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let mut state = self.lock();
-        if !state.schedules.get(id).is_some_and(|s| visible_to(s.user_id.as_deref(), user_id)) {
+        if !state
+            .schedules
+            .get(id)
+            .is_some_and(|s| visible_to(s.user_id.as_deref(), user_id))
+        {
             return Ok(false);
         }
         state.schedules.remove(id);
@@ -718,7 +940,11 @@ impl ScheduleStore for InMemoryDb {
         Ok(true)
     }
 
-    async fn claim_due_schedule(&self, worker_id: &str, lock_grace_seconds: i64) -> Result<Option<Schedule>> {
+    async fn claim_due_schedule(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<Option<Schedule>> {
         let mut state = self.lock();
         let now = now_epoch_seconds();
         let due = state
@@ -728,41 +954,71 @@ impl ScheduleStore for InMemoryDb {
             .min_by(|a, b| (a.next_run_at, &a.id).cmp(&(b.next_run_at, &b.id)))
             .map(|s| s.id.clone());
         let Some(id) = due else { return Ok(None) };
-        let Some(schedule) = state.schedules.get_mut(&id) else { return Ok(None) };
+        let Some(schedule) = state.schedules.get_mut(&id) else {
+            return Ok(None);
+        };
         schedule.locked_by = Some(worker_id.to_owned());
         schedule.locked_at = Some(now);
         Ok(Some(schedule.clone()))
     }
 
-    async fn release_schedule(&self, id: &str, worker_id: &str, locked_at: Option<i64>, next_run_at: Option<i64>) -> Result<bool> {
+    async fn release_schedule(
+        &self,
+        id: &str,
+        worker_id: &str,
+        locked_at: Option<i64>,
+        next_run_at: Option<i64>,
+    ) -> Result<bool> {
         let mut state = self.lock();
-        let Some(s) = state.schedules.get_mut(id) else { return Ok(false) };
-        if s.locked_by.as_deref() != Some(worker_id) || locked_at.is_some_and(|t| s.locked_at != Some(t)) {
+        let Some(s) = state.schedules.get_mut(id) else {
+            return Ok(false);
+        };
+        if s.locked_by.as_deref() != Some(worker_id)
+            || locked_at.is_some_and(|t| s.locked_at != Some(t))
+        {
             return Ok(false);
         }
         s.locked_by = None;
         s.locked_at = None;
         s.updated_at = Some(now_epoch_seconds());
-        s.next_run_at = if s.cron_expr.is_empty() { None } else { next_run_at.or(s.next_run_at) };
+        s.next_run_at = if s.cron_expr.is_empty() {
+            None
+        } else {
+            next_run_at.or(s.next_run_at)
+        };
         Ok(true)
     }
 
     async fn create_schedule_run(&self, mut run: ScheduleRun) -> Result<ScheduleRun> {
         let mut state = self.lock();
         let Some(schedule) = state.schedules.get(&run.schedule_id) else {
-            return Err(Error::not_found(format!("schedule {} does not exist", run.schedule_id)));
+            return Err(Error::not_found(format!(
+                "schedule {} does not exist",
+                run.schedule_id
+            )));
         };
         run.user_id = schedule.user_id.clone();
         if state.schedule_runs.contains_key(&run.id) {
-            return Err(Error::new(ErrorKind::AlreadyExists, format!("schedule run {} already exists", run.id)));
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("schedule run {} already exists", run.id),
+            ));
         }
         state.schedule_runs.insert(run.id.clone(), run.clone());
         Ok(run)
     }
 
-    async fn update_schedule_run(&self, run: ScheduleRun, user_id: Option<&str>) -> Result<Option<ScheduleRun>> {
+    async fn update_schedule_run(
+        &self,
+        run: ScheduleRun,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
         let mut state = self.lock();
-        let Some(stored) = state.schedule_runs.get_mut(&run.id).filter(|r| visible_to(r.user_id.as_deref(), user_id)) else {
+        let Some(stored) = state
+            .schedule_runs
+            .get_mut(&run.id)
+            .filter(|r| visible_to(r.user_id.as_deref(), user_id))
+        else {
             return Ok(None);
         };
         *stored = ScheduleRun {
@@ -775,11 +1031,25 @@ impl ScheduleStore for InMemoryDb {
         Ok(Some(stored.clone()))
     }
 
-    async fn get_schedule_run(&self, id: &str, user_id: Option<&str>) -> Result<Option<ScheduleRun>> {
-        Ok(self.lock().schedule_runs.get(id).filter(|r| visible_to(r.user_id.as_deref(), user_id)).cloned())
+    async fn get_schedule_run(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
+        Ok(self
+            .lock()
+            .schedule_runs
+            .get(id)
+            .filter(|r| visible_to(r.user_id.as_deref(), user_id))
+            .cloned())
     }
 
-    async fn get_schedule_runs(&self, schedule_id: &str, user_id: Option<&str>, pagination: Pagination) -> Result<Page<ScheduleRun>> {
+    async fn get_schedule_runs(
+        &self,
+        schedule_id: &str,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<ScheduleRun>> {
         pagination.validate()?;
         let mut rows: Vec<ScheduleRun> = self
             .lock()
@@ -810,14 +1080,25 @@ impl LearningStore for InMemoryDb {
             }
             None => {
                 learning.updated_at = learning.updated_at.or(Some(now));
-                state.learnings.insert(learning.learning_id.clone(), learning.clone());
+                state
+                    .learnings
+                    .insert(learning.learning_id.clone(), learning.clone());
                 Ok(learning)
             }
         }
     }
 
-    async fn get_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<Option<Learning>> {
-        Ok(self.lock().learnings.get(learning_id).filter(|l| visible_to(l.user_id.as_deref(), user_id)).cloned())
+    async fn get_learning(
+        &self,
+        learning_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Learning>> {
+        Ok(self
+            .lock()
+            .learnings
+            .get(learning_id)
+            .filter(|l| visible_to(l.user_id.as_deref(), user_id))
+            .cloned())
     }
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
@@ -834,7 +1115,10 @@ impl LearningStore for InMemoryDb {
                     (Some(u), false) => l.user_id.as_deref() == Some(u),
                 };
                 owner_ok
-                    && query.learning_type.as_deref().is_none_or(|t| t == l.learning_type)
+                    && query
+                        .learning_type
+                        .as_deref()
+                        .is_none_or(|t| t == l.learning_type)
                     && eq(&query.agent_id, &l.agent_id)
                     && eq(&query.team_id, &l.team_id)
                     && eq(&query.session_id, &l.session_id)
@@ -846,7 +1130,10 @@ impl LearningStore for InMemoryDb {
             .collect();
         let sort = match &query.sort.sort_by {
             Some(_) => query.sort.clone(),
-            None => Sort { sort_by: Some("updated_at".into()), sort_order: query.sort.sort_order },
+            None => Sort {
+                sort_by: Some("updated_at".into()),
+                sort_order: query.sort.sort_order,
+            },
         };
         sort_records(&mut rows, &sort, Learning::SORTABLE)?;
         Page::paginate(rows, &query.pagination)
@@ -854,7 +1141,11 @@ impl LearningStore for InMemoryDb {
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
         let mut state = self.lock();
-        if state.learnings.get(learning_id).is_some_and(|l| visible_to(l.user_id.as_deref(), user_id)) {
+        if state
+            .learnings
+            .get(learning_id)
+            .is_some_and(|l| visible_to(l.user_id.as_deref(), user_id))
+        {
             state.learnings.remove(learning_id);
             return Ok(true);
         }
@@ -870,11 +1161,20 @@ fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
     .set_temporary(false)
 }
 
-fn fenced<'a>(state: &'a mut State, id: &str, worker_id: &str, attempt: i64) -> Result<&'a mut Job> {
+fn fenced<'a>(
+    state: &'a mut State,
+    id: &str,
+    worker_id: &str,
+    attempt: i64,
+) -> Result<&'a mut Job> {
     state
         .jobs
         .get_mut(id)
-        .filter(|j| j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker_id) && j.attempt == attempt)
+        .filter(|j| {
+            j.status == JobStatus::Running
+                && j.locked_by.as_deref() == Some(worker_id)
+                && j.attempt == attempt
+        })
         .ok_or_else(|| lease_lost(id, worker_id, attempt))
 }
 
@@ -884,23 +1184,51 @@ impl JobStore for InMemoryDb {
         let mut state = self.lock();
         job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
         if let Some(key) = &job.idempotency_key {
-            if let Some(original) = state.jobs.values().find(|j| j.idempotency_key.as_ref() == Some(key) && j.user_id == job.user_id) {
-                return Ok(EnqueueOutcome { rejection: Some(EnqueueRejection::Duplicate), job: Some(original.clone()) });
+            if let Some(original) = state
+                .jobs
+                .values()
+                .find(|j| j.idempotency_key.as_ref() == Some(key) && j.user_id == job.user_id)
+            {
+                return Ok(EnqueueOutcome {
+                    rejection: Some(EnqueueRejection::Duplicate),
+                    job: Some(original.clone()),
+                });
             }
         }
-        if max_depth > 0 && state.jobs.values().filter(|j| j.status == JobStatus::Queued).count() as u64 >= max_depth {
-            return Ok(EnqueueOutcome { rejection: Some(EnqueueRejection::QueueFull), job: None });
+        if max_depth > 0
+            && state
+                .jobs
+                .values()
+                .filter(|j| j.status == JobStatus::Queued)
+                .count() as u64
+                >= max_depth
+        {
+            return Ok(EnqueueOutcome {
+                rejection: Some(EnqueueRejection::QueueFull),
+                job: None,
+            });
         }
         if state.jobs.contains_key(&job.id) {
-            return Err(Error::new(ErrorKind::AlreadyExists, format!("job {} already exists; job ids are never reused", job.id)));
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("job {} already exists; job ids are never reused", job.id),
+            ));
         }
         job.status = JobStatus::Queued;
         job.attempt = 0;
         state.jobs.insert(job.id.clone(), job.clone());
-        Ok(EnqueueOutcome { rejection: None, job: Some(job) })
+        Ok(EnqueueOutcome {
+            rejection: None,
+            job: Some(job),
+        })
     }
 
-    async fn claim_job(&self, worker_id: &str, lock_grace_seconds: i64, deployment_id: Option<&str>) -> Result<Option<Job>> {
+    async fn claim_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
         let mut state = self.lock();
         let now = now_epoch_seconds();
         let candidate = state
@@ -917,7 +1245,9 @@ impl JobStore for InMemoryDb {
             .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
             .map(|j| j.id.clone());
         let Some(id) = candidate else { return Ok(None) };
-        let Some(job) = state.jobs.get_mut(&id) else { return Ok(None) };
+        let Some(job) = state.jobs.get_mut(&id) else {
+            return Ok(None);
+        };
         job.status = JobStatus::Running;
         job.locked_by = Some(worker_id.to_owned());
         job.locked_at = Some(now);
@@ -931,7 +1261,9 @@ impl JobStore for InMemoryDb {
         let now = now_epoch_seconds();
         let mut held = 0;
         for id in ids {
-            if let Some(job) = state.jobs.get_mut(id).filter(|j| j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker_id)) {
+            if let Some(job) = state.jobs.get_mut(id).filter(|j| {
+                j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker_id)
+            }) {
                 job.locked_at = Some(now);
                 held += 1;
             }
@@ -939,7 +1271,14 @@ impl JobStore for InMemoryDb {
         Ok(held)
     }
 
-    async fn complete_job(&self, id: &str, worker_id: &str, attempt: i64, status: JobStatus, error: Option<String>) -> Result<Job> {
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<Job> {
         if !(status.is_terminal() || status == JobStatus::Paused) {
             return Err(Error::invalid_input(format!(
                 "complete_job: status must be completed, failed, cancelled or paused, not {}",
@@ -958,7 +1297,14 @@ impl JobStore for InMemoryDb {
         Ok(job.clone())
     }
 
-    async fn retry_or_fail_job(&self, id: &str, worker_id: &str, attempt: i64, error: Option<String>, retry_delay_seconds: i64) -> Result<Job> {
+    async fn retry_or_fail_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        error: Option<String>,
+        retry_delay_seconds: i64,
+    ) -> Result<Job> {
         let mut state = self.lock();
         let now = now_epoch_seconds();
         let job = fenced(&mut state, id, worker_id, attempt)?;
@@ -979,7 +1325,11 @@ impl JobStore for InMemoryDb {
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let mut state = self.lock();
         let now = now_epoch_seconds();
-        let Some(job) = state.jobs.get_mut(id).filter(|j| visible_to(j.user_id.as_deref(), user_id)) else {
+        let Some(job) = state
+            .jobs
+            .get_mut(id)
+            .filter(|j| visible_to(j.user_id.as_deref(), user_id))
+        else {
             return Ok(false);
         };
         if !matches!(job.status, JobStatus::Queued | JobStatus::Paused) {
@@ -992,7 +1342,12 @@ impl JobStore for InMemoryDb {
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
-        Ok(self.lock().jobs.get(id).filter(|j| visible_to(j.user_id.as_deref(), user_id)).cloned())
+        Ok(self
+            .lock()
+            .jobs
+            .get(id)
+            .filter(|j| visible_to(j.user_id.as_deref(), user_id))
+            .cloned())
     }
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
@@ -1003,7 +1358,10 @@ impl JobStore for InMemoryDb {
             .values()
             .filter(|j| {
                 query.status.is_none_or(|s| s == j.status)
-                    && query.session_id.as_deref().is_none_or(|s| s == j.session_id)
+                    && query
+                        .session_id
+                        .as_deref()
+                        .is_none_or(|s| s == j.session_id)
                     && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
             })
             .cloned()
@@ -1016,9 +1374,9 @@ impl JobStore for InMemoryDb {
         let mut state = self.lock();
         let cutoff = now_epoch_seconds() - older_than_seconds;
         let before = state.jobs.len();
-        state
-            .jobs
-            .retain(|_, j| !(j.status.is_terminal() && j.completed_at.is_some_and(|t| t <= cutoff)));
+        state.jobs.retain(|_, j| {
+            !(j.status.is_terminal() && j.completed_at.is_some_and(|t| t <= cutoff))
+        });
         Ok((before - state.jobs.len()) as u64)
     }
 }
@@ -1040,7 +1398,10 @@ impl MigrationTarget for InMemoryDb {
     fn tables(&self) -> Vec<TableRef> {
         TableType::ALL
             .iter()
-            .map(|t| TableRef { table_type: *t, name: t.default_name().to_owned() })
+            .map(|t| TableRef {
+                table_type: *t,
+                name: t.default_name().to_owned(),
+            })
             .collect()
     }
 
@@ -1050,7 +1411,10 @@ impl MigrationTarget for InMemoryDb {
 
     fn steps(&self) -> Vec<Arc<dyn MigrationStep>> {
         let me = Arc::new(self.clone());
-        vec![Arc::new(CopyLegacyRunsStep::new(me.clone())), Arc::new(RekeyLearningsStep::new(me))]
+        vec![
+            Arc::new(CopyLegacyRunsStep::new(me.clone())),
+            Arc::new(RekeyLearningsStep::new(me)),
+        ]
     }
 
     async fn lock(&self) -> Result<MigrationLock> {

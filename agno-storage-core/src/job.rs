@@ -40,7 +40,10 @@ impl JobStatus {
 
     /// Completed, failed or cancelled.
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled)
+        matches!(
+            self,
+            JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled
+        )
     }
 }
 
@@ -98,7 +101,13 @@ pub struct Job {
 
 impl Job {
     /// A queued run job, available now, with one attempt.
-    pub fn new(id: impl Into<String>, component_type: &str, component_id: impl Into<String>, session_id: impl Into<String>, payload: Value) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        component_type: &str,
+        component_id: impl Into<String>,
+        session_id: impl Into<String>,
+        payload: Value,
+    ) -> Self {
         let now = crate::now_epoch_seconds();
         Job {
             id: id.into(),
@@ -166,17 +175,36 @@ pub trait JobStore: Send + Sync {
 
     /// Atomically claims the oldest available job (queued, or running with a lease older
     /// than `lock_grace_seconds` and attempts left) for `worker_id`, incrementing `attempt`.
-    async fn claim_job(&self, worker_id: &str, lock_grace_seconds: i64, deployment_id: Option<&str>) -> Result<Option<Job>>;
+    async fn claim_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>>;
 
     /// Refreshes the leases `worker_id` holds among `ids`; returns how many it still holds.
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64>;
 
     /// Moves a held job to a terminal or paused `status`. `LeaseLost` when the fence fails.
-    async fn complete_job(&self, id: &str, worker_id: &str, attempt: i64, status: JobStatus, error: Option<String>) -> Result<Job>;
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<Job>;
 
     /// Re-queues a held job after `retry_delay_seconds` if attempts remain, else fails it.
     /// `LeaseLost` when the fence fails.
-    async fn retry_or_fail_job(&self, id: &str, worker_id: &str, attempt: i64, error: Option<String>, retry_delay_seconds: i64) -> Result<Job>;
+    async fn retry_or_fail_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        error: Option<String>,
+        retry_delay_seconds: i64,
+    ) -> Result<Job>;
 
     /// Cancels a queued or paused job owned by `user_id` (any when `None`).
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool>;

@@ -53,7 +53,11 @@ pub struct KnowledgeContent {
 
 impl KnowledgeContent {
     /// A new content row.
-    pub fn new(id: impl Into<String>, name: impl Into<String>, description: impl Into<String>) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
         let now = crate::now_epoch_seconds();
         KnowledgeContent {
             id: id.into(),
@@ -106,13 +110,19 @@ pub struct KnowledgeQuery {
 pub trait KnowledgeStore: Send + Sync {
     /// Inserts or updates a content row. An existing row owned by someone else (or shared,
     /// when `content.user_id` is set) is refused with `NotFound`, as agno does.
-    async fn upsert_knowledge_content(&self, content: KnowledgeContent) -> Result<KnowledgeContent>;
+    async fn upsert_knowledge_content(&self, content: KnowledgeContent)
+        -> Result<KnowledgeContent>;
 
     /// The content if it is `user_id`'s or shared (any when `None`).
-    async fn get_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<Option<KnowledgeContent>>;
+    async fn get_knowledge_content(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<KnowledgeContent>>;
 
     /// Contents matching `query`, with the count before paging.
-    async fn get_knowledge_contents(&self, query: KnowledgeQuery) -> Result<Page<KnowledgeContent>>;
+    async fn get_knowledge_contents(&self, query: KnowledgeQuery)
+        -> Result<Page<KnowledgeContent>>;
 
     /// Deletes the content if owned by `user_id` (any when `None`); true when a row went.
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool>;

@@ -74,7 +74,12 @@ pub fn user_digest(user_id: &str) -> String {
 /// The id of an entity memory, as agno 3.1.10's `build_learning_id`: under namespace `user`
 /// `entity_user_{sha256(user_id)[:16]}_{type}_{id}` (`None` without a user), otherwise
 /// `entity_{namespace}_{type}_{id}`.
-pub fn entity_learning_id(namespace: &str, user_id: Option<&str>, entity_type: &str, entity_id: &str) -> Option<String> {
+pub fn entity_learning_id(
+    namespace: &str,
+    user_id: Option<&str>,
+    entity_type: &str,
+    entity_id: &str,
+) -> Option<String> {
     if namespace == "user" {
         user_id.map(|u| format!("entity_user_{}_{entity_type}_{entity_id}", user_digest(u)))
     } else {
@@ -118,7 +123,11 @@ pub trait LearningStore: Send + Sync {
     async fn upsert_learning(&self, learning: Learning) -> Result<Learning>;
 
     /// The learning, or `None` when absent or not owned by `user_id`.
-    async fn get_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<Option<Learning>>;
+    async fn get_learning(
+        &self,
+        learning_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Learning>>;
 
     /// Learnings matching `query`, with the count before paging.
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>>;
@@ -163,7 +172,8 @@ pub async fn rekey_user_entity_learnings(store: &dyn LearningStore) -> Result<Re
         .items;
     for row in rows {
         report.scanned += 1;
-        let (Some(entity_type), Some(entity_id)) = (row.entity_type.clone(), row.entity_id.clone()) else {
+        let (Some(entity_type), Some(entity_id)) = (row.entity_type.clone(), row.entity_id.clone())
+        else {
             report.malformed += 1;
             continue;
         };
@@ -177,7 +187,10 @@ pub async fn rekey_user_entity_learnings(store: &dyn LearningStore) -> Result<Re
         };
         let content_owner = row.content.get("user_id").and_then(Value::as_str);
         let (target_id, namespace) = match content_owner {
-            Some(c) if c != owner => (format!("entity_quarantined_user_{entity_type}_{entity_id}"), "quarantined_user"),
+            Some(c) if c != owner => (
+                format!("entity_quarantined_user_{entity_type}_{entity_id}"),
+                "quarantined_user",
+            ),
             _ => match entity_learning_id("user", Some(&owner), &entity_type, &entity_id) {
                 Some(id) => (id, "user"),
                 None => continue,
@@ -245,6 +258,9 @@ mod tests {
             Some("entity_user_2bd806c97f0e00af_person_sarah_chen")
         );
         assert_eq!(entity_learning_id("user", None, "person", "x"), None);
-        assert_eq!(entity_learning_id("global", None, "person", "x").as_deref(), Some("entity_global_person_x"));
+        assert_eq!(
+            entity_learning_id("global", None, "person", "x").as_deref(),
+            Some("entity_global_person_x")
+        );
     }
 }

@@ -41,7 +41,9 @@ pub fn legacy_runs_list(blob: Option<&Value>) -> Vec<Value> {
 }
 
 fn run_id_of(run: &Value) -> Option<&str> {
-    run.get("run_id").and_then(Value::as_str).filter(|s| !s.is_empty())
+    run.get("run_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 /// `session.runs` as agno 3 rebuilds it: the legacy blob in stored order with each entry
@@ -101,7 +103,11 @@ pub fn last_context_runs(runs: Vec<Value>, limit: usize) -> Vec<Value> {
 /// still consume an index), the owner is the session's, and `run_type` is agent if
 /// `agent_id` is set, team if `team_id` is, else workflow. A duplicate `run_id` inside one
 /// blob keeps its first occurrence.
-pub fn legacy_run_rows(session_id: &str, user_id: Option<&str>, blob: Option<&Value>) -> Vec<RunRecord> {
+pub fn legacy_run_rows(
+    session_id: &str,
+    user_id: Option<&str>,
+    blob: Option<&Value>,
+) -> Vec<RunRecord> {
     let now = crate::now_epoch_seconds();
     let mut seen = std::collections::HashSet::new();
     let mut rows = Vec::new();
@@ -190,7 +196,11 @@ pub async fn copy_legacy_runs(store: &dyn LegacyRunsStore, page_size: usize) -> 
         let full = page.len() == page_size;
         for legacy in page {
             sessions += 1;
-            let rows = legacy_run_rows(&legacy.session_id, legacy.user_id.as_deref(), Some(&legacy.runs));
+            let rows = legacy_run_rows(
+                &legacy.session_id,
+                legacy.user_id.as_deref(),
+                Some(&legacy.runs),
+            );
             if !rows.is_empty() {
                 inserted += store.insert_runs_if_absent(rows).await?;
             }
@@ -204,7 +214,11 @@ pub async fn copy_legacy_runs(store: &dyn LegacyRunsStore, page_size: usize) -> 
 
 /// Drops the legacy blobs. Unforced, it refuses while any remain (they are the migration's
 /// backup), naming how many; with `force` it removes them. Returns how many sessions changed.
-pub async fn cleanup_legacy_runs(store: &dyn LegacyRunsStore, table: &str, force: bool) -> Result<u64> {
+pub async fn cleanup_legacy_runs(
+    store: &dyn LegacyRunsStore,
+    table: &str,
+    force: bool,
+) -> Result<u64> {
     if !force {
         let pending = store.count_legacy_runs().await?;
         if pending > 0 {
@@ -241,17 +255,29 @@ mod tests {
     #[test]
     fn double_encoded_json_is_decoded_once_more() {
         let cell = serde_json::to_string(&json!("{\"session_name\": \"n1\"}")).unwrap();
-        assert_eq!(decode_legacy_json(Some(&cell)).unwrap(), Some(json!({"session_name": "n1"})));
+        assert_eq!(
+            decode_legacy_json(Some(&cell)).unwrap(),
+            Some(json!({"session_name": "n1"}))
+        );
         assert_eq!(decode_legacy_json(Some("null")).unwrap(), None);
-        assert_eq!(decode_legacy_json(Some("\"plain\"")).unwrap(), Some(json!("plain")));
+        assert_eq!(
+            decode_legacy_json(Some("\"plain\"")).unwrap(),
+            Some(json!("plain"))
+        );
         assert!(decode_legacy_json(Some("{truncated")).is_err());
     }
 
     #[test]
     fn store_wins_and_blob_order_first() {
         let blob = json!([{"run_id": "r1", "status": "PAUSED"}, 7, {"no": "id"}, {"run_id": "r2"}]);
-        let merged = merge_runs(Some(&blob), vec![row("r3", 2, "RUNNING"), row("r1", 0, "COMPLETED")]);
-        let ids: Vec<_> = merged.iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+        let merged = merge_runs(
+            Some(&blob),
+            vec![row("r3", 2, "RUNNING"), row("r1", 0, "COMPLETED")],
+        );
+        let ids: Vec<_> = merged
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, ["r1", "r2", "r3"]);
         assert_eq!(merged[0]["status"], "COMPLETED");
     }
@@ -261,8 +287,14 @@ mod tests {
         let blob = json!("[{\"run_id\": \"a\", \"team_id\": \"t\"}, {}, {\"run_id\": \"b\"}, {\"run_id\": \"a\"}]");
         let rows = legacy_run_rows("s", Some("u"), Some(&blob));
         assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].run_index, rows[0].run_type), (Some(0), RunType::Team));
-        assert_eq!((rows[1].run_index, rows[1].run_type), (Some(2), RunType::Workflow));
+        assert_eq!(
+            (rows[0].run_index, rows[0].run_type),
+            (Some(0), RunType::Team)
+        );
+        assert_eq!(
+            (rows[1].run_index, rows[1].run_type),
+            (Some(2), RunType::Workflow)
+        );
         assert_eq!(rows[1].user_id.as_deref(), Some("u"));
     }
 }

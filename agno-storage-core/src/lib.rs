@@ -42,7 +42,9 @@ pub use knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 pub use learning::{Learning, LearningQuery, LearningStore};
 pub use legacy::LegacyRunsStore;
 pub use metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
-pub use migration::{MigrationManager, MigrationTarget, SchemaVersion, SchemaVersionStore, TableType};
+pub use migration::{
+    MigrationManager, MigrationTarget, SchemaVersion, SchemaVersionStore, TableType,
+};
 pub use pagination::{compare_json, sort_records, Page, Pagination, Sort, SortOrder};
 pub use run::{RunQuery, RunRecord, RunStore, RunType};
 pub use schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};

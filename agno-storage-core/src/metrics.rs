@@ -151,12 +151,18 @@ pub fn aggregate_daily_metrics(
                 let runs = session.runs.as_deref().unwrap_or_default();
                 counts[slot] += runs.len() as i64;
                 for run in runs {
-                    if let Some(model) = run.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()) {
+                    if let Some(model) = run
+                        .get("model")
+                        .and_then(Value::as_str)
+                        .filter(|m| !m.is_empty())
+                    {
                         let provider = run
                             .get("model_provider")
                             .and_then(Value::as_str)
                             .unwrap_or_default();
-                        *models.entry((model.to_owned(), provider.to_owned())).or_default() += 1;
+                        *models
+                            .entry((model.to_owned(), provider.to_owned()))
+                            .or_default() += 1;
                     }
                 }
                 let session_metrics = session
@@ -219,7 +225,11 @@ pub async fn calculate_metrics(
     today: NaiveDate,
 ) -> Result<Vec<MetricsRecord>> {
     let existing = metrics.get_metrics(MetricsQuery::default()).await?.rows;
-    let latest_completed = existing.iter().filter(|r| r.completed).map(|r| r.date).max();
+    let latest_completed = existing
+        .iter()
+        .filter(|r| r.completed)
+        .map(|r| r.date)
+        .max();
     let earliest_incomplete = existing
         .iter()
         .filter(|r| !r.completed && latest_completed.is_none_or(|c| r.date > c))
@@ -274,16 +284,24 @@ mod tests {
         let ts = midnight(date) + 60;
         let mut a = Session::new("s1", SessionType::Agent, "ag").with_user("alice");
         a.created_at = ts;
-        a.runs = Some(vec![json!({"run_id": "r", "model": "gpt", "model_provider": "openai"})]);
+        a.runs = Some(vec![
+            json!({"run_id": "r", "model": "gpt", "model_provider": "openai"}),
+        ]);
         a.session_data = Some(json!({"session_metrics": {"input_tokens": 5, "total_tokens": 7}}));
         let mut shared = Session::new("s2", SessionType::Team, "tm");
         shared.created_at = ts;
-        shared.runs = Some(vec![json!({"run_id": "t"}), json!({"run_id": "m", "parent_run_id": "t"})]);
+        shared.runs = Some(vec![
+            json!({"run_id": "t"}),
+            json!({"run_id": "m", "parent_run_id": "t"}),
+        ]);
         let rows = aggregate_daily_metrics(date, &[a, shared], date, ts);
         assert_eq!(rows.len(), 2);
         let shared_row = rows.iter().find(|r| r.user_id.is_none()).unwrap();
         assert_eq!((shared_row.team_runs_count, shared_row.users_count), (2, 0));
-        let alice = rows.iter().find(|r| r.user_id.as_deref() == Some("alice")).unwrap();
+        let alice = rows
+            .iter()
+            .find(|r| r.user_id.as_deref() == Some("alice"))
+            .unwrap();
         assert_eq!(alice.token_metrics["input_tokens"], 5);
         assert_eq!(alice.model_metrics[0]["count"], 1);
         assert!(!alice.completed);

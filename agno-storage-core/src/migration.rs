@@ -36,7 +36,11 @@ impl SchemaVersion {
 
     /// A version.
     pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
-        SchemaVersion { major, minor, patch }
+        SchemaVersion {
+            major,
+            minor,
+            patch,
+        }
     }
 }
 
@@ -52,11 +56,20 @@ impl FromStr for SchemaVersion {
     fn from_str(s: &str) -> Result<Self> {
         let trimmed = s.trim().trim_start_matches('v');
         let parts: Vec<&str> = trimmed.split('.').collect();
-        let bad = || Error::new(ErrorKind::SchemaMismatch, format!("invalid schema version stamp {s:?}: expected major.minor.patch such as 3.0.0"));
+        let bad = || {
+            Error::new(
+                ErrorKind::SchemaMismatch,
+                format!(
+                    "invalid schema version stamp {s:?}: expected major.minor.patch such as 3.0.0"
+                ),
+            )
+        };
         if parts.is_empty() || parts.len() > 3 {
             return Err(bad());
         }
-        let num = |i: usize| -> Result<u32> { parts.get(i).map_or(Ok(0), |p| p.parse().map_err(|_| bad())) };
+        let num = |i: usize| -> Result<u32> {
+            parts.get(i).map_or(Ok(0), |p| p.parse().map_err(|_| bad()))
+        };
         Ok(SchemaVersion::new(num(0)?, num(1)?, num(2)?))
     }
 }
@@ -217,7 +230,12 @@ impl fmt::Display for MigrationFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.error)?;
         if !self.report.applied.is_empty() {
-            let steps: Vec<String> = self.report.applied.iter().map(|s| format!("{} {}", s.table, s.version)).collect();
+            let steps: Vec<String> = self
+                .report
+                .applied
+                .iter()
+                .map(|s| format!("{} {}", s.table, s.version))
+                .collect();
             write!(f, " (applied before the failure: {})", steps.join(", "))?;
         }
         Ok(())
@@ -261,7 +279,10 @@ pub struct MigrationManager<'a> {
 impl<'a> MigrationManager<'a> {
     /// A manager migrating to [`SchemaVersion::LATEST`].
     pub fn new(target: &'a dyn MigrationTarget) -> Self {
-        MigrationManager { target, latest: SchemaVersion::LATEST }
+        MigrationManager {
+            target,
+            latest: SchemaVersion::LATEST,
+        }
     }
 
     fn ordered_steps(&self) -> Vec<Arc<dyn MigrationStep>> {
@@ -271,7 +292,11 @@ impl<'a> MigrationManager<'a> {
     }
 
     async fn current(&self, table: &TableRef) -> Result<Option<SchemaVersion>> {
-        let current = self.target.versions().get_schema_version(&table.name).await?;
+        let current = self
+            .target
+            .versions()
+            .get_schema_version(&table.name)
+            .await?;
         if let Some(v) = current.filter(|v| *v > self.latest) {
             return Err(Error::new(
                 ErrorKind::SchemaMismatch,
@@ -302,7 +327,11 @@ impl<'a> MigrationManager<'a> {
                 target: self.latest,
                 steps: steps
                     .iter()
-                    .filter(|s| s.applies_to(table.table_type) && s.version() > from && s.version() <= self.latest)
+                    .filter(|s| {
+                        s.applies_to(table.table_type)
+                            && s.version() > from
+                            && s.version() <= self.latest
+                    })
                     .map(|s| (s.version(), s.description()))
                     .collect(),
             });
@@ -313,15 +342,24 @@ impl<'a> MigrationManager<'a> {
     /// Migrates every table to the latest version. Idempotent: a second call changes nothing.
     pub async fn up(&self) -> Result<MigrationReport, MigrationFailure> {
         let mut report = MigrationReport::default();
-        let fail = |error: Error, report: &MigrationReport| MigrationFailure { error, report: report.clone() };
+        let fail = |error: Error, report: &MigrationReport| MigrationFailure {
+            error,
+            report: report.clone(),
+        };
         let _lock = self.target.lock().await.map_err(|e| fail(e, &report))?;
         let steps = self.ordered_steps();
         for table in self.target.tables() {
-            let from = self.current(&table).await.map_err(|e| fail(e, &report))?.unwrap_or(SchemaVersion::UNSTAMPED);
+            let from = self
+                .current(&table)
+                .await
+                .map_err(|e| fail(e, &report))?
+                .unwrap_or(SchemaVersion::UNSTAMPED);
             if from >= self.latest {
                 continue;
             }
-            for step in steps.iter().filter(|s| s.applies_to(table.table_type) && s.version() > from && s.version() <= self.latest) {
+            for step in steps.iter().filter(|s| {
+                s.applies_to(table.table_type) && s.version() > from && s.version() <= self.latest
+            }) {
                 let outcome = step.up(&table).await.map_err(|e| {
                     let message = format!(
                         "migration step {} ({}) failed on {}: {}; {} was not stamped",
@@ -333,7 +371,11 @@ impl<'a> MigrationManager<'a> {
                     );
                     fail(Error::new(e.kind(), message).with_source(e), &report)
                 })?;
-                report.applied.push(AppliedStep { table: table.name.clone(), version: step.version(), outcome });
+                report.applied.push(AppliedStep {
+                    table: table.name.clone(),
+                    version: step.version(),
+                    outcome,
+                });
             }
             self.target
                 .versions()
@@ -349,20 +391,37 @@ impl<'a> MigrationManager<'a> {
     /// A step that cannot be reverted (the learnings re-key) stops it with `Unsupported`.
     pub async fn down(&self, target: SchemaVersion) -> Result<MigrationReport, MigrationFailure> {
         let mut report = MigrationReport::default();
-        let fail = |error: Error, report: &MigrationReport| MigrationFailure { error, report: report.clone() };
+        let fail = |error: Error, report: &MigrationReport| MigrationFailure {
+            error,
+            report: report.clone(),
+        };
         let _lock = self.target.lock().await.map_err(|e| fail(e, &report))?;
         let mut steps = self.ordered_steps();
         steps.reverse();
         for table in self.target.tables() {
-            let from = self.current(&table).await.map_err(|e| fail(e, &report))?.unwrap_or(SchemaVersion::UNSTAMPED);
+            let from = self
+                .current(&table)
+                .await
+                .map_err(|e| fail(e, &report))?
+                .unwrap_or(SchemaVersion::UNSTAMPED);
             if from <= target {
                 continue;
             }
-            for step in steps.iter().filter(|s| s.applies_to(table.table_type) && s.version() > target && s.version() <= from) {
+            for step in steps.iter().filter(|s| {
+                s.applies_to(table.table_type) && s.version() > target && s.version() <= from
+            }) {
                 let outcome = step.down(&table).await.map_err(|e| fail(e, &report))?;
-                report.applied.push(AppliedStep { table: table.name.clone(), version: step.version(), outcome });
+                report.applied.push(AppliedStep {
+                    table: table.name.clone(),
+                    version: step.version(),
+                    outcome,
+                });
             }
-            self.target.versions().set_schema_version(&table.name, target).await.map_err(|e| fail(e, &report))?;
+            self.target
+                .versions()
+                .set_schema_version(&table.name, target)
+                .await
+                .map_err(|e| fail(e, &report))?;
             report.stamped.push((table.name.clone(), target));
         }
         Ok(report)
@@ -395,7 +454,11 @@ impl MigrationStep for CopyLegacyRunsStep {
     }
     async fn up(&self, _table: &TableRef) -> Result<StepOutcome> {
         let (_, inserted) = copy_legacy_runs(self.store.as_ref(), 50).await?;
-        Ok(if inserted > 0 { StepOutcome::Applied } else { StepOutcome::NothingToDo })
+        Ok(if inserted > 0 {
+            StepOutcome::Applied
+        } else {
+            StepOutcome::NothingToDo
+        })
     }
     async fn down(&self, _table: &TableRef) -> Result<StepOutcome> {
         // The blobs were never removed, so the pre-v3 layout is intact; the runs table stays
@@ -429,7 +492,11 @@ impl MigrationStep for RekeyLearningsStep {
     }
     async fn up(&self, _table: &TableRef) -> Result<StepOutcome> {
         let report = rekey_user_entity_learnings(self.store.as_ref()).await?;
-        Ok(if report.rekeyed + report.merged + report.quarantined > 0 { StepOutcome::Applied } else { StepOutcome::NothingToDo })
+        Ok(if report.rekeyed + report.merged + report.quarantined > 0 {
+            StepOutcome::Applied
+        } else {
+            StepOutcome::NothingToDo
+        })
     }
     async fn down(&self, table: &TableRef) -> Result<StepOutcome> {
         Err(Error::new(
@@ -447,7 +514,10 @@ mod tests {
     fn versions_parse_and_order() {
         let v: SchemaVersion = "2.5.6".parse().unwrap();
         assert!(v < SchemaVersion::LATEST);
-        assert_eq!("v3.0.0".parse::<SchemaVersion>().unwrap(), SchemaVersion::LATEST);
+        assert_eq!(
+            "v3.0.0".parse::<SchemaVersion>().unwrap(),
+            SchemaVersion::LATEST
+        );
         assert!("three".parse::<SchemaVersion>().is_err());
         assert_eq!(SchemaVersion::LATEST.to_string(), "3.0.0");
     }

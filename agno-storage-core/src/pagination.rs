@@ -150,7 +150,9 @@ pub fn compare_json(a: &serde_json::Value, b: &serde_json::Value) -> std::cmp::O
 /// Leaves the order alone when no column is given; an unknown column is `InvalidInput`.
 pub fn sort_records<T: Serialize>(rows: &mut [T], sort: &Sort, allowed: &[&str]) -> Result<()> {
     crate::validate_sort(sort, allowed)?;
-    let Some(column) = &sort.sort_by else { return Ok(()) };
+    let Some(column) = &sort.sort_by else {
+        return Ok(());
+    };
     let key = |row: &T| -> serde_json::Value {
         let doc = serde_json::to_value(row).unwrap_or_default();
         match doc.get(column.as_str()) {
@@ -161,7 +163,8 @@ pub fn sort_records<T: Serialize>(rows: &mut [T], sort: &Sort, allowed: &[&str])
             None => serde_json::Value::Null,
         }
     };
-    let mut keyed: Vec<(serde_json::Value, usize)> = rows.iter().enumerate().map(|(i, r)| (key(r), i)).collect();
+    let mut keyed: Vec<(serde_json::Value, usize)> =
+        rows.iter().enumerate().map(|(i, r)| (key(r), i)).collect();
     keyed.sort_by(|(a, _), (b, _)| match sort.sort_order {
         SortOrder::Asc => compare_json(a, b),
         SortOrder::Desc => compare_json(b, a),
@@ -216,11 +219,28 @@ mod tests {
             updated_at: Option<i64>,
         }
         let mut rows = vec![
-            Row { name: "b", created_at: 5, updated_at: None },
-            Row { name: "a", created_at: 1, updated_at: Some(9) },
-            Row { name: "c", created_at: 3, updated_at: Some(4) },
+            Row {
+                name: "b",
+                created_at: 5,
+                updated_at: None,
+            },
+            Row {
+                name: "a",
+                created_at: 1,
+                updated_at: Some(9),
+            },
+            Row {
+                name: "c",
+                created_at: 3,
+                updated_at: Some(4),
+            },
         ];
-        sort_records(&mut rows, &Sort::by("updated_at", SortOrder::Desc), &["name", "updated_at"]).unwrap();
+        sort_records(
+            &mut rows,
+            &Sort::by("updated_at", SortOrder::Desc),
+            &["name", "updated_at"],
+        )
+        .unwrap();
         assert_eq!(rows.iter().map(|r| r.name).collect::<String>(), "abc");
         sort_records(&mut rows, &Sort::by("name", SortOrder::Asc), &["name"]).unwrap();
         assert_eq!(rows.iter().map(|r| r.name).collect::<String>(), "abc");
@@ -230,7 +250,10 @@ mod tests {
     #[test]
     fn pages_are_one_indexed() {
         let rows: Vec<u32> = (0..25).collect();
-        assert_eq!(Pagination::page(10, 3).apply(rows.clone()).unwrap(), (20..25).collect::<Vec<_>>());
+        assert_eq!(
+            Pagination::page(10, 3).apply(rows.clone()).unwrap(),
+            (20..25).collect::<Vec<_>>()
+        );
         assert_eq!(Pagination::limit(2).apply(rows).unwrap(), vec![0, 1]);
     }
 }

@@ -106,7 +106,9 @@ impl RunRecord {
                 .map(str::to_owned)
         };
         let run_id = text("run_id").ok_or_else(|| {
-            Error::invalid_input("Run must have a run_id: the run dict has no non-empty `run_id` string")
+            Error::invalid_input(
+                "Run must have a run_id: the run dict has no non-empty `run_id` string",
+            )
         })?;
         let now = crate::now_epoch_seconds();
         Ok(RunRecord {
@@ -120,7 +122,10 @@ impl RunRecord {
             workflow_id: text("workflow_id"),
             parent_run_id: text("parent_run_id"),
             status: text("status"),
-            created_at: run_data.get("created_at").and_then(Value::as_i64).unwrap_or(now),
+            created_at: run_data
+                .get("created_at")
+                .and_then(Value::as_i64)
+                .unwrap_or(now),
             updated_at: Some(now),
             run_data,
         })

@@ -110,7 +110,12 @@ pub struct Schedule {
 
 impl Schedule {
     /// A new enabled schedule calling `endpoint` on `cron_expr` (UTC), created now.
-    pub fn new(id: impl Into<String>, name: impl Into<String>, endpoint: impl Into<String>, cron_expr: impl Into<String>) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        endpoint: impl Into<String>,
+        cron_expr: impl Into<String>,
+    ) -> Self {
         Schedule {
             id: id.into(),
             name: name.into(),
@@ -146,7 +151,10 @@ impl Schedule {
     pub fn is_due(&self, now: i64, lock_grace_seconds: i64) -> bool {
         self.enabled
             && self.next_run_at.is_some_and(|t| t <= now)
-            && (self.locked_by.is_none() || self.locked_at.is_some_and(|t| t <= now - lock_grace_seconds))
+            && (self.locked_by.is_none()
+                || self
+                    .locked_at
+                    .is_some_and(|t| t <= now - lock_grace_seconds))
     }
 }
 
@@ -165,7 +173,9 @@ fn run_endpoint_target(endpoint: &str) -> Option<(String, String)> {
         return None;
     }
     match kind {
-        "agents" | "teams" | "workflows" => Some((kind.trim_end_matches('s').to_owned(), id.to_owned())),
+        "agents" | "teams" | "workflows" => {
+            Some((kind.trim_end_matches('s').to_owned(), id.to_owned()))
+        }
         _ => None,
     }
 }
@@ -184,7 +194,9 @@ impl ScheduleUpdate {
             .map(run_endpoint_target);
         let target_ok = |key: &str, value: &Value| -> bool {
             let Some(target) = &target else { return false };
-            let want = target.as_ref().map(|(t, id)| if key == "target_type" { t } else { id });
+            let want = target
+                .as_ref()
+                .map(|(t, id)| if key == "target_type" { t } else { id });
             match (want, value) {
                 (Some(w), Value::String(v)) => w == v,
                 (None, Value::Null) => true,
@@ -195,19 +207,30 @@ impl ScheduleUpdate {
             .iter()
             .filter(|(k, v)| {
                 !SCHEDULE_MUTABLE_COLUMNS.contains(&k.as_str())
-                    && !((k.as_str() == "target_type" || k.as_str() == "target_id") && target_ok(k, v))
+                    && !((k.as_str() == "target_type" || k.as_str() == "target_id")
+                        && target_ok(k, v))
             })
             .map(|(k, _)| k.as_str())
             .collect();
         let has_type = columns.contains_key("target_type");
         if has_type != columns.contains_key("target_id") {
-            rejected.extend(["target_type", "target_id"].iter().filter(|k| columns.contains_key(**k)));
+            rejected.extend(
+                ["target_type", "target_id"]
+                    .iter()
+                    .filter(|k| columns.contains_key(**k)),
+            );
         }
         rejected.sort_unstable();
         rejected.dedup();
         if !rejected.is_empty() {
             let quoted = |v: &[&str]| {
-                format!("[{}]", v.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", "))
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|c| format!("'{c}'"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             };
             return Err(Error::invalid_input(format!(
                 "update_schedule cannot modify {}: only {} are mutable; ownership, provenance, trigger and lock state move only through their dedicated APIs",
@@ -216,7 +239,9 @@ impl ScheduleUpdate {
             )));
         }
         let mut columns = columns;
-        if columns.get("enabled") == Some(&Value::Bool(true)) && !columns.contains_key("disabled_reason") {
+        if columns.get("enabled") == Some(&Value::Bool(true))
+            && !columns.contains_key("disabled_reason")
+        {
             columns.insert("disabled_reason".into(), Value::Null);
         }
         Ok(ScheduleUpdate { columns })
@@ -229,7 +254,8 @@ impl ScheduleUpdate {
 
     /// Applies the update to a record (document stores), setting `updated_at` to `now`.
     pub fn apply_to(&self, schedule: &Schedule, now: i64) -> Result<Schedule> {
-        let mut doc = serde_json::to_value(schedule).map_err(|e| Error::serialization("a schedule", e))?;
+        let mut doc =
+            serde_json::to_value(schedule).map_err(|e| Error::serialization("a schedule", e))?;
         if let Value::Object(map) = &mut doc {
             for (k, v) in &self.columns {
                 map.insert(k.clone(), v.clone());
@@ -298,38 +324,75 @@ pub trait ScheduleStore: Send + Sync {
     async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>>;
 
     /// The schedule named `name` in `user_id`'s bucket (`None`: the unowned bucket).
-    async fn get_schedule_by_name(&self, name: &str, user_id: Option<&str>) -> Result<Option<Schedule>>;
+    async fn get_schedule_by_name(
+        &self,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Schedule>>;
 
     /// Schedules, newest first (`created_at DESC, id DESC`), optionally only enabled ones.
-    async fn get_schedules(&self, enabled: Option<bool>, user_id: Option<&str>, pagination: Pagination) -> Result<Page<Schedule>>;
+    async fn get_schedules(
+        &self,
+        enabled: Option<bool>,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<Schedule>>;
 
     /// Applies a validated update; `None` when absent or not owned by `user_id`. Renaming
     /// onto a taken name is `AlreadyExists`.
-    async fn update_schedule(&self, id: &str, user_id: Option<&str>, update: ScheduleUpdate) -> Result<Option<Schedule>>;
+    async fn update_schedule(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        update: ScheduleUpdate,
+    ) -> Result<Option<Schedule>>;
 
     /// Deletes the schedule and its runs if owned by `user_id` (any when `None`).
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool>;
 
     /// Atomically claims the earliest due schedule of any owner for `worker_id`
     /// (`locked_by`, `locked_at = now`); two concurrent claimers never get the same one.
-    async fn claim_due_schedule(&self, worker_id: &str, lock_grace_seconds: i64) -> Result<Option<Schedule>>;
+    async fn claim_due_schedule(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<Option<Schedule>>;
 
     /// Releases a claim, only if `worker_id` still holds it (and `locked_at` matches when
     /// given), setting `next_run_at` (cleared for one-shot schedules). False otherwise.
-    async fn release_schedule(&self, id: &str, worker_id: &str, locked_at: Option<i64>, next_run_at: Option<i64>) -> Result<bool>;
+    async fn release_schedule(
+        &self,
+        id: &str,
+        worker_id: &str,
+        locked_at: Option<i64>,
+        next_run_at: Option<i64>,
+    ) -> Result<bool>;
 
     /// Inserts a run; the store sets `user_id` to the schedule's owner. `NotFound` if the
     /// schedule does not exist.
     async fn create_schedule_run(&self, run: ScheduleRun) -> Result<ScheduleRun>;
 
     /// Replaces a run's mutable fields (status, completion, outputs) if owned by `user_id`.
-    async fn update_schedule_run(&self, run: ScheduleRun, user_id: Option<&str>) -> Result<Option<ScheduleRun>>;
+    async fn update_schedule_run(
+        &self,
+        run: ScheduleRun,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>>;
 
     /// The run, or `None` when absent or not owned by `user_id`.
-    async fn get_schedule_run(&self, id: &str, user_id: Option<&str>) -> Result<Option<ScheduleRun>>;
+    async fn get_schedule_run(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>>;
 
     /// A schedule's runs, newest first.
-    async fn get_schedule_runs(&self, schedule_id: &str, user_id: Option<&str>, pagination: Pagination) -> Result<Page<ScheduleRun>>;
+    async fn get_schedule_runs(
+        &self,
+        schedule_id: &str,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<ScheduleRun>>;
 }
 
 #[cfg(test)]

@@ -40,7 +40,11 @@ pub struct UserMemory {
 
 impl UserMemory {
     /// A new memory for `user_id`, created now.
-    pub fn new(memory_id: impl Into<String>, user_id: Option<String>, memory: impl Into<String>) -> Self {
+    pub fn new(
+        memory_id: impl Into<String>,
+        user_id: Option<String>,
+        memory: impl Into<String>,
+    ) -> Self {
         UserMemory {
             memory_id: memory_id.into(),
             memory: memory.into(),
@@ -56,8 +60,14 @@ impl UserMemory {
     }
 
     /// Columns accepted by [`Sort::sort_by`] on memories.
-    pub const SORTABLE: &'static [&'static str] =
-        &["memory_id", "user_id", "agent_id", "team_id", "created_at", "updated_at"];
+    pub const SORTABLE: &'static [&'static str] = &[
+        "memory_id",
+        "user_id",
+        "agent_id",
+        "team_id",
+        "created_at",
+        "updated_at",
+    ];
 }
 
 /// Filters of [`MemoryStore::get_memories`].
@@ -99,7 +109,11 @@ pub trait MemoryStore: Send + Sync {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory>;
 
     /// The memory, or `None` when absent or not owned by `user_id`.
-    async fn get_memory(&self, memory_id: &str, user_id: Option<&str>) -> Result<Option<UserMemory>>;
+    async fn get_memory(
+        &self,
+        memory_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<UserMemory>>;
 
     /// Memories matching `query`, with the count before paging.
     async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>>;
@@ -108,7 +122,11 @@ pub trait MemoryStore: Send + Sync {
     async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>>;
 
     /// Per-user counts, newest activity first; only `user_id` when given.
-    async fn get_memory_stats(&self, user_id: Option<&str>, pagination: Pagination) -> Result<Page<MemoryStats>>;
+    async fn get_memory_stats(
+        &self,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<MemoryStats>>;
 
     /// Deletes the memories among `memory_ids` owned by `user_id` (any when `None`).
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64>;

@@ -1,0 +1,215 @@
+//! The durable job queue: exactly-once claims, fencing, idempotency, retries.
+
+use std::collections::HashMap;
+
+use agno_storage_core::{EnqueueRejection, ErrorKind, Job, JobQuery, JobStatus};
+use serde_json::json;
+
+use super::uid;
+use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx};
+
+fn job() -> Job {
+    Job::new(
+        uid("job"),
+        "agent",
+        "agent-1",
+        uid("s"),
+        json!({"input": "hello", "stream": false}),
+    )
+}
+
+/// 8 concurrent workers drain 200 jobs: every job is claimed and completed exactly once.
+pub(crate) async fn jobs_claimed_exactly_once(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        let j = job();
+        ids.push(j.id.clone());
+        let outcome = store.enqueue_job(j, 0).await?;
+        ensure(outcome.rejection.is_none(), "enqueue accepted")?;
+    }
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let db = db.clone();
+        workers.push(tokio::spawn(async move {
+            let worker = format!("worker-{w}");
+            let mut done = Vec::new();
+            while let Some(j) = db.jobs()?.claim_job(&worker, 60, None).await? {
+                db.jobs()?
+                    .complete_job(&j.id, &worker, j.attempt, JobStatus::Completed, None)
+                    .await?;
+                done.push(j.id);
+            }
+            Ok::<_, agno_storage_core::Error>(done)
+        }));
+    }
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for w in workers {
+        for id in w.await.map_err(|e| format!("worker panicked: {e}"))?? {
+            *counts.entry(id).or_default() += 1;
+        }
+    }
+    ensure_eq(counts.len(), 200, "distinct jobs completed")?;
+    ensure(
+        counts.values().all(|&c| c == 1),
+        "a job was completed twice",
+    )?;
+    let completed = store
+        .list_jobs(JobQuery {
+            status: Some(JobStatus::Completed),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(completed.total, 200, "jobs in state completed")?;
+    Ok(())
+}
+
+/// A worker whose lease was taken over cannot complete, retry or heartbeat the job.
+pub(crate) async fn stale_worker_is_fenced(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let mut j = job();
+    j.max_attempts = 2;
+    store.enqueue_job(j.clone(), 0).await?;
+    let first = store
+        .claim_job("slow", 60, None)
+        .await?
+        .ok_or("first claim")?;
+    ensure_eq(first.attempt, 1, "first attempt")?;
+    ensure(
+        store.claim_job("eager", 60, None).await?.is_none(),
+        "a fresh lease is not reclaimable",
+    )?;
+    let second = store
+        .claim_job("eager", 0, None)
+        .await?
+        .ok_or("reclaim of a stale lease")?;
+    ensure_eq(
+        (second.attempt, second.locked_by.as_deref()),
+        (2, Some("eager")),
+        "second claim",
+    )?;
+    expect_err(
+        store
+            .complete_job(&j.id, "slow", 1, JobStatus::Completed, None)
+            .await,
+        ErrorKind::LeaseLost,
+        "stale completion",
+    )?;
+    expect_err(
+        store.retry_or_fail_job(&j.id, "slow", 1, None, 0).await,
+        ErrorKind::LeaseLost,
+        "stale retry",
+    )?;
+    ensure_eq(
+        store
+            .heartbeat_jobs("slow", std::slice::from_ref(&j.id))
+            .await?,
+        0,
+        "stale heartbeat",
+    )?;
+    ensure_eq(
+        store
+            .heartbeat_jobs("eager", std::slice::from_ref(&j.id))
+            .await?,
+        1,
+        "holder heartbeat",
+    )?;
+    let done = store
+        .complete_job(&j.id, "eager", 2, JobStatus::Completed, None)
+        .await?;
+    ensure_eq(done.status, JobStatus::Completed, "holder completion")?;
+    ensure(
+        done.completed_at.is_some() && done.locked_by.is_none(),
+        "completion clears the lease",
+    )?;
+    ensure(
+        store.claim_job("eager", 0, None).await?.is_none(),
+        "a completed job is never claimed again",
+    )?;
+    Ok(())
+}
+
+/// Concurrent resubmissions with one idempotency key create one job per user.
+pub(crate) async fn idempotency_key_deduplicates_concurrent_submissions(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let key = uid("idem");
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (db, key) = (db.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut j = job();
+            j.user_id = Some("alice".into());
+            j.idempotency_key = Some(key);
+            db.jobs()?.enqueue_job(j, 0).await
+        }));
+    }
+    let mut accepted = Vec::new();
+    let mut duplicates = Vec::new();
+    for t in tasks {
+        let outcome = t.await.map_err(|e| format!("submitter panicked: {e}"))??;
+        let id = outcome.job.map(|j| j.id).ok_or("outcome without a job")?;
+        match outcome.rejection {
+            None => accepted.push(id),
+            Some(EnqueueRejection::Duplicate) => duplicates.push(id),
+            Some(other) => return Err(format!("unexpected rejection {other:?}").into()),
+        }
+    }
+    ensure_eq(accepted.len(), 1, "accepted submissions")?;
+    ensure(
+        duplicates.iter().all(|d| d == &accepted[0]),
+        "duplicates return the original job",
+    )?;
+    let mut bobs = job();
+    bobs.user_id = Some("bob".into());
+    bobs.idempotency_key = Some(key);
+    let outcome = db.jobs()?.enqueue_job(bobs, 0).await?;
+    ensure(
+        outcome.rejection.is_none(),
+        "the same key from another user is a new job",
+    )?;
+    Ok(())
+}
+
+/// Retries re-queue until attempts run out, then the job fails; the queue depth cap holds;
+/// cleanup removes finished jobs.
+pub(crate) async fn retry_then_fail_and_cleanup(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let mut j = job();
+    j.max_attempts = 2;
+    store.enqueue_job(j.clone(), 0).await?;
+    let full = store.enqueue_job(job(), 1).await?;
+    ensure_eq(
+        full.rejection,
+        Some(EnqueueRejection::QueueFull),
+        "enqueue past max_depth",
+    )?;
+    let c1 = store.claim_job("w", 60, None).await?.ok_or("claim 1")?;
+    let retried = store
+        .retry_or_fail_job(&j.id, "w", c1.attempt, Some("boom".into()), 0)
+        .await?;
+    ensure_eq(retried.status, JobStatus::Queued, "after the first failure")?;
+    let c2 = store.claim_job("w", 60, None).await?.ok_or("claim 2")?;
+    ensure_eq(c2.attempt, 2, "second attempt")?;
+    let failed = store
+        .retry_or_fail_job(&j.id, "w", c2.attempt, Some("boom again".into()), 0)
+        .await?;
+    ensure_eq(
+        (failed.status, failed.error.as_deref()),
+        (JobStatus::Failed, Some("boom again")),
+        "after the last failure",
+    )?;
+    expect_err(
+        store.enqueue_job(j.clone(), 0).await,
+        ErrorKind::AlreadyExists,
+        "reusing a job id",
+    )?;
+    ensure_eq(store.cleanup_jobs(0).await?, 1, "jobs cleaned up")?;
+    ensure(
+        store.get_job(&j.id, None).await?.is_none(),
+        "cleaned job is gone",
+    )?;
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! The cases, one module per domain.
+
+use agno_storage_core::{RunRecord, Session, SessionType};
+use serde_json::{json, Value};
+
+use crate::Case;
+
+mod jobs;
+mod learnings;
+mod migrations;
+mod records;
+mod runs;
+mod schedules;
+mod scoping;
+mod sessions;
+
+macro_rules! case {
+    ($module:ident :: $f:ident, [$($req:literal),*]) => {
+        Case { name: stringify!($f), requires: &[$($req),*], run: |ctx| Box::pin($module::$f(ctx)) }
+    };
+}
+
+pub(crate) fn all() -> Vec<Case> {
+    vec![
+        case!(sessions::capabilities_are_declared_truthfully, []),
+        case!(sessions::session_round_trip_per_type, ["sessions"]),
+        case!(sessions::session_owner_guard, ["sessions"]),
+        case!(sessions::get_sessions_filters_and_sorts, ["sessions"]),
+        case!(runs::runs_written_one_row_per_run, ["sessions", "runs"]),
+        case!(runs::run_index_assigned_atomically, ["sessions", "runs"]),
+        case!(runs::get_runs_filters, ["sessions", "runs"]),
+        case!(runs::run_requires_its_session, ["sessions", "runs"]),
+        case!(runs::legacy_blob_merge, ["sessions", "runs", "legacy_runs"]),
+        case!(
+            runs::deleted_run_not_resurrected_by_blob,
+            ["sessions", "runs", "legacy_runs"]
+        ),
+        case!(
+            runs::rename_keeps_legacy_runs,
+            ["sessions", "runs", "legacy_runs"]
+        ),
+        case!(
+            scoping::sessions_and_runs_are_user_scoped,
+            ["sessions", "runs"]
+        ),
+        case!(scoping::memories_are_user_scoped, ["memories"]),
+        case!(scoping::evals_are_user_scoped, ["evals"]),
+        case!(scoping::knowledge_reads_owner_or_shared, ["knowledge"]),
+        case!(scoping::schedules_are_user_scoped, ["schedules"]),
+        case!(scoping::learnings_are_user_scoped, ["learnings"]),
+        case!(scoping::jobs_are_user_scoped, ["jobs"]),
+        case!(
+            records::pagination_is_validated,
+            ["sessions", "runs", "memories", "evals", "knowledge"]
+        ),
+        case!(records::pages_are_one_indexed_with_totals, ["sessions"]),
+        case!(records::memory_round_trip_keeps_timestamps, ["memories"]),
+        case!(records::memory_search_topics_and_stats, ["memories"]),
+        case!(records::eval_reruns_do_not_overwrite, ["evals"]),
+        case!(
+            records::metrics_per_user_with_shared_bucket,
+            ["sessions", "runs", "metrics"]
+        ),
+        case!(records::knowledge_upsert_merges_fields, ["knowledge"]),
+        case!(schedules::update_schedule_allow_list, ["schedules"]),
+        case!(schedules::schedule_names_unique_per_user, ["schedules"]),
+        case!(
+            schedules::claim_has_one_winner_and_release_needs_holder,
+            ["schedules"]
+        ),
+        case!(schedules::schedule_runs_carry_owner, ["schedules"]),
+        case!(learnings::entity_memory_isolated_per_user, ["learnings"]),
+        case!(learnings::learning_identity_is_kept, ["learnings"]),
+        case!(jobs::jobs_claimed_exactly_once, ["jobs"]),
+        case!(jobs::stale_worker_is_fenced, ["jobs"]),
+        case!(
+            jobs::idempotency_key_deduplicates_concurrent_submissions,
+            ["jobs"]
+        ),
+        case!(jobs::retry_then_fail_and_cleanup, ["jobs"]),
+        case!(
+            migrations::up_twice_is_idempotent,
+            ["migrations", "legacy_runs", "runs"]
+        ),
+        case!(
+            migrations::failure_aborts_before_stamp,
+            ["migrations", "legacy_runs", "runs"]
+        ),
+        case!(
+            migrations::unstamped_database_is_migrated,
+            ["migrations", "legacy_runs", "runs"]
+        ),
+        case!(migrations::newer_database_is_refused, ["migrations"]),
+        case!(
+            migrations::cleanup_legacy_runs_refuses_unforced,
+            ["migrations", "legacy_runs", "runs"]
+        ),
+        case!(
+            migrations::learnings_rekey_migrates_and_refuses_down,
+            ["migrations", "learnings"]
+        ),
+    ]
+}
+
+/// A unique id with a readable prefix.
+pub(crate) fn uid(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A session of `session_type` owned by `user`, with a name and token counters.
+pub(crate) fn session(session_type: SessionType, user: Option<&str>) -> Session {
+    let mut s = Session::new(uid("s"), session_type, uid("c"));
+    s.user_id = user.map(str::to_owned);
+    s.session_data = Some(json!({"session_name": "conformance", "session_state": {"k": [1, 2]}}));
+    s
+}
+
+/// A run dict as agno's `RunOutput.to_dict()` would carry it.
+pub(crate) fn run_dict(run_id: &str, status: &str) -> Value {
+    json!({"run_id": run_id, "agent_id": "agent-1", "status": status, "content": format!("output of {run_id}"), "model": "gpt-4o", "model_provider": "OpenAI"})
+}
+
+/// A run row of `session` from [`run_dict`], with `run_index` left for the store to assign.
+pub(crate) fn run_row(session: &Session, run_id: &str, status: &str) -> RunRecord {
+    RunRecord {
+        run_id: run_id.to_owned(),
+        session_id: session.session_id.clone(),
+        run_type: agno_storage_core::RunType::Agent,
+        run_index: None,
+        user_id: session.user_id.clone(),
+        agent_id: Some("agent-1".into()),
+        team_id: None,
+        workflow_id: None,
+        parent_run_id: None,
+        status: Some(status.to_owned()),
+        run_data: run_dict(run_id, status),
+        created_at: agno_storage_core::now_epoch_seconds(),
+        updated_at: None,
+    }
+}
+
+/// The `run_id`s of run dicts.
+pub(crate) fn run_ids(runs: &[Value]) -> Vec<String> {
+    runs.iter()
+        .filter_map(|r| r.get("run_id").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
+}

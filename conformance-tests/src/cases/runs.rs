@@ -1,0 +1,315 @@
+//! Runs: one row per run, atomic run_index, filters, merging with legacy blobs.
+
+use agno_storage_core::{ErrorKind, Pagination, RunQuery, SessionRead, SessionType};
+use serde_json::json;
+
+use super::{run_dict, run_ids, run_row, session, uid};
+use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx};
+
+/// Each upsert writes one row; re-upserting updates it in place and keeps its index; the
+/// session lists its runs in order; saving the session leaves the runs alone.
+pub(crate) async fn runs_written_one_row_per_run(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let (sessions, runs) = (db.sessions()?, db.runs()?);
+    let s = session(SessionType::Agent, Some("alice"));
+    sessions.upsert_session(s.clone()).await?;
+    for id in ["r-a", "r-b", "r-c"] {
+        let written = runs
+            .upsert_run(run_row(&s, &format!("{}{id}", s.session_id), "RUNNING"))
+            .await?;
+        ensure(written.run_index.is_some(), "run_index assigned on write")?;
+    }
+    let first = format!("{}r-a", s.session_id);
+    let mut update = run_row(&s, &first, "COMPLETED");
+    update.run_index = Some(99);
+    let updated = runs.upsert_run(update).await?;
+    ensure_eq(
+        updated.run_index,
+        Some(0),
+        "stored run_index kept on update",
+    )?;
+    ensure_eq(
+        updated.status.as_deref(),
+        Some("COMPLETED"),
+        "status updated",
+    )?;
+    let all = runs
+        .get_runs(RunQuery {
+            session_id: Some(s.session_id.clone()),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(all.total, 3, "rows after 4 upserts of 3 runs")?;
+    ensure_eq(
+        all.items.iter().map(|r| r.run_index).collect::<Vec<_>>(),
+        vec![Some(0), Some(1), Some(2)],
+        "run_index order",
+    )?;
+    let one = runs
+        .get_run(&first, None)
+        .await?
+        .ok_or("get_run of a written run")?;
+    ensure_eq(
+        one.run_data["status"].clone(),
+        json!("COMPLETED"),
+        "run_data replaced",
+    )?;
+    ensure_eq(
+        one.session_id.clone(),
+        s.session_id.clone(),
+        "session_id kept",
+    )?;
+
+    let mut resaved = s.clone();
+    resaved.session_data = Some(json!({"session_name": "again"}));
+    sessions.upsert_session(resaved).await?;
+    let read = sessions
+        .get_session(&s.session_id, SessionRead::default())
+        .await?
+        .ok_or("session vanished")?;
+    let expected: Vec<String> = ["r-a", "r-b", "r-c"]
+        .iter()
+        .map(|r| format!("{}{r}", s.session_id))
+        .collect();
+    ensure_eq(
+        run_ids(read.runs.as_deref().unwrap_or_default()),
+        expected,
+        "session.runs after saving the session",
+    )?;
+    Ok(())
+}
+
+/// Concurrent appends to one session get distinct, gap-free indexes.
+pub(crate) async fn run_index_assigned_atomically(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let s = session(SessionType::Agent, None);
+    db.sessions()?.upsert_session(s.clone()).await?;
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (db, row) = (
+            db.clone(),
+            run_row(&s, &format!("{}-{i}", s.session_id), "COMPLETED"),
+        );
+        tasks.push(tokio::spawn(
+            async move { db.runs()?.upsert_run(row).await },
+        ));
+    }
+    let mut indexes = Vec::new();
+    for t in tasks {
+        let run = t
+            .await
+            .map_err(|e| format!("writer task panicked: {e}"))??;
+        indexes.push(run.run_index.ok_or("run_index missing")?);
+    }
+    indexes.sort_unstable();
+    ensure_eq(
+        indexes,
+        (0..16).collect::<Vec<i64>>(),
+        "run_index of 16 concurrent appends",
+    )?;
+    Ok(())
+}
+
+/// `get_runs` filters by session, user and status, and honours limit and page.
+pub(crate) async fn get_runs_filters(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let (sessions, runs) = (db.sessions()?, db.runs()?);
+    let a = session(SessionType::Agent, Some("alice"));
+    let b = session(SessionType::Agent, Some("bob"));
+    sessions.upsert_session(a.clone()).await?;
+    sessions.upsert_session(b.clone()).await?;
+    for (s, n) in [(&a, 5), (&b, 2)] {
+        for i in 0..n {
+            let status = if i % 2 == 0 { "COMPLETED" } else { "ERROR" };
+            runs.upsert_run(run_row(s, &format!("{}-{i}", s.session_id), status))
+                .await?;
+        }
+    }
+    let by_session = runs
+        .get_runs(RunQuery {
+            session_id: Some(a.session_id.clone()),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(by_session.total, 5, "runs of alice's session")?;
+    let by_user = runs
+        .get_runs(RunQuery {
+            user_id: Some("bob".into()),
+            ..Default::default()
+        })
+        .await?;
+    ensure(
+        by_user
+            .items
+            .iter()
+            .all(|r| r.user_id.as_deref() == Some("bob")),
+        "user filter returns only bob's runs",
+    )?;
+    ensure_eq(by_user.total, 2, "bob's runs")?;
+    let errors = runs
+        .get_runs(RunQuery {
+            session_id: Some(a.session_id.clone()),
+            status: Some("ERROR".into()),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(errors.total, 2, "ERROR runs of alice's session")?;
+    let limited = runs
+        .get_runs(RunQuery {
+            session_id: Some(a.session_id.clone()),
+            pagination: Pagination::limit(2),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(
+        (limited.items.len(), limited.total),
+        (2, 5),
+        "limit 2: rows and total",
+    )?;
+    let page = runs
+        .get_runs(RunQuery {
+            session_id: Some(a.session_id.clone()),
+            pagination: Pagination::page(2, 3),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(
+        page.items.iter().map(|r| r.run_index).collect::<Vec<_>>(),
+        vec![Some(4)],
+        "page 3 of 2",
+    )?;
+    Ok(())
+}
+
+/// A run cannot be written before its session.
+pub(crate) async fn run_requires_its_session(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let ghost = session(SessionType::Agent, None);
+    expect_err(
+        db.runs()?
+            .upsert_run(run_row(&ghost, &uid("r"), "RUNNING"))
+            .await,
+        ErrorKind::NotFound,
+        "run of a missing session",
+    )?;
+    Ok(())
+}
+
+/// Legacy blob and runs store merge: store wins on a duplicate run_id, blob order first,
+/// store-only runs after; malformed blob entries are dropped.
+pub(crate) async fn legacy_blob_merge(ctx: &Ctx) -> CaseResult {
+    let legacy = ctx.legacy().await?;
+    let s = session(SessionType::Agent, Some("alice"));
+    let p = &s.session_id;
+    let blob = json!([run_dict(&format!("{p}-1"), "PAUSED"), "junk", {"no_run_id": true}, run_dict(&format!("{p}-2"), "COMPLETED")]);
+    legacy.writer.write_legacy_session(s.clone(), blob).await?;
+    let runs = legacy.db.runs()?;
+    let mut newer = run_row(&s, &format!("{p}-1"), "COMPLETED");
+    newer.run_index = Some(0);
+    runs.upsert_run(newer).await?;
+    let mut store_only = run_row(&s, &format!("{p}-3"), "COMPLETED");
+    store_only.run_index = Some(5);
+    runs.upsert_run(store_only).await?;
+    let read = legacy
+        .db
+        .sessions()?
+        .get_session(p, SessionRead::for_user("alice"))
+        .await?
+        .ok_or("legacy session not found")?;
+    let merged = read.runs.unwrap_or_default();
+    ensure_eq(
+        run_ids(&merged),
+        vec![format!("{p}-1"), format!("{p}-2"), format!("{p}-3")],
+        "merged run order",
+    )?;
+    ensure_eq(
+        merged[0]["status"].clone(),
+        json!("COMPLETED"),
+        "runs store wins on a duplicate run_id",
+    )?;
+    let limited = legacy
+        .db
+        .sessions()?
+        .get_session(
+            p,
+            SessionRead {
+                runs_limit: Some(1),
+                ..Default::default()
+            },
+        )
+        .await?
+        .ok_or("legacy session not found")?;
+    ensure_eq(
+        run_ids(limited.runs.as_deref().unwrap_or_default()),
+        vec![format!("{p}-3")],
+        "runs_limit keeps the last context run",
+    )?;
+    Ok(())
+}
+
+/// Deleting a run also removes it from the legacy blob, so the merge cannot bring it back.
+pub(crate) async fn deleted_run_not_resurrected_by_blob(ctx: &Ctx) -> CaseResult {
+    let legacy = ctx.legacy().await?;
+    let s = session(SessionType::Agent, Some("alice"));
+    let p = &s.session_id;
+    legacy
+        .writer
+        .write_legacy_session(
+            s.clone(),
+            json!([
+                run_dict(&format!("{p}-1"), "COMPLETED"),
+                run_dict(&format!("{p}-2"), "COMPLETED")
+            ]),
+        )
+        .await?;
+    let runs = legacy.db.runs()?;
+    let mut copy = run_row(&s, &format!("{p}-1"), "COMPLETED");
+    copy.run_index = Some(0);
+    runs.upsert_run(copy).await?;
+    let deleted = runs.delete_runs(&[format!("{p}-1")], Some("alice")).await?;
+    ensure_eq(deleted, 1, "rows deleted")?;
+    let read = legacy
+        .db
+        .sessions()?
+        .get_session(p, SessionRead::default())
+        .await?
+        .ok_or("session vanished")?;
+    ensure_eq(
+        run_ids(read.runs.as_deref().unwrap_or_default()),
+        vec![format!("{p}-2")],
+        "runs after deleting run 1",
+    )?;
+    Ok(())
+}
+
+/// Renaming an unmigrated session keeps its legacy runs (agno's Redis adapter drops them).
+pub(crate) async fn rename_keeps_legacy_runs(ctx: &Ctx) -> CaseResult {
+    let legacy = ctx.legacy().await?;
+    let s = session(SessionType::Team, Some("alice"));
+    let p = &s.session_id;
+    legacy
+        .writer
+        .write_legacy_session(s.clone(), json!([run_dict(&format!("{p}-1"), "COMPLETED")]))
+        .await?;
+    let sessions = legacy.db.sessions()?;
+    ensure(
+        sessions
+            .rename_session(p, "new name", Some("bob"))
+            .await?
+            .is_none(),
+        "bob cannot rename alice's session",
+    )?;
+    let renamed = sessions
+        .rename_session(p, "new name", Some("alice"))
+        .await?
+        .ok_or("rename returned nothing")?;
+    ensure_eq(renamed.session_name(), Some("new name"), "new name")?;
+    ensure_eq(
+        run_ids(renamed.runs.as_deref().unwrap_or_default()),
+        vec![format!("{p}-1")],
+        "legacy runs after rename",
+    )?;
+    let count = legacy.db.legacy()?.count_legacy_runs().await?;
+    ensure_eq(count, 1, "sessions still carrying a legacy blob")?;
+    Ok(())
+}
