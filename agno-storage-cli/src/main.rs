@@ -1,1 +1,221 @@
-fn main(){}
+//! `agno-storage`: the command line of agno-storage.
+//!
+//! It opens a backend by URL (`sqlite://PATH`, `memory://`, `postgres://…`, … see
+//! [`target`]) and runs one subcommand:
+//!
+//! - `demo [URL]` writes a realistic Agno workload and prints a summary;
+//! - `migrate URL [--dry-run]` applies (or only plans) the schema migrations;
+//! - `status URL [--json]` prints the schema version of every migrated table;
+//! - `cleanup-legacy-runs URL [--force]` drops the pre-v3 runs blobs once migrated;
+//! - `copy SRC_URL DST_URL` copies every record between two backends.
+//!
+//! Each command writes its report to stdout in one go when it is done. A failure prints a
+//! single `error: …` line on stderr and exits 1; usage errors (from clap) exit 2.
+
+mod cleanup;
+mod copy;
+mod demo;
+mod migrate;
+mod status;
+mod target;
+
+use std::fmt;
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::target::BackendUrl;
+
+/// The URL forms, shown under `--help`.
+const URL_HELP: &str = "\
+Backend URLs:
+  sqlite://PATH          SQLite file: sqlite://agno.db (relative), sqlite:///var/lib/agno.db
+  memory://              in-process memory: starts empty, gone when the command exits
+  postgres://…  mysql://…  mongodb://…  redis://…  valkey://…
+  dynamodb://…  firestore://…  surrealdb://…
+                         server databases (the URL goes to the driver as given)
+  file://DIR             JSON files in a local directory
+  gs://BUCKET/PREFIX     JSON files in a Google Cloud Storage bucket";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agno-storage",
+    version,
+    about = "Inspect, migrate and copy Agno storage on any backend",
+    after_help = URL_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a realistic workload (sessions, runs, memories, evals, knowledge, a schedule,
+    /// a learning, a job, metrics), read it back and print a summary.
+    #[command(after_help = URL_HELP)]
+    Demo {
+        /// Backend URL.
+        #[arg(default_value = demo::DEFAULT_URL)]
+        url: String,
+    },
+    /// Bring every table to the latest schema version.
+    #[command(after_help = URL_HELP)]
+    Migrate {
+        /// Backend URL.
+        url: String,
+        /// Print the plan (per table: current stamp, target, steps) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print the schema version of every migrated table.
+    #[command(after_help = URL_HELP)]
+    Status {
+        /// Backend URL.
+        url: String,
+        /// Print a JSON array of {"table", "table_type", "version"} and nothing else.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop the pre-v3 runs blobs from sessions (after `migrate` copied them).
+    #[command(after_help = URL_HELP)]
+    CleanupLegacyRuns {
+        /// Backend URL.
+        url: String,
+        /// Drop them even if some were never migrated.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Copy every record of every domain both backends support.
+    #[command(after_help = URL_HELP)]
+    Copy {
+        /// Backend URL to read from.
+        src_url: String,
+        /// Backend URL to write to.
+        dst_url: String,
+    },
+}
+
+/// A failure of the command line: one line for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    message: String,
+}
+
+impl Error {
+    /// An error with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Error {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<agno_storage_core::Error> for Error {
+    fn from(error: agno_storage_core::Error) -> Self {
+        Error::new(error.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(report) => print_report(&report),
+        Err(error) => {
+            // One line, whatever the message holds.
+            let line = error
+                .message
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let _ = writeln!(io::stderr(), "error: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one subcommand on a fresh single-threaded runtime; returns its stdout report.
+fn run(command: Command) -> Result<String, Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::new(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(dispatch(command))
+}
+
+async fn dispatch(command: Command) -> Result<String, Error> {
+    match command {
+        Command::Demo { url } => demo::run(&target::parse(&url)?).await,
+        Command::Migrate { url, dry_run } => migrate::run(&target::parse(&url)?, dry_run).await,
+        Command::Status { url, json } => status::run(&target::parse(&url)?, json).await,
+        Command::CleanupLegacyRuns { url, force } => {
+            cleanup::run(&target::parse(&url)?, force).await
+        }
+        Command::Copy { src_url, dst_url } => {
+            let src: BackendUrl = target::parse(&src_url)?;
+            let dst: BackendUrl = target::parse(&dst_url)?;
+            copy::run(&src, &dst).await
+        }
+    }
+}
+
+/// Writes the report to stdout. A closed pipe (`| head`) ends the command quietly.
+fn print_report(report: &str) -> ExitCode {
+    let mut out = io::stdout().lock();
+    match out.write_all(report.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "error: cannot write to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn subcommands_and_flags_parse() {
+        let cli = Cli::try_parse_from(["agno-storage", "demo"]).unwrap();
+        assert!(matches!(cli.command, Command::Demo { url } if url == demo::DEFAULT_URL));
+        let cli =
+            Cli::try_parse_from(["agno-storage", "migrate", "memory://", "--dry-run"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Migrate { dry_run: true, .. }
+        ));
+        let cli = Cli::try_parse_from(["agno-storage", "status", "memory://", "--json"]).unwrap();
+        assert!(matches!(cli.command, Command::Status { json: true, .. }));
+        let cli = Cli::try_parse_from([
+            "agno-storage",
+            "cleanup-legacy-runs",
+            "memory://",
+            "--force",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::CleanupLegacyRuns { force: true, .. }
+        ));
+        let cli = Cli::try_parse_from(["agno-storage", "copy", "memory://", "file://x"]).unwrap();
+        assert!(matches!(cli.command, Command::Copy { .. }));
+        assert!(Cli::try_parse_from(["agno-storage", "copy", "memory://"]).is_err());
+    }
+}

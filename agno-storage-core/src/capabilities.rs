@@ -35,7 +35,7 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// Every flag set: what the in-memory reference store offers (except durability).
+    /// Every flag set.
     pub fn all() -> Self {
         Capabilities {
             sessions: true,

@@ -102,10 +102,9 @@ impl Error {
     pub fn unsupported(backend: &'static str, operation: &'static str) -> Self {
         Error::new(
             ErrorKind::Unsupported,
-            format!("{backend} does not support {operation}"),
+            format!("{operation} is not supported by this backend (see its Capabilities)"),
         )
         .with_backend(backend)
-        .with_operation(operation)
     }
 
     /// [`ErrorKind::Serialization`] wrapping a serde error.

@@ -567,7 +567,7 @@ impl MemoryStore for InMemoryDb {
             entry.last_memory_updated_at = entry.last_memory_updated_at.max(m.updated_at);
         }
         let mut rows: Vec<MemoryStats> = by_user.into_values().collect();
-        rows.sort_by(|a, b| b.last_memory_updated_at.cmp(&a.last_memory_updated_at));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.last_memory_updated_at));
         Page::paginate(rows, &pagination)
     }
 

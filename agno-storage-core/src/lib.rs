@@ -19,6 +19,7 @@ mod db;
 mod error;
 pub mod eval;
 pub mod job;
+pub mod json;
 pub mod knowledge;
 pub mod learning;
 pub mod legacy;

@@ -122,6 +122,20 @@ impl TableType {
         TableType::Learnings,
     ];
 
+    /// The snake_case name (`schedule_runs`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableType::Memories => "memories",
+            TableType::Sessions => "sessions",
+            TableType::Metrics => "metrics",
+            TableType::Evals => "evals",
+            TableType::Knowledge => "knowledge",
+            TableType::Schedules => "schedules",
+            TableType::ScheduleRuns => "schedule_runs",
+            TableType::Learnings => "learnings",
+        }
+    }
+
     /// agno's default physical name.
     pub fn default_name(self) -> &'static str {
         match self {
@@ -387,9 +401,14 @@ impl<'a> MigrationManager<'a> {
         Ok(report)
     }
 
-    /// Reverts every table above `target` by running the steps between, newest first.
-    /// A step that cannot be reverted (the learnings re-key) stops it with `Unsupported`.
-    pub async fn down(&self, target: SchemaVersion) -> Result<MigrationReport, MigrationFailure> {
+    /// Reverts every table above `target` (only `table` when given) by running the steps
+    /// between, newest first. A step that cannot be reverted (the learnings re-key) stops it
+    /// with `Unsupported`, leaving that table's stamp unchanged.
+    pub async fn down(
+        &self,
+        target: SchemaVersion,
+        table: Option<TableType>,
+    ) -> Result<MigrationReport, MigrationFailure> {
         let mut report = MigrationReport::default();
         let fail = |error: Error, report: &MigrationReport| MigrationFailure {
             error,
@@ -398,7 +417,13 @@ impl<'a> MigrationManager<'a> {
         let _lock = self.target.lock().await.map_err(|e| fail(e, &report))?;
         let mut steps = self.ordered_steps();
         steps.reverse();
-        for table in self.target.tables() {
+        let only = table;
+        for table in self
+            .target
+            .tables()
+            .into_iter()
+            .filter(|t| only.is_none_or(|o| o == t.table_type))
+        {
             let from = self
                 .current(&table)
                 .await

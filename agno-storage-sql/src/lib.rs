@@ -1,19 +1,135 @@
-//! SQL storage for agno-storage: SQLite, PostgreSQL and MySQL.
+//! SQL storage for agno-storage: SQLite (rusqlite) and PostgreSQL (sqlx).
 //!
-//! This crate will hold the SQL backends, byte-compatible with the tables that Agno's
-//! Python `SqliteDb`, `PostgresDb` and `MySQLDb` write, so that a Rust service and a
-//! Python agent can share one database. They store sessions, runs, memories, metrics,
-//! evals, knowledge, schedules, schedule runs, learnings, jobs and schema versions.
+//! Tables, columns, indexes, JSON encodings and schema stamps are agno 3.1.10's, so a Rust
+//! service and a Python AgentOS can share one database, and a database written by agno 2.x
+//! migrates to v3 with [`agno_storage_core::MigrationManager`]. Every store of the core
+//! contract is implemented and proven by the `conformance-tests` suite.
 //!
-//! The backends implement the per-domain store traits of `agno-storage-core` and prove
-//! their behaviour by running the shared `conformance-tests` suite against each of them.
+//! ```no_run
+//! # async fn demo() -> agno_storage_core::Result<()> {
+//! use agno_storage_sql::{SqlDb, TableNames};
+//! let db = SqlDb::open_sqlite("agno.db", TableNames::default()).await?.agno_db();
+//! # Ok(()) }
+//! ```
+//!
+//! Fixes over agno kept on its format: atomic `run_index` per session, owner guards on every
+//! upsert (memories and learnings included), scoped deletes that never touch another user's
+//! runs, atomic schedule and job claims, fenced job transitions, and migrations that stamp a
+//! table only after its steps succeeded.
+//!
+//! SQLite runs in WAL mode: back up the database file together with its `-wal` and `-shm`
+//! files.
 //!
 //! # Features
 //!
-//! Nothing is compiled by default.
-//!
 //! - `sqlite`: SQLite through `rusqlite`, with SQLite itself compiled in (`bundled`).
 //! - `postgres`: PostgreSQL through `sqlx` on the tokio runtime.
-//! - `mysql`: MySQL through `sqlx` on the tokio runtime.
+//! - `mysql`: reserved for the MySQL dialect (not implemented yet).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+
+use std::sync::Arc;
+
+use agno_storage_core::{AgnoDb, Result};
+
+mod dialect;
+mod evals;
+mod exec;
+mod jobs;
+mod knowledge;
+mod learnings;
+mod memories;
+mod metrics;
+mod migrate;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod runs;
+mod schedules;
+mod schema;
+mod sessions;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod store;
+mod value;
+
+pub use schema::TableNames;
+use store::SqlStore;
+
+/// One SQL database with agno's tables.
+#[derive(Clone)]
+pub struct SqlDb {
+    store: Arc<SqlStore>,
+}
+
+impl std::fmt::Debug for SqlDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlDb")
+            .field("dialect", &self.store.dialect.name())
+            .field("schema", &self.store.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlDb {
+    /// Opens (creating) a SQLite database file (`:memory:` for a private in-memory one),
+    /// creates the tables it lacks (stamped `3.0.0`) and checks the ones it has. Tables an
+    /// older agno created keep working where their columns allow; the others answer
+    /// `MigrationRequired` until migrated.
+    #[cfg(feature = "sqlite")]
+    pub async fn open_sqlite(
+        path: impl AsRef<std::path::Path>,
+        tables: TableNames,
+    ) -> Result<Self> {
+        let exec = sqlite::SqliteExecutor::open(path.as_ref())?;
+        Self::init(Arc::new(exec), dialect::Dialect::Sqlite, None, tables).await
+    }
+
+    /// Connects to PostgreSQL at `url` and uses `schema` (agno's default is `ai`), creating
+    /// it and the tables it lacks.
+    #[cfg(feature = "postgres")]
+    pub async fn connect_postgres(url: &str, schema: &str, tables: TableNames) -> Result<Self> {
+        if schema.is_empty() {
+            return Err(agno_storage_core::Error::invalid_input(
+                "the PostgreSQL schema name is empty; agno's default is `ai`",
+            ));
+        }
+        let exec = postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}")).await?;
+        Self::init(
+            Arc::new(exec),
+            dialect::Dialect::Postgres,
+            Some(schema.to_owned()),
+            tables,
+        )
+        .await
+    }
+
+    async fn init(
+        exec: Arc<dyn exec::Executor>,
+        dialect: dialect::Dialect,
+        schema: Option<String>,
+        tables: TableNames,
+    ) -> Result<Self> {
+        let store = Arc::new(SqlStore::new(exec, dialect, schema, tables));
+        store.ensure_schema().await?;
+        Ok(SqlDb { store })
+    }
+
+    /// One handle over every store of this database.
+    pub fn agno_db(&self) -> AgnoDb {
+        let s = self.store.clone();
+        AgnoDb::builder(s.dialect.name())
+            .sessions(s.clone())
+            .runs(s.clone())
+            .memories(s.clone())
+            .metrics(s.clone())
+            .evals(s.clone())
+            .knowledge(s.clone())
+            .schedules(s.clone())
+            .learnings(s.clone())
+            .jobs(s.clone())
+            .legacy(s.clone())
+            .migrations(Arc::new(migrate::SqlMigrations { store: s }))
+            .durable(true)
+            .build()
+    }
+}

@@ -420,7 +420,10 @@ pub(crate) async fn learnings_rekey_migrates_and_refuses_down(ctx: &Ctx) -> Case
         Some("quarantined_user"),
         "quarantine namespace",
     )?;
-    let failure = match MigrationManager::new(target).down(pre_v3).await {
+    let failure = match MigrationManager::new(target)
+        .down(pre_v3, Some(TableType::Learnings))
+        .await
+    {
         Ok(report) => return Err(format!("down() past the re-key succeeded: {report:?}").into()),
         Err(f) => f,
     };

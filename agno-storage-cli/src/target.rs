@@ -1,0 +1,519 @@
+//! Backend URLs: [`parse`] (pure) turns a URL into a [`BackendUrl`], [`open`] turns that
+//! into an [`AgnoDb`] with the adapters compiled into this build.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use agno_storage_core::in_memory::InMemoryDb;
+use agno_storage_core::AgnoDb;
+
+use crate::Error;
+
+/// The URL forms [`parse`] accepts, as listed in its errors.
+pub const SUPPORTED: &str = "sqlite://PATH, memory://, postgres://…, mysql://…, mongodb://…, \
+     redis://…, valkey://…, dynamodb://…, firestore://…, surrealdb://…, file://DIR, gs://BUCKET/PREFIX";
+
+/// A parsed backend URL: one variant per backend with the parts its adapter needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendUrl {
+    /// `sqlite://PATH`: a SQLite file; `sqlite://agno.db` is relative, `sqlite:///x/agno.db`
+    /// absolute.
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// `memory://`: the in-memory reference store, empty in every process.
+    Memory,
+    /// `postgres://…` (also `postgresql://` and SQLAlchemy's `postgresql+DRIVER://`).
+    Postgres {
+        /// The URL, with the scheme normalized to `postgresql://`.
+        url: String,
+    },
+    /// `mysql://…` (also SQLAlchemy's `mysql+DRIVER://`).
+    MySql {
+        /// The URL, with the scheme normalized to `mysql://`.
+        url: String,
+    },
+    /// `mongodb://…` or `mongodb+srv://…`.
+    MongoDb {
+        /// The URL as given.
+        url: String,
+    },
+    /// `redis://…` or `rediss://…`.
+    Redis {
+        /// The URL as given.
+        url: String,
+    },
+    /// `valkey://…` or `valkeys://…`.
+    Valkey {
+        /// The URL as given.
+        url: String,
+    },
+    /// `dynamodb://…`.
+    DynamoDb {
+        /// The URL as given.
+        url: String,
+    },
+    /// `firestore://…`.
+    Firestore {
+        /// The URL as given.
+        url: String,
+    },
+    /// `surrealdb://…`.
+    SurrealDb {
+        /// The URL as given.
+        url: String,
+    },
+    /// `file://DIR`: JSON files in a local directory.
+    JsonDir {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// `gs://BUCKET/PREFIX`: JSON files in a Google Cloud Storage bucket.
+    Gcs {
+        /// The bucket.
+        bucket: String,
+        /// Object prefix without leading or trailing `/`; empty for the bucket root.
+        prefix: String,
+    },
+}
+
+impl BackendUrl {
+    /// The backend's short name, as used in messages.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            BackendUrl::Sqlite { .. } => "sqlite",
+            BackendUrl::Memory => "memory",
+            BackendUrl::Postgres { .. } => "postgres",
+            BackendUrl::MySql { .. } => "mysql",
+            BackendUrl::MongoDb { .. } => "mongodb",
+            BackendUrl::Redis { .. } => "redis",
+            BackendUrl::Valkey { .. } => "valkey",
+            BackendUrl::DynamoDb { .. } => "dynamodb",
+            BackendUrl::Firestore { .. } => "firestore",
+            BackendUrl::SurrealDb { .. } => "surrealdb",
+            BackendUrl::JsonDir { .. } => "json (local directory)",
+            BackendUrl::Gcs { .. } => "json (Google Cloud Storage)",
+        }
+    }
+
+    /// The cargo feature of this crate that compiles the backend's adapter in; `None` for
+    /// backends that are always present.
+    pub fn feature(&self) -> Option<&'static str> {
+        match self {
+            BackendUrl::Memory => None,
+            BackendUrl::Sqlite { .. } => Some("sqlite"),
+            BackendUrl::Postgres { .. } => Some("postgres"),
+            BackendUrl::MySql { .. } => Some("mysql"),
+            BackendUrl::MongoDb { .. } => Some("mongo"),
+            BackendUrl::Redis { .. } | BackendUrl::Valkey { .. } => Some("redis"),
+            BackendUrl::DynamoDb { .. } => Some("dynamo"),
+            BackendUrl::Firestore { .. } => Some("firestore"),
+            BackendUrl::SurrealDb { .. } => Some("surreal"),
+            BackendUrl::JsonDir { .. } | BackendUrl::Gcs { .. } => Some("json"),
+        }
+    }
+}
+
+/// The URL with any password replaced by `***`, safe to print.
+impl fmt::Display for BackendUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendUrl::Sqlite { path } => write!(f, "sqlite://{}", path.display()),
+            BackendUrl::Memory => f.write_str("memory://"),
+            BackendUrl::JsonDir { dir } => write!(f, "file://{}", dir.display()),
+            BackendUrl::Gcs { bucket, prefix } if prefix.is_empty() => write!(f, "gs://{bucket}"),
+            BackendUrl::Gcs { bucket, prefix } => write!(f, "gs://{bucket}/{prefix}"),
+            BackendUrl::Postgres { url }
+            | BackendUrl::MySql { url }
+            | BackendUrl::MongoDb { url }
+            | BackendUrl::Redis { url }
+            | BackendUrl::Valkey { url }
+            | BackendUrl::DynamoDb { url }
+            | BackendUrl::Firestore { url }
+            | BackendUrl::SurrealDb { url } => f.write_str(&redact(url)),
+        }
+    }
+}
+
+/// `url` with its password (if any) replaced by `***`.
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        Err(_) => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://…"),
+            None => "…".to_owned(),
+        },
+    }
+}
+
+fn unsupported_scheme(scheme: &str) -> Error {
+    let shown: String = scheme.chars().take(40).collect();
+    Error::new(format!(
+        "unknown backend URL scheme `{shown}://`; supported: {SUPPORTED}"
+    ))
+}
+
+/// Parses a backend URL. Pure: nothing is opened or checked on disk.
+///
+/// The scheme is case-insensitive. Server URLs must be well-formed and are kept whole
+/// (only the SQLAlchemy `+driver` suffix of `postgresql+psycopg://` or `mysql+pymysql://`
+/// is dropped). Errors never echo a password.
+pub fn parse(input: &str) -> Result<BackendUrl, Error> {
+    let input = input.trim();
+    if input.is_empty() {
+        return Err(Error::new(format!(
+            "empty backend URL; expected one of {SUPPORTED}"
+        )));
+    }
+    let Some((scheme, rest)) = input.split_once("://") else {
+        return Err(Error::new(format!(
+            "`{input}` is not a backend URL (no `scheme://`); expected one of {SUPPORTED}"
+        )));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let server = |scheme: &str| -> Result<String, Error> {
+        let url = format!("{scheme}://{rest}");
+        url::Url::parse(&url).map_err(|e| Error::new(format!("invalid {scheme}:// URL: {e}")))?;
+        Ok(url)
+    };
+    let base = scheme
+        .split_once('+')
+        .map_or(scheme.as_str(), |(base, _)| base);
+    match (scheme.as_str(), base) {
+        ("sqlite", _) => {
+            if rest.is_empty() {
+                return Err(Error::new(
+                    "sqlite:// needs a file path, e.g. sqlite://agno.db or sqlite:///var/lib/agno/agno.db",
+                ));
+            }
+            Ok(BackendUrl::Sqlite {
+                path: PathBuf::from(rest),
+            })
+        }
+        ("memory", _) => match rest {
+            "" | "/" => Ok(BackendUrl::Memory),
+            _ => Err(Error::new(
+                "memory:// takes no host or path: every process gets its own empty in-memory database",
+            )),
+        },
+        (_, "postgres" | "postgresql") => Ok(BackendUrl::Postgres {
+            url: server("postgresql")?,
+        }),
+        (_, "mysql") => Ok(BackendUrl::MySql {
+            url: server("mysql")?,
+        }),
+        ("mongodb" | "mongodb+srv", _) => Ok(BackendUrl::MongoDb {
+            url: server(&scheme)?,
+        }),
+        ("redis" | "rediss", _) => Ok(BackendUrl::Redis {
+            url: server(&scheme)?,
+        }),
+        ("valkey" | "valkeys", _) => Ok(BackendUrl::Valkey {
+            url: server(&scheme)?,
+        }),
+        ("dynamodb", _) => Ok(BackendUrl::DynamoDb {
+            url: server(&scheme)?,
+        }),
+        ("firestore", _) => Ok(BackendUrl::Firestore {
+            url: server(&scheme)?,
+        }),
+        ("surrealdb", _) => Ok(BackendUrl::SurrealDb {
+            url: server(&scheme)?,
+        }),
+        ("file", _) => {
+            if rest.is_empty() {
+                return Err(Error::new(
+                    "file:// needs a directory, e.g. file://./agno-data or file:///var/lib/agno",
+                ));
+            }
+            Ok(BackendUrl::JsonDir {
+                dir: PathBuf::from(rest),
+            })
+        }
+        ("gs", _) => parse_gcs(rest),
+        ("", _) => Err(Error::new(format!(
+            "backend URL has no scheme before `://`; expected one of {SUPPORTED}"
+        ))),
+        (other, _) => Err(unsupported_scheme(other)),
+    }
+}
+
+/// `BUCKET/PREFIX` of a `gs://` URL.
+fn parse_gcs(rest: &str) -> Result<BackendUrl, Error> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(Error::new(
+            "gs:// needs a bucket: gs://BUCKET or gs://BUCKET/PREFIX",
+        ));
+    }
+    let valid = (3..=222).contains(&bucket.len())
+        && bucket
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+    if !valid {
+        return Err(Error::new(format!(
+            "invalid GCS bucket name `{bucket}`: use 3-222 lowercase letters, digits, '-', '_' or '.'"
+        )));
+    }
+    Ok(BackendUrl::Gcs {
+        bucket: bucket.to_owned(),
+        prefix: prefix.trim_matches('/').to_owned(),
+    })
+}
+
+/// Opens the database behind `url` with the adapters compiled into this build.
+///
+/// Each adapter is one `#[cfg(feature = "…")]` arm above the fallback, e.g.
+/// `#[cfg(feature = "sqlite")] BackendUrl::Sqlite { path } => …`; the fallback reports
+/// the feature that would compile the backend in.
+#[allow(unreachable_patterns)] // the fallback becomes unreachable once every adapter is in
+pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
+    match url {
+        BackendUrl::Memory => Ok(InMemoryDb::new().agno_db()),
+        other => Err(not_compiled(other)),
+    }
+}
+
+/// The error for a backend whose adapter this build lacks.
+fn not_compiled(url: &BackendUrl) -> Error {
+    match url.feature() {
+        Some(feature) => Error::new(format!(
+            "the {} backend is not compiled into this build of agno-storage; rebuild with \
+             `--features {feature}` (e.g. `cargo install agno-storage-cli --features {feature}`)",
+            url.backend()
+        )),
+        None => Error::new(format!(
+            "the {} backend is not available in this build of agno-storage",
+            url.backend()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(url: &str) -> BackendUrl {
+        match parse(url) {
+            Ok(parsed) => parsed,
+            Err(e) => panic!("{url}: {e}"),
+        }
+    }
+
+    fn err(url: &str) -> String {
+        match parse(url) {
+            Ok(parsed) => panic!("{url} parsed as {parsed:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(
+            ok("sqlite://agno.db"),
+            BackendUrl::Sqlite {
+                path: "agno.db".into()
+            }
+        );
+        assert_eq!(
+            ok("sqlite:///var/lib/agno.db"),
+            BackendUrl::Sqlite {
+                path: "/var/lib/agno.db".into()
+            }
+        );
+        assert_eq!(
+            ok("SQLite://./data/agno.db"),
+            BackendUrl::Sqlite {
+                path: "./data/agno.db".into()
+            }
+        );
+        assert!(err("sqlite://").contains("needs a file path"));
+    }
+
+    #[test]
+    fn memory() {
+        assert_eq!(ok("memory://"), BackendUrl::Memory);
+        assert_eq!(ok("  memory://  "), BackendUrl::Memory);
+        assert!(err("memory://somewhere").contains("takes no host or path"));
+    }
+
+    #[test]
+    fn servers_keep_the_whole_url() {
+        let cases: [(&str, BackendUrl); 12] = [
+            (
+                "postgres://ai:ai@localhost:5532/ai",
+                BackendUrl::Postgres {
+                    url: "postgresql://ai:ai@localhost:5532/ai".into(),
+                },
+            ),
+            (
+                "postgresql://localhost/db",
+                BackendUrl::Postgres {
+                    url: "postgresql://localhost/db".into(),
+                },
+            ),
+            (
+                "postgresql+psycopg://localhost/db",
+                BackendUrl::Postgres {
+                    url: "postgresql://localhost/db".into(),
+                },
+            ),
+            (
+                "mysql+pymysql://u:p@db:3306/agno",
+                BackendUrl::MySql {
+                    url: "mysql://u:p@db:3306/agno".into(),
+                },
+            ),
+            (
+                "mongodb://localhost:27017/agno",
+                BackendUrl::MongoDb {
+                    url: "mongodb://localhost:27017/agno".into(),
+                },
+            ),
+            (
+                "mongodb+srv://cluster0.example.net/agno",
+                BackendUrl::MongoDb {
+                    url: "mongodb+srv://cluster0.example.net/agno".into(),
+                },
+            ),
+            (
+                "redis://localhost:6379/0",
+                BackendUrl::Redis {
+                    url: "redis://localhost:6379/0".into(),
+                },
+            ),
+            (
+                "rediss://cache.example.com:6380",
+                BackendUrl::Redis {
+                    url: "rediss://cache.example.com:6380".into(),
+                },
+            ),
+            (
+                "valkey://localhost:6379",
+                BackendUrl::Valkey {
+                    url: "valkey://localhost:6379".into(),
+                },
+            ),
+            (
+                "dynamodb://us-east-1",
+                BackendUrl::DynamoDb {
+                    url: "dynamodb://us-east-1".into(),
+                },
+            ),
+            (
+                "firestore://my-project",
+                BackendUrl::Firestore {
+                    url: "firestore://my-project".into(),
+                },
+            ),
+            (
+                "surrealdb://localhost:8000/agno/agno",
+                BackendUrl::SurrealDb {
+                    url: "surrealdb://localhost:8000/agno/agno".into(),
+                },
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(ok(input), want, "{input}");
+        }
+        assert!(err("postgres://host:notaport/db").starts_with("invalid postgresql:// URL"));
+    }
+
+    #[test]
+    fn json_directory_and_bucket() {
+        assert_eq!(
+            ok("file:///var/lib/agno"),
+            BackendUrl::JsonDir {
+                dir: "/var/lib/agno".into()
+            }
+        );
+        assert_eq!(
+            ok("file://./agno-data"),
+            BackendUrl::JsonDir {
+                dir: "./agno-data".into()
+            }
+        );
+        assert!(err("file://").contains("needs a directory"));
+        assert_eq!(
+            ok("gs://my-bucket/agno/prod/"),
+            BackendUrl::Gcs {
+                bucket: "my-bucket".into(),
+                prefix: "agno/prod".into()
+            }
+        );
+        assert_eq!(
+            ok("gs://my-bucket"),
+            BackendUrl::Gcs {
+                bucket: "my-bucket".into(),
+                prefix: String::new()
+            }
+        );
+        assert!(err("gs://").contains("needs a bucket"));
+        assert!(err("gs:///prefix").contains("needs a bucket"));
+        assert!(err("gs://My Bucket/x").contains("invalid GCS bucket name"));
+    }
+
+    #[test]
+    fn bad_inputs_name_the_supported_schemes() {
+        for input in [
+            "",
+            "   ",
+            "nope://x",
+            "agno.db",
+            "://x",
+            "http://example.com",
+        ] {
+            let message = err(input);
+            assert!(message.contains("sqlite://PATH"), "{input}: {message}");
+            assert!(!message.contains('\n'), "{input}: {message}");
+        }
+        assert!(err("nope://x").starts_with("unknown backend URL scheme `nope://`"));
+        assert!(err("").starts_with("empty backend URL"));
+    }
+
+    #[test]
+    fn display_hides_passwords() {
+        let url = ok("postgres://ai:s3cret@localhost:5532/ai");
+        assert_eq!(url.to_string(), "postgresql://ai:***@localhost:5532/ai");
+        assert_eq!(ok("sqlite://agno.db").to_string(), "sqlite://agno.db");
+        assert_eq!(ok("gs://b-1/p").to_string(), "gs://b-1/p");
+        assert!(!err("postgres://ai:s3cret@host:bad/ai").contains("s3cret"));
+    }
+
+    #[test]
+    fn open_memory_and_report_missing_features() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let db = open(&BackendUrl::Memory).await.unwrap();
+            assert_eq!(db.backend(), "memory");
+            let cases = [
+                ("sqlite://agno.db", "sqlite"),
+                ("postgres://localhost/db", "postgres"),
+                ("mysql://localhost/db", "mysql"),
+                ("mongodb://localhost", "mongo"),
+                ("redis://localhost", "redis"),
+                ("valkey://localhost", "redis"),
+                ("dynamodb://us-east-1", "dynamo"),
+                ("firestore://p", "firestore"),
+                ("surrealdb://localhost", "surreal"),
+                ("file://./d", "json"),
+                ("gs://bucket/p", "json"),
+            ];
+            for (input, feature) in cases {
+                let message = open(&ok(input)).await.unwrap_err().to_string();
+                assert!(
+                    message.contains(&format!("--features {feature}`")),
+                    "{input}: {message}"
+                );
+                assert!(message.contains("not compiled"), "{input}: {message}");
+            }
+        });
+    }
+}

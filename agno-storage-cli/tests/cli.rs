@@ -1,0 +1,134 @@
+//! Runs the built `agno-storage` binary as scripts do.
+
+use std::process::{Command, Output};
+
+fn agno_storage(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agno-storage"))
+        .args(args)
+        .output()
+        .expect("the agno-storage binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Exit 1 with exactly one `error: …` line on stderr and nothing on stdout; returns it.
+fn one_error_line(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(1), "stderr: {}", stderr(output));
+    let err = stderr(output);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(output.stdout.is_empty(), "{}", stdout(output));
+    err
+}
+
+#[test]
+fn demo_on_memory_summarizes_every_domain() {
+    let output = agno_storage(&["demo", "memory://"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let out = stdout(&output);
+    for word in [
+        "sessions", "runs", "metrics", "memories", "(shared)", "Done in",
+    ] {
+        assert!(out.contains(word), "missing {word:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn demo_defaults_to_memory() {
+    let output = agno_storage(&["demo"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    assert!(stdout(&output).contains("memory://"));
+}
+
+#[test]
+fn status_json_lists_eight_tables_at_latest() {
+    let output = agno_storage(&["status", "memory://", "--json"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let tables: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("stdout is one JSON document");
+    let tables = tables.as_array().expect("a JSON array");
+    assert_eq!(tables.len(), 8);
+    for table in tables {
+        assert_eq!(table["version"], "3.0.0", "{table}");
+        assert!(
+            table["table"].is_string() && table["table_type"].is_string(),
+            "{table}"
+        );
+    }
+    assert!(tables
+        .iter()
+        .any(|t| t["table"] == "agno_sessions" && t["table_type"] == "sessions"));
+}
+
+#[test]
+fn status_text() {
+    let output = agno_storage(&["status", "memory://"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    assert!(stdout(&output).contains("agno_schedule_runs"));
+}
+
+#[test]
+fn migrate_dry_run_and_up() {
+    let output = agno_storage(&["migrate", "memory://", "--dry-run"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    assert!(
+        stdout(&output).contains("Nothing to migrate"),
+        "{}",
+        stdout(&output)
+    );
+    let output = agno_storage(&["migrate", "memory://"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+}
+
+#[test]
+fn cleanup_legacy_runs_has_nothing_to_clean() {
+    let output = agno_storage(&["cleanup-legacy-runs", "memory://"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    assert!(
+        stdout(&output).contains("Nothing to clean"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn copy_memory_to_memory() {
+    let output = agno_storage(&["copy", "memory://", "memory://"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.contains("sessions") && out.contains("jobs"), "{out}");
+}
+
+#[test]
+fn bad_url_is_one_error_line() {
+    let err = one_error_line(&agno_storage(&["status", "nope://x"]));
+    assert!(err.contains("unknown backend URL scheme"), "{err}");
+    assert!(err.contains("sqlite://PATH"), "{err}");
+}
+
+#[test]
+fn uncompiled_backend_names_its_feature() {
+    let err = one_error_line(&agno_storage(&["status", "postgres://localhost/db"]));
+    assert!(err.contains("not compiled"), "{err}");
+    assert!(err.contains("--features postgres"), "{err}");
+}
+
+#[test]
+fn copy_refuses_the_same_database() {
+    let err = one_error_line(&agno_storage(&["copy", "sqlite://a.db", "sqlite://a.db"]));
+    assert!(err.contains("same database"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let output = agno_storage(&["migrate"]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = agno_storage(&["frobnicate"]);
+    assert_eq!(output.status.code(), Some(2));
+}

@@ -1,0 +1,339 @@
+//! The durable job queue (`agno_jobs`): atomic claims, leases, fencing, idempotency keys.
+
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
+    JobQuery, JobStatus, JobStore, Page, Result,
+};
+use serde_json::Value;
+
+use crate::dialect::Dialect;
+use crate::schema::Tbl;
+use crate::store::{in_list, limit_offset, SqlStore, Where};
+use crate::value::{Row, SqlValue};
+
+fn status(s: &str) -> Result<JobStatus> {
+    serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
+        Error::new(
+            ErrorKind::Serialization,
+            format!("unknown job status {s:?}"),
+        )
+    })
+}
+
+fn job_from_row(row: &Row) -> Result<Job> {
+    Ok(Job {
+        id: row.str("id")?,
+        component_type: row.str("component_type")?,
+        job_type: row.str("job_type")?,
+        deployment_id: row.opt_str("deployment_id")?,
+        component_id: row.str("component_id")?,
+        session_id: row.str("session_id")?,
+        user_id: row.opt_str("user_id")?,
+        payload: row.json("payload")?.unwrap_or(Value::Null),
+        status: status(&row.str("status")?)?,
+        attempt: row.i64("attempt")?,
+        max_attempts: row.i64("max_attempts")?,
+        idempotency_key: row.opt_str("idempotency_key")?,
+        available_at: row.i64("available_at")?,
+        locked_by: row.opt_str("locked_by")?,
+        locked_at: row.opt_i64("locked_at")?,
+        error: row.opt_str("error")?,
+        created_at: row.i64("created_at")?,
+        updated_at: row.opt_i64("updated_at")?,
+        completed_at: row.opt_i64("completed_at")?,
+    })
+}
+
+fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
+    )
+    .set_temporary(false)
+}
+
+const FENCE: &str = "id = ? AND locked_by = ? AND attempt = ? AND status = 'running'";
+
+fn fence_params(id: &str, worker_id: &str, attempt: i64) -> [SqlValue; 3] {
+    [
+        SqlValue::text(id),
+        SqlValue::text(worker_id),
+        SqlValue::int(attempt),
+    ]
+}
+
+impl SqlStore {
+    async fn job_by_key(&self, key: &str, user_id: Option<&str>) -> Result<Option<Job>> {
+        let mut w = Where::default();
+        w.eq("idempotency_key", Some(key));
+        match user_id {
+            Some(u) => w.eq("user_id", Some(u)),
+            None => w.push("user_id IS NULL", []),
+        }
+        self.exec
+            .query(
+                &format!("SELECT * FROM {}{}", self.t(Tbl::Jobs), w.sql()),
+                w.params,
+            )
+            .await?
+            .first()
+            .map(job_from_row)
+            .transpose()
+    }
+}
+
+#[async_trait]
+impl JobStore for SqlStore {
+    async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
+        self.check(Tbl::Jobs)?;
+        job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
+        if let Some(key) = &job.idempotency_key {
+            if let Some(original) = self.job_by_key(key, job.user_id.as_deref()).await? {
+                return Ok(EnqueueOutcome {
+                    rejection: Some(EnqueueRejection::Duplicate),
+                    job: Some(original),
+                });
+            }
+        }
+        let table = self.t(Tbl::Jobs);
+        if max_depth > 0
+            && self
+                .count(&format!("FROM {table} WHERE status = 'queued'"), vec![])
+                .await?
+                >= max_depth
+        {
+            return Ok(EnqueueOutcome {
+                rejection: Some(EnqueueRejection::QueueFull),
+                job: None,
+            });
+        }
+        let sql = format!(
+            "INSERT INTO {table} (id, component_type, job_type, deployment_id, component_id, session_id, user_id, payload, status, \
+             attempt, max_attempts, idempotency_key, available_at, locked_by, locked_at, error, created_at, updated_at, completed_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, NULL, NULL, NULL, ?, ?, NULL) ON CONFLICT DO NOTHING RETURNING *"
+        );
+        let params = vec![
+            SqlValue::text(&job.id),
+            SqlValue::text(&job.component_type),
+            SqlValue::text(&job.job_type),
+            SqlValue::opt_text(job.deployment_id.as_deref()),
+            SqlValue::text(&job.component_id),
+            SqlValue::text(&job.session_id),
+            SqlValue::opt_text(job.user_id.as_deref()),
+            SqlValue::json(Some(&job.payload)),
+            SqlValue::int(job.max_attempts),
+            SqlValue::opt_text(job.idempotency_key.as_deref()),
+            SqlValue::int(job.available_at),
+            SqlValue::int(job.created_at),
+            SqlValue::Int(job.updated_at),
+        ];
+        if let Some(row) = self.exec.query(&sql, params).await?.first() {
+            return Ok(EnqueueOutcome {
+                rejection: None,
+                job: Some(job_from_row(row)?),
+            });
+        }
+        // Lost a race: either the same idempotency key won, or the id is taken.
+        if let Some(key) = &job.idempotency_key {
+            if let Some(original) = self.job_by_key(key, job.user_id.as_deref()).await? {
+                return Ok(EnqueueOutcome {
+                    rejection: Some(EnqueueRejection::Duplicate),
+                    job: Some(original),
+                });
+            }
+        }
+        Err(Error::new(
+            ErrorKind::AlreadyExists,
+            format!("job {} already exists; job ids are never reused", job.id),
+        ))
+    }
+
+    async fn claim_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
+        self.check(Tbl::Jobs)?;
+        let now = now_epoch_seconds();
+        let table = self.t(Tbl::Jobs);
+        let claimable = "available_at <= ? AND (deployment_id IS NULL OR deployment_id = ?) AND \
+             (status = 'queued' OR (status = 'running' AND locked_at <= ? AND attempt < max_attempts))";
+        let skip_locked = match self.dialect {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => "",
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
+        };
+        let sql = format!(
+            "UPDATE {table} SET status = 'running', locked_by = ?, locked_at = ?, attempt = attempt + 1, updated_at = ? \
+             WHERE {claimable} AND id = (SELECT id FROM {table} WHERE {claimable} ORDER BY created_at ASC, id ASC LIMIT 1{skip_locked}) \
+             RETURNING *"
+        );
+        let claim_params = || {
+            [
+                SqlValue::int(now),
+                SqlValue::opt_text(deployment_id),
+                SqlValue::int(now - lock_grace_seconds),
+            ]
+        };
+        let mut params = vec![
+            SqlValue::text(worker_id),
+            SqlValue::int(now),
+            SqlValue::int(now),
+        ];
+        params.extend(claim_params());
+        params.extend(claim_params());
+        self.exec
+            .query(&sql, params)
+            .await?
+            .first()
+            .map(job_from_row)
+            .transpose()
+    }
+
+    async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
+        self.check(Tbl::Jobs)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let (list, id_params) = in_list(ids);
+        let sql = format!("UPDATE {} SET locked_at = ? WHERE id IN {list} AND locked_by = ? AND status = 'running'", self.t(Tbl::Jobs));
+        let mut params = vec![SqlValue::int(now_epoch_seconds())];
+        params.extend(id_params);
+        params.push(SqlValue::text(worker_id));
+        self.exec.execute(&sql, params).await
+    }
+
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<Job> {
+        self.check(Tbl::Jobs)?;
+        if !(status.is_terminal() || status == JobStatus::Paused) {
+            return Err(Error::invalid_input(format!(
+                "complete_job: status must be completed, failed, cancelled or paused, not {}",
+                status.as_str()
+            )));
+        }
+        let now = now_epoch_seconds();
+        let sql = format!(
+            "UPDATE {} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE {FENCE} RETURNING *",
+            self.t(Tbl::Jobs)
+        );
+        let mut params = vec![
+            SqlValue::text(status.as_str()),
+            SqlValue::Text(error),
+            SqlValue::Int(status.is_terminal().then_some(now)),
+            SqlValue::int(now),
+        ];
+        params.extend(fence_params(id, worker_id, attempt));
+        match self.exec.query(&sql, params).await?.first() {
+            Some(row) => job_from_row(row),
+            None => Err(lease_lost(id, worker_id, attempt)),
+        }
+    }
+
+    async fn retry_or_fail_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        error: Option<String>,
+        retry_delay_seconds: i64,
+    ) -> Result<Job> {
+        self.check(Tbl::Jobs)?;
+        let now = now_epoch_seconds();
+        let sql = format!(
+            "UPDATE {} SET status = CASE WHEN attempt < max_attempts THEN 'queued' ELSE 'failed' END, \
+             available_at = CASE WHEN attempt < max_attempts THEN ? ELSE available_at END, \
+             completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ? END, \
+             error = ?, locked_by = NULL, locked_at = NULL, updated_at = ? WHERE {FENCE} RETURNING *",
+            self.t(Tbl::Jobs)
+        );
+        let mut params = vec![
+            SqlValue::int(now + retry_delay_seconds.max(0)),
+            SqlValue::int(now),
+            SqlValue::Text(error),
+            SqlValue::int(now),
+        ];
+        params.extend(fence_params(id, worker_id, attempt));
+        match self.exec.query(&sql, params).await?.first() {
+            Some(row) => job_from_row(row),
+            None => Err(lease_lost(id, worker_id, attempt)),
+        }
+    }
+
+    async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.check(Tbl::Jobs)?;
+        let now = now_epoch_seconds();
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.push("status IN ('queued', 'paused')", []);
+        w.eq("user_id", user_id);
+        let sql = format!(
+            "UPDATE {} SET status = 'cancelled', completed_at = ?, updated_at = ?{}",
+            self.t(Tbl::Jobs),
+            w.sql()
+        );
+        let mut params = vec![SqlValue::int(now), SqlValue::int(now)];
+        params.extend(w.params);
+        Ok(self.exec.execute(&sql, params).await? > 0)
+    }
+
+    async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
+        self.check(Tbl::Jobs)?;
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.eq("user_id", user_id);
+        self.exec
+            .query(
+                &format!("SELECT * FROM {}{}", self.t(Tbl::Jobs), w.sql()),
+                w.params,
+            )
+            .await?
+            .first()
+            .map(job_from_row)
+            .transpose()
+    }
+
+    async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
+        self.check(Tbl::Jobs)?;
+        let paging = limit_offset(&query.pagination)?;
+        let mut w = Where::default();
+        w.eq("status", query.status.map(JobStatus::as_str));
+        w.eq("session_id", query.session_id.as_deref());
+        w.eq("user_id", query.user_id.as_deref());
+        let from = format!("FROM {}{}", self.t(Tbl::Jobs), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let rows = self
+            .exec
+            .query(
+                &format!("SELECT * {from} ORDER BY created_at DESC, id DESC{paging}"),
+                w.params,
+            )
+            .await?;
+        Ok(Page {
+            items: rows.iter().map(job_from_row).collect::<Result<_>>()?,
+            total,
+        })
+    }
+
+    async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
+        self.check(Tbl::Jobs)?;
+        let sql = format!(
+            "DELETE FROM {} WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at IS NOT NULL AND completed_at <= ?",
+            self.t(Tbl::Jobs)
+        );
+        self.exec
+            .execute(
+                &sql,
+                vec![SqlValue::int(now_epoch_seconds() - older_than_seconds)],
+            )
+            .await
+    }
+}

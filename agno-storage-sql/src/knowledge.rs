@@ -1,0 +1,179 @@
+//! Knowledge contents (`agno_knowledge`): reads see the owner's and shared rows.
+
+use agno_storage_core::{
+    async_trait, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
+};
+
+use crate::schema::Tbl;
+use crate::store::{limit_offset, order_by, SqlStore, Where};
+use crate::value::{Row, SqlValue};
+
+fn knowledge_from_row(row: &Row) -> Result<KnowledgeContent> {
+    Ok(KnowledgeContent {
+        id: row.str("id")?,
+        name: row.str("name")?,
+        description: row.opt_str("description")?.unwrap_or_default(),
+        metadata: row.json("metadata")?,
+        content_type: row.opt_str("type")?,
+        size: row.opt_i64("size")?,
+        linked_to: row.opt_str("linked_to")?,
+        access_count: row.opt_i64("access_count")?,
+        status: row.opt_str("status")?,
+        status_message: row.opt_str("status_message")?,
+        created_at: row.opt_i64("created_at")?,
+        updated_at: row.opt_i64("updated_at")?,
+        external_id: row.opt_str("external_id")?,
+        user_id: row.opt_str("user_id")?,
+    })
+}
+
+impl SqlStore {
+    fn owner_or_shared(&self, w: &mut Where, user_id: Option<&str>) {
+        if let Some(u) = user_id {
+            w.push("(user_id = ? OR user_id IS NULL)", [SqlValue::text(u)]);
+        }
+    }
+}
+
+#[async_trait]
+impl KnowledgeStore for SqlStore {
+    async fn upsert_knowledge_content(&self, c: KnowledgeContent) -> Result<KnowledgeContent> {
+        self.check(Tbl::Knowledge)?;
+        let fields: Vec<(&str, SqlValue, bool)> = vec![
+            ("name", SqlValue::text(&c.name), true),
+            ("description", SqlValue::text(&c.description), true),
+            (
+                "metadata",
+                SqlValue::json(c.metadata.as_ref()),
+                c.metadata.is_some(),
+            ),
+            (
+                "type",
+                SqlValue::opt_text(c.content_type.as_deref()),
+                c.content_type.is_some(),
+            ),
+            ("size", SqlValue::Int(c.size), c.size.is_some()),
+            (
+                "linked_to",
+                SqlValue::opt_text(c.linked_to.as_deref()),
+                c.linked_to.is_some(),
+            ),
+            (
+                "access_count",
+                SqlValue::Int(c.access_count),
+                c.access_count.is_some(),
+            ),
+            (
+                "status",
+                SqlValue::opt_text(c.status.as_deref()),
+                c.status.is_some(),
+            ),
+            (
+                "status_message",
+                SqlValue::opt_text(c.status_message.as_deref()),
+                c.status_message.is_some(),
+            ),
+            (
+                "created_at",
+                SqlValue::Int(c.created_at),
+                c.created_at.is_some(),
+            ),
+            (
+                "updated_at",
+                SqlValue::Int(c.updated_at),
+                c.updated_at.is_some(),
+            ),
+            (
+                "external_id",
+                SqlValue::opt_text(c.external_id.as_deref()),
+                c.external_id.is_some(),
+            ),
+            (
+                "user_id",
+                SqlValue::opt_text(c.user_id.as_deref()),
+                c.user_id.is_some(),
+            ),
+        ];
+        let columns: Vec<String> = fields.iter().map(|(n, _, _)| self.q(n)).collect();
+        let set: Vec<String> = fields
+            .iter()
+            .filter(|(_, _, set)| *set)
+            .map(|(n, _, _)| format!("{0} = excluded.{0}", self.q(n)))
+            .collect();
+        let sql = format!(
+            "INSERT INTO {} AS t (id, {}) VALUES (?, {}) ON CONFLICT (id) DO UPDATE SET {} \
+             WHERE excluded.user_id IS NULL OR t.user_id = excluded.user_id RETURNING *",
+            self.t(Tbl::Knowledge),
+            columns.join(", "),
+            vec!["?"; fields.len()].join(", "),
+            set.join(", ")
+        );
+        let mut params = vec![SqlValue::text(&c.id)];
+        params.extend(fields.into_iter().map(|(_, v, _)| v));
+        match self.exec.query(&sql, params).await?.first() {
+            Some(row) => knowledge_from_row(row),
+            None => Err(Error::not_found(format!(
+                "Knowledge content {} not found",
+                c.id
+            ))),
+        }
+    }
+
+    async fn get_knowledge_content(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<KnowledgeContent>> {
+        self.check(Tbl::Knowledge)?;
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        self.owner_or_shared(&mut w, user_id);
+        self.exec
+            .query(
+                &format!("SELECT * FROM {}{}", self.t(Tbl::Knowledge), w.sql()),
+                w.params,
+            )
+            .await?
+            .first()
+            .map(knowledge_from_row)
+            .transpose()
+    }
+
+    async fn get_knowledge_contents(
+        &self,
+        query: KnowledgeQuery,
+    ) -> Result<Page<KnowledgeContent>> {
+        self.check(Tbl::Knowledge)?;
+        let paging = limit_offset(&query.pagination)?;
+        let order = order_by(self.dialect, &query.sort, KnowledgeContent::SORTABLE)?;
+        let mut w = Where::default();
+        w.eq("linked_to", query.linked_to.as_deref());
+        self.owner_or_shared(&mut w, query.user_id.as_deref());
+        let from = format!("FROM {}{}", self.t(Tbl::Knowledge), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let sql = format!(
+            "SELECT * {from}{}{paging}",
+            order.map(|o| format!(" ORDER BY {o}")).unwrap_or_default()
+        );
+        let rows = self.exec.query(&sql, w.params).await?;
+        Ok(Page {
+            items: rows.iter().map(knowledge_from_row).collect::<Result<_>>()?,
+            total,
+        })
+    }
+
+    async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.check(Tbl::Knowledge)?;
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.eq("user_id", user_id);
+        Ok(self
+            .exec
+            .execute(
+                &format!("DELETE FROM {}{}", self.t(Tbl::Knowledge), w.sql()),
+                w.params,
+            )
+            .await?
+            > 0)
+    }
+}

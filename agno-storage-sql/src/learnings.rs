@@ -1,0 +1,140 @@
+//! Learnings (`agno_learnings`).
+
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, Learning, LearningQuery, LearningStore,
+    Page, Result, Sort,
+};
+use serde_json::Value;
+
+use crate::schema::Tbl;
+use crate::store::{limit_offset, order_by, SqlStore, Where};
+use crate::value::{Row, SqlValue};
+
+fn learning_from_row(row: &Row) -> Result<Learning> {
+    Ok(Learning {
+        learning_id: row.str("learning_id")?,
+        learning_type: row.str("learning_type")?,
+        namespace: row.opt_str("namespace")?,
+        user_id: row.opt_str("user_id")?,
+        agent_id: row.opt_str("agent_id")?,
+        team_id: row.opt_str("team_id")?,
+        workflow_id: row.opt_str("workflow_id")?,
+        session_id: row.opt_str("session_id")?,
+        entity_id: row.opt_str("entity_id")?,
+        entity_type: row.opt_str("entity_type")?,
+        content: row.json("content")?.unwrap_or(Value::Null),
+        metadata: row.json("metadata")?,
+        created_at: row.i64("created_at")?,
+        updated_at: row.opt_i64("updated_at")?,
+    })
+}
+
+#[async_trait]
+impl LearningStore for SqlStore {
+    async fn upsert_learning(&self, l: Learning) -> Result<Learning> {
+        self.check(Tbl::Learnings)?;
+        let sql = format!(
+            "INSERT INTO {} AS t (learning_id, learning_type, namespace, user_id, agent_id, team_id, workflow_id, session_id, \
+             entity_id, entity_type, content, metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (learning_id) DO UPDATE SET content = excluded.content, metadata = excluded.metadata, updated_at = ? \
+             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id RETURNING *",
+            self.t(Tbl::Learnings)
+        );
+        let now = now_epoch_seconds();
+        let params = vec![
+            SqlValue::text(&l.learning_id),
+            SqlValue::text(&l.learning_type),
+            SqlValue::opt_text(l.namespace.as_deref()),
+            SqlValue::opt_text(l.user_id.as_deref()),
+            SqlValue::opt_text(l.agent_id.as_deref()),
+            SqlValue::opt_text(l.team_id.as_deref()),
+            SqlValue::opt_text(l.workflow_id.as_deref()),
+            SqlValue::opt_text(l.session_id.as_deref()),
+            SqlValue::opt_text(l.entity_id.as_deref()),
+            SqlValue::opt_text(l.entity_type.as_deref()),
+            SqlValue::json(Some(&l.content)),
+            SqlValue::json(l.metadata.as_ref()),
+            SqlValue::int(l.created_at),
+            SqlValue::int(l.updated_at.unwrap_or(now)),
+            SqlValue::int(now),
+        ];
+        match self.exec.query(&sql, params).await?.first() {
+            Some(row) => learning_from_row(row),
+            None => Err(owned_by_another_user("learning", &l.learning_id)),
+        }
+    }
+
+    async fn get_learning(
+        &self,
+        learning_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Learning>> {
+        self.check(Tbl::Learnings)?;
+        let mut w = Where::default();
+        w.eq("learning_id", Some(learning_id));
+        w.eq("user_id", user_id);
+        self.exec
+            .query(
+                &format!("SELECT * FROM {}{}", self.t(Tbl::Learnings), w.sql()),
+                w.params,
+            )
+            .await?
+            .first()
+            .map(learning_from_row)
+            .transpose()
+    }
+
+    async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
+        self.check(Tbl::Learnings)?;
+        let paging = limit_offset(&query.pagination)?;
+        let sort = match &query.sort.sort_by {
+            Some(_) => query.sort.clone(),
+            None => Sort {
+                sort_by: Some("updated_at".into()),
+                sort_order: query.sort.sort_order,
+            },
+        };
+        let order = order_by(self.dialect, &sort, Learning::SORTABLE)?.unwrap_or_default();
+        let mut w = Where::default();
+        match (&query.user_id, query.include_global) {
+            (Some(u), true) => w.push("(user_id = ? OR user_id IS NULL)", [SqlValue::text(u)]),
+            (Some(u), false) => w.eq("user_id", Some(u)),
+            (None, _) => {}
+        }
+        w.eq("learning_type", query.learning_type.as_deref());
+        w.eq("agent_id", query.agent_id.as_deref());
+        w.eq("team_id", query.team_id.as_deref());
+        w.eq("session_id", query.session_id.as_deref());
+        w.eq("namespace", query.namespace.as_deref());
+        w.eq("entity_id", query.entity_id.as_deref());
+        w.eq("entity_type", query.entity_type.as_deref());
+        let from = format!("FROM {}{}", self.t(Tbl::Learnings), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let rows = self
+            .exec
+            .query(
+                &format!("SELECT * {from} ORDER BY {order}, learning_id ASC{paging}"),
+                w.params,
+            )
+            .await?;
+        Ok(Page {
+            items: rows.iter().map(learning_from_row).collect::<Result<_>>()?,
+            total,
+        })
+    }
+
+    async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.check(Tbl::Learnings)?;
+        let mut w = Where::default();
+        w.eq("learning_id", Some(learning_id));
+        w.eq("user_id", user_id);
+        Ok(self
+            .exec
+            .execute(
+                &format!("DELETE FROM {}{}", self.t(Tbl::Learnings), w.sql()),
+                w.params,
+            )
+            .await?
+            > 0)
+    }
+}

@@ -1,0 +1,146 @@
+//! Daily metrics (`agno_metrics`), unique on `(user_id, date, aggregation_period)`.
+
+use agno_storage_core::{
+    async_trait, MetricsPage, MetricsQuery, MetricsRecord, MetricsStore, Result,
+};
+use serde_json::Value;
+
+use crate::schema::Tbl;
+use crate::store::{SqlStore, Where};
+use crate::value::{Row, SqlValue};
+
+const COUNTS: [&str; 7] = [
+    "agent_runs_count",
+    "team_runs_count",
+    "workflow_runs_count",
+    "agent_sessions_count",
+    "team_sessions_count",
+    "workflow_sessions_count",
+    "users_count",
+];
+
+fn metrics_from_row(row: &Row) -> Result<MetricsRecord> {
+    Ok(MetricsRecord {
+        id: row.str("id")?,
+        user_id: MetricsRecord::user_from_stored(row.opt_str("user_id")?),
+        date: row.date("date")?,
+        aggregation_period: row.str("aggregation_period")?,
+        agent_runs_count: row.i64("agent_runs_count")?,
+        team_runs_count: row.i64("team_runs_count")?,
+        workflow_runs_count: row.i64("workflow_runs_count")?,
+        agent_sessions_count: row.i64("agent_sessions_count")?,
+        team_sessions_count: row.i64("team_sessions_count")?,
+        workflow_sessions_count: row.i64("workflow_sessions_count")?,
+        users_count: row.i64("users_count")?,
+        token_metrics: row.json("token_metrics")?.unwrap_or(Value::Null),
+        model_metrics: row.json("model_metrics")?.unwrap_or(Value::Null),
+        completed: row.bool("completed")?,
+        created_at: row.i64("created_at")?,
+        updated_at: row.opt_i64("updated_at")?,
+    })
+}
+
+#[async_trait]
+impl MetricsStore for SqlStore {
+    async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
+        self.check(Tbl::Metrics)?;
+        let updated: Vec<String> = COUNTS
+            .iter()
+            .chain(&["token_metrics", "model_metrics", "completed", "updated_at"])
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        let sql = format!(
+            "INSERT INTO {} (id, {}, token_metrics, model_metrics, date, aggregation_period, user_id, created_at, updated_at, completed) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (user_id, date, aggregation_period) DO UPDATE SET {} RETURNING *",
+            self.t(Tbl::Metrics),
+            COUNTS.join(", "),
+            updated.join(", ")
+        );
+        let statements = records
+            .iter()
+            .map(|r| {
+                let mut params = vec![SqlValue::text(&r.id)];
+                params.extend(
+                    [
+                        r.agent_runs_count,
+                        r.team_runs_count,
+                        r.workflow_runs_count,
+                        r.agent_sessions_count,
+                        r.team_sessions_count,
+                        r.workflow_sessions_count,
+                        r.users_count,
+                    ]
+                    .map(SqlValue::int),
+                );
+                params.extend([
+                    SqlValue::json(Some(&r.token_metrics)),
+                    SqlValue::json(Some(&r.model_metrics)),
+                    SqlValue::Date(Some(r.date)),
+                    SqlValue::text(&r.aggregation_period),
+                    SqlValue::text(r.stored_user_id()),
+                    SqlValue::int(r.created_at),
+                    SqlValue::Int(r.updated_at),
+                    SqlValue::Bool(Some(r.completed)),
+                ]);
+                (sql.clone(), params)
+            })
+            .collect();
+        let mut out = Vec::with_capacity(records.len());
+        for rows in self.exec.transaction(statements).await? {
+            for row in rows {
+                out.push(metrics_from_row(&row)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
+        self.check(Tbl::Metrics)?;
+        let table = self.t(Tbl::Metrics);
+        let mut owner = Where::default();
+        owner.eq("user_id", query.user_id.as_deref());
+        let mut w = Where::default();
+        w.eq("user_id", query.user_id.as_deref());
+        if let Some(d) = query.starting_date {
+            w.push("date >= ?", [SqlValue::Date(Some(d))]);
+        }
+        if let Some(d) = query.ending_date {
+            w.push("date <= ?", [SqlValue::Date(Some(d))]);
+        }
+        let rows = self
+            .exec
+            .query(
+                &format!(
+                    "SELECT * FROM {table}{} ORDER BY date ASC, user_id ASC",
+                    w.sql()
+                ),
+                w.params,
+            )
+            .await?;
+        let rows: Vec<MetricsRecord> = rows.iter().map(metrics_from_row).collect::<Result<_>>()?;
+        let latest_updated_at = if rows.is_empty() {
+            None
+        } else {
+            let latest = self
+                .exec
+                .query(
+                    &format!(
+                        "SELECT MAX(updated_at) AS latest FROM {table}{}",
+                        owner.sql()
+                    ),
+                    owner.params,
+                )
+                .await?;
+            latest
+                .first()
+                .map(|r| r.opt_i64("latest"))
+                .transpose()?
+                .flatten()
+        };
+        Ok(MetricsPage {
+            rows,
+            latest_updated_at,
+        })
+    }
+}

@@ -1,0 +1,273 @@
+//! Schema versions (`agno_schema_versions`) and the SQL migration steps.
+
+use std::sync::Arc;
+
+use agno_storage_core::migration::{
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, RekeyLearningsStep, StepOutcome, TableRef,
+};
+use agno_storage_core::{
+    async_trait, Error, ErrorKind, MigrationTarget, Result, SchemaVersion, SchemaVersionStore,
+    TableType,
+};
+
+use crate::dialect::Dialect;
+use crate::schema::{spec, Tbl};
+use crate::store::{quote_literal, SqlStore};
+use crate::value::SqlValue;
+
+pub(crate) fn tbl(t: TableType) -> Tbl {
+    match t {
+        TableType::Memories => Tbl::Memories,
+        TableType::Sessions => Tbl::Sessions,
+        TableType::Metrics => Tbl::Metrics,
+        TableType::Evals => Tbl::Evals,
+        TableType::Knowledge => Tbl::Knowledge,
+        TableType::Schedules => Tbl::Schedules,
+        TableType::ScheduleRuns => Tbl::ScheduleRuns,
+        TableType::Learnings => Tbl::Learnings,
+    }
+}
+
+#[async_trait]
+impl SchemaVersionStore for SqlStore {
+    async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
+        let sql = format!(
+            "SELECT version FROM {} WHERE table_name = ?",
+            self.t(Tbl::Versions)
+        );
+        match self
+            .exec
+            .query(&sql, vec![SqlValue::text(table_name)])
+            .await?
+            .first()
+        {
+            Some(row) => match row.opt_str("version")?.filter(|v| !v.is_empty()) {
+                Some(v) => v.parse().map(Some),
+                None => Ok(None),
+            },
+            None => Ok(None),
+        }
+    }
+
+    async fn set_schema_version(&self, table_name: &str, version: SchemaVersion) -> Result<()> {
+        self.stamp(table_name, version).await
+    }
+}
+
+/// The migration target of one SQL database.
+pub(crate) struct SqlMigrations {
+    pub(crate) store: Arc<SqlStore>,
+}
+
+#[async_trait]
+impl MigrationTarget for SqlMigrations {
+    fn tables(&self) -> Vec<TableRef> {
+        TableType::ALL
+            .iter()
+            .map(|t| TableRef {
+                table_type: *t,
+                name: self.store.names.name(tbl(*t)),
+            })
+            .collect()
+    }
+
+    fn versions(&self) -> &dyn SchemaVersionStore {
+        self.store.as_ref()
+    }
+
+    fn steps(&self) -> Vec<Arc<dyn MigrationStep>> {
+        vec![
+            Arc::new(AddColumnsStep {
+                store: self.store.clone(),
+            }),
+            Arc::new(MetricsStep {
+                store: self.store.clone(),
+            }),
+            Arc::new(CopyLegacyRunsStep::new(self.store.clone())),
+            Arc::new(RekeyLearningsStep::new(self.store.clone())),
+        ]
+    }
+
+    async fn lock(&self) -> Result<MigrationLock> {
+        self.store.exec.migration_lock().await
+    }
+}
+
+/// 3.0.0 for memories, evals, knowledge, schedules and schedule runs: adds the columns agno 3
+/// expects (`user_id`, the schedule provenance columns, …) with their indexes, and the
+/// per-owner unique schedule names. Existing rows keep `NULL` owners.
+struct AddColumnsStep {
+    store: Arc<SqlStore>,
+}
+
+#[async_trait]
+impl MigrationStep for AddColumnsStep {
+    fn version(&self) -> SchemaVersion {
+        SchemaVersion::LATEST
+    }
+    fn description(&self) -> String {
+        "add user_id (and schedule provenance) columns and indexes".into()
+    }
+    fn applies_to(&self, table: TableType) -> bool {
+        matches!(
+            table,
+            TableType::Memories
+                | TableType::Evals
+                | TableType::Knowledge
+                | TableType::Schedules
+                | TableType::ScheduleRuns
+        )
+    }
+    async fn up(&self, table: &TableRef) -> Result<StepOutcome> {
+        let s = &self.store;
+        let t = tbl(table.table_type);
+        let Some(existing) = s.columns(t).await? else {
+            return Ok(StepOutcome::NothingToDo);
+        };
+        let ddl = s.ddl();
+        let mut changed = false;
+        for column in spec(t)
+            .columns
+            .iter()
+            .filter(|c| !existing.iter().any(|e| e == c.name))
+        {
+            let def = ddl.column_def(&crate::schema::Column {
+                not_null: false,
+                ..*column
+            });
+            s.exec
+                .execute(&format!("ALTER TABLE {} ADD COLUMN {def}", s.t(t)), vec![])
+                .await?;
+            if column.name == "created_at" {
+                s.exec
+                    .execute(
+                        &format!("UPDATE {} SET created_at = COALESCE(updated_at, ?) WHERE created_at IS NULL", s.t(t)),
+                        vec![SqlValue::int(agno_storage_core::now_epoch_seconds())],
+                    )
+                    .await?;
+            }
+            changed = true;
+        }
+        for (index, sql) in ddl.partial_unique_indexes(t) {
+            if let Err(e) = s.exec.execute(&sql, vec![]).await {
+                if e.kind() == ErrorKind::AlreadyExists {
+                    return Err(Error::new(
+                        ErrorKind::Conflict,
+                        format!(
+                            "Cannot create unique index {index} on {}: duplicate schedule names exist within one owner bucket. \
+                             Resolve the duplicates (the router enforces per-owner uniqueness on create, so these predate it), \
+                             then re-run the migration.",
+                            table.name
+                        ),
+                    ));
+                }
+                return Err(e);
+            }
+        }
+        s.refresh(t).await?;
+        Ok(if changed {
+            StepOutcome::Applied
+        } else {
+            StepOutcome::NothingToDo
+        })
+    }
+    async fn down(&self, _table: &TableRef) -> Result<StepOutcome> {
+        // The added columns are nullable and harmless to agno 2.x; keeping them loses no data.
+        Ok(StepOutcome::NothingToDo)
+    }
+}
+
+/// 3.0.0 for metrics: per-user rows, unique on `(user_id, date, aggregation_period)`; old
+/// rows become the shared bucket (`''`) and the newest unfinished shared day is dropped so it
+/// is recomputed per user. SQLite rebuilds the table in one transaction, as agno does.
+struct MetricsStep {
+    store: Arc<SqlStore>,
+}
+
+#[async_trait]
+impl MigrationStep for MetricsStep {
+    fn version(&self) -> SchemaVersion {
+        SchemaVersion::LATEST
+    }
+    fn description(&self) -> String {
+        "metrics per user: add user_id, unique (user_id, date, aggregation_period)".into()
+    }
+    fn applies_to(&self, table: TableType) -> bool {
+        table == TableType::Metrics
+    }
+    async fn up(&self, _table: &TableRef) -> Result<StepOutcome> {
+        let s = &self.store;
+        let Some(existing) = s.columns(Tbl::Metrics).await? else {
+            return Ok(StepOutcome::NothingToDo);
+        };
+        if existing.iter().any(|c| c == "user_id") {
+            return Ok(StepOutcome::NothingToDo);
+        }
+        let name = s.names.name(Tbl::Metrics);
+        let table = s.t(Tbl::Metrics);
+        let drop_unfinished = format!(
+            "DELETE FROM {table} WHERE completed = ? AND user_id = '' AND date = (SELECT MAX(date) FROM {table}) \
+             AND date > COALESCE((SELECT MAX(date) FROM {table} WHERE completed = ?), ?)"
+        );
+        let drop_params = vec![
+            SqlValue::Bool(Some(false)),
+            SqlValue::Bool(Some(true)),
+            SqlValue::Date(chrono::NaiveDate::from_ymd_opt(1, 1, 1)),
+        ];
+        let statements = match s.dialect {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                let backup_name = format!("{name}_pre_v3_0_0");
+                let backup = s.ddl().qualify(&backup_name);
+                let indexes = s
+                    .exec
+                    .query(
+                        &format!("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = {} AND sql IS NOT NULL", quote_literal(&name)),
+                        vec![],
+                    )
+                    .await?;
+                let carried: Vec<String> = spec(Tbl::Metrics)
+                    .columns
+                    .iter()
+                    .filter(|c| c.name != "user_id" && existing.iter().any(|e| e == c.name))
+                    .map(|c| s.q(c.name))
+                    .collect();
+                let mut statements = vec![(format!("ALTER TABLE {table} RENAME TO {}", s.q(&backup_name)), vec![])];
+                for index in indexes {
+                    statements.push((format!("DROP INDEX IF EXISTS {}", s.q(&index.str("name")?)), vec![]));
+                }
+                statements.push((s.ddl().create_table(Tbl::Metrics), vec![]));
+                statements.push((
+                    format!("INSERT INTO {table} ({0}, user_id) SELECT {0}, '' FROM {backup}", carried.join(", ")),
+                    vec![],
+                ));
+                statements.push((drop_unfinished, drop_params));
+                statements.push((format!("DROP TABLE {backup}"), vec![]));
+                statements
+            }
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => vec![
+                (format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS user_id VARCHAR NOT NULL DEFAULT ''"), vec![]),
+                (format!("ALTER TABLE {table} ALTER COLUMN user_id DROP DEFAULT"), vec![]),
+                (format!("ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {}", s.q(&format!("{name}_uq_metrics_date_period"))), vec![]),
+                (
+                    format!(
+                        "ALTER TABLE {table} ADD CONSTRAINT {} UNIQUE (user_id, date, aggregation_period)",
+                        s.q(&format!("{name}_uq_metrics_user_date_period"))
+                    ),
+                    vec![],
+                ),
+                (drop_unfinished, drop_params),
+            ],
+        };
+        s.exec.transaction(statements).await?;
+        s.refresh(Tbl::Metrics).await?;
+        Ok(StepOutcome::Applied)
+    }
+    async fn down(&self, table: &TableRef) -> Result<StepOutcome> {
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("the per-user metrics of {} cannot be folded back into whole-day rows; recompute them instead", table.name),
+        ))
+    }
+}

@@ -1,0 +1,246 @@
+//! The PostgreSQL executor: sqlx with a connection pool.
+
+use std::str::FromStr;
+
+use agno_storage_core::migration::MigrationLock;
+use agno_storage_core::{async_trait, Error, ErrorKind, Result};
+use chrono::NaiveDate;
+use serde_json::Value;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Arguments, Column, Connection, Row as _, TypeInfo};
+
+use crate::exec::{Executor, Statement};
+use crate::value::{Row, SqlValue};
+
+const BACKEND: &str = "postgres";
+
+pub(crate) struct PgExecutor {
+    pool: PgPool,
+    lock_key: String,
+}
+
+pub(crate) fn map_err(e: sqlx::Error) -> Error {
+    let (kind, temporary) = match &e {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            Some("23505") => (ErrorKind::AlreadyExists, false),
+            Some("23503") => (ErrorKind::NotFound, false),
+            Some("40001" | "40P01" | "55P03") => (ErrorKind::Conflict, true),
+            Some("42P01" | "42703") => (ErrorKind::SchemaMismatch, false),
+            Some(code) if code.starts_with("22") || code.starts_with("23") => {
+                (ErrorKind::InvalidInput, false)
+            }
+            Some(code) if code.starts_with("08") || code.starts_with("57") => {
+                (ErrorKind::Unavailable, true)
+            }
+            _ => (ErrorKind::Unexpected, false),
+        },
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_) => (ErrorKind::Unavailable, true),
+        sqlx::Error::Configuration(_) => (ErrorKind::InvalidInput, false),
+        _ => (ErrorKind::Unexpected, false),
+    };
+    Error::new(kind, e.to_string())
+        .with_backend(BACKEND)
+        .set_temporary(temporary)
+        .with_source(e)
+}
+
+/// Rewrites `?` placeholders to `$1, $2, …` outside quoted strings and identifiers.
+pub(crate) fn number_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let (mut n, mut quote) = (0, None::<char>);
+    for c in sql.chars() {
+        match (quote, c) {
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                out.push(c);
+            }
+            (Some(q), c) if c == q => {
+                quote = None;
+                out.push(c);
+            }
+            (None, '?') => {
+                n += 1;
+                out.push('$');
+                out.push_str(&n.to_string());
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn bind(args: &mut PgArguments, v: SqlValue) -> Result<()> {
+    let r = match v {
+        SqlValue::Int(i) => args.add(i),
+        SqlValue::Float(f) => args.add(f),
+        SqlValue::Text(s) => args.add(s.map(|s| s.replace('\0', ""))),
+        SqlValue::Bool(b) => args.add(b),
+        SqlValue::Json(j) => args.add(j.map(|v| sqlx::types::Json(strip_nul(v)))),
+        SqlValue::Date(d) => args.add(d),
+    };
+    r.map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("cannot bind a parameter: {e}"),
+        )
+        .with_backend(BACKEND)
+    })
+}
+
+/// PostgreSQL text cannot hold NUL; agno strips it (`sanitize_postgres_strings`).
+fn strip_nul(v: Value) -> Value {
+    match v {
+        Value::String(s) if s.contains('\0') => Value::String(s.replace('\0', "")),
+        Value::Array(items) => Value::Array(items.into_iter().map(strip_nul).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k.replace('\0', ""), strip_nul(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn decode(row: &PgRow) -> Result<Row> {
+    let columns: std::sync::Arc<[String]> =
+        row.columns().iter().map(|c| c.name().to_owned()).collect();
+    let mut values = Vec::with_capacity(columns.len());
+    for (i, c) in row.columns().iter().enumerate() {
+        let v = match c.type_info().name() {
+            "INT8" => SqlValue::Int(row.try_get::<Option<i64>, _>(i).map_err(map_err)?),
+            "INT4" => SqlValue::Int(
+                row.try_get::<Option<i32>, _>(i)
+                    .map_err(map_err)?
+                    .map(i64::from),
+            ),
+            "INT2" => SqlValue::Int(
+                row.try_get::<Option<i16>, _>(i)
+                    .map_err(map_err)?
+                    .map(i64::from),
+            ),
+            "BOOL" => SqlValue::Bool(row.try_get::<Option<bool>, _>(i).map_err(map_err)?),
+            "FLOAT8" => SqlValue::Float(row.try_get::<Option<f64>, _>(i).map_err(map_err)?),
+            "FLOAT4" => SqlValue::Float(
+                row.try_get::<Option<f32>, _>(i)
+                    .map_err(map_err)?
+                    .map(f64::from),
+            ),
+            "JSON" | "JSONB" => SqlValue::Json(
+                row.try_get::<Option<sqlx::types::Json<Value>>, _>(i)
+                    .map_err(map_err)?
+                    .map(|j| j.0),
+            ),
+            "DATE" => SqlValue::Date(row.try_get::<Option<NaiveDate>, _>(i).map_err(map_err)?),
+            "VOID" => SqlValue::Text(None),
+            _ => SqlValue::Text(row.try_get::<Option<String>, _>(i).map_err(map_err)?),
+        };
+        values.push(v);
+    }
+    Ok(Row { columns, values })
+}
+
+fn arguments(params: Vec<SqlValue>) -> Result<PgArguments> {
+    let mut args = PgArguments::default();
+    for p in params {
+        bind(&mut args, p)?;
+    }
+    Ok(args)
+}
+
+impl PgExecutor {
+    /// Connects a pool to `url`.
+    pub(crate) async fn connect(url: &str, lock_key: String) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("invalid PostgreSQL URL: {e}"),
+            )
+            .with_backend(BACKEND)
+        })?;
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(std::time::Duration::from_secs(20))
+            .connect_with(options)
+            .await
+            .map_err(|e| {
+                let err = map_err(e);
+                Error::new(
+                    err.kind(),
+                    format!("cannot connect to PostgreSQL: {}", err.message()),
+                )
+                .with_backend(BACKEND)
+            })?;
+        Ok(PgExecutor { pool, lock_key })
+    }
+}
+
+struct PgLock {
+    _conn: sqlx::PgConnection,
+}
+
+#[async_trait]
+impl Executor for PgExecutor {
+    async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
+        let sql = number_placeholders(sql);
+        let rows = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments(params)?)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter().map(decode).collect()
+    }
+
+    async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64> {
+        let sql = number_placeholders(sql);
+        Ok(
+            sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments(params)?)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?
+                .rows_affected(),
+        )
+    }
+
+    async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        let mut out = Vec::with_capacity(statements.len());
+        for (sql, params) in statements {
+            let sql = number_placeholders(&sql);
+            let rows = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments(params)?)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            out.push(rows.iter().map(decode).collect::<Result<Vec<_>>>()?);
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(out)
+    }
+
+    async fn migration_lock(&self) -> Result<MigrationLock> {
+        // A session-level advisory lock on a connection taken out of the pool: closing the
+        // connection (dropping the guard) releases it, even if the process dies.
+        let mut conn = self.pool.acquire().await.map_err(map_err)?.detach();
+        sqlx::query("SELECT pg_advisory_lock(hashtext($1))")
+            .bind(&self.lock_key)
+            .execute(&mut conn)
+            .await
+            .map_err(map_err)?;
+        conn.ping().await.map_err(map_err)?;
+        Ok(Box::new(PgLock { _conn: conn }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_placeholders_outside_quotes() {
+        assert_eq!(
+            number_placeholders("SELECT ? , '?', \"a?\" WHERE x = ?"),
+            "SELECT $1 , '?', \"a?\" WHERE x = $2"
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! Runs (`agno_runs`): one row per run, `run_index` assigned atomically per session.
+
+use agno_storage_core::legacy::{legacy_runs_list, LegacyRunsStore, LegacySessionRuns};
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, Error, ErrorKind, Page, Result,
+    RunQuery, RunRecord, RunStore, RunType,
+};
+use serde_json::Value;
+
+use crate::dialect::{like_pattern, Dialect};
+use crate::schema::Tbl;
+use crate::store::{in_list, limit_offset, order_by, SqlStore, Where};
+use crate::value::{Row, SqlValue};
+
+pub(crate) fn run_from_row(row: &Row) -> Result<RunRecord> {
+    let run_type = match row.str("run_type")?.as_str() {
+        "agent" => RunType::Agent,
+        "team" => RunType::Team,
+        "workflow" => RunType::Workflow,
+        other => {
+            return Err(Error::new(
+                ErrorKind::Serialization,
+                format!("Invalid run type: {other}"),
+            ))
+        }
+    };
+    Ok(RunRecord {
+        run_id: row.str("run_id")?,
+        session_id: row.str("session_id")?,
+        run_type,
+        run_index: row.opt_i64("run_index")?,
+        user_id: row.opt_str("user_id")?,
+        agent_id: row.opt_str("agent_id")?,
+        team_id: row.opt_str("team_id")?,
+        workflow_id: row.opt_str("workflow_id")?,
+        parent_run_id: row.opt_str("parent_run_id")?,
+        status: row.opt_str("status")?,
+        run_data: row.json("run_data")?.unwrap_or(Value::Null),
+        created_at: row.i64("created_at")?,
+        updated_at: row.opt_i64("updated_at")?,
+    })
+}
+
+const RUN_COLUMNS: &str =
+    "run_id, session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, run_data, created_at, updated_at";
+
+fn run_params(run: &RunRecord) -> Vec<SqlValue> {
+    vec![
+        SqlValue::text(&run.run_id),
+        SqlValue::text(&run.session_id),
+        SqlValue::text(run.run_type.as_str()),
+        SqlValue::opt_text(run.agent_id.as_deref()),
+        SqlValue::opt_text(run.team_id.as_deref()),
+        SqlValue::opt_text(run.workflow_id.as_deref()),
+        SqlValue::opt_text(run.user_id.as_deref()),
+        SqlValue::opt_text(run.parent_run_id.as_deref()),
+        SqlValue::opt_text(run.status.as_deref()),
+        SqlValue::Int(run.run_index),
+    ]
+}
+
+#[async_trait]
+impl RunStore for SqlStore {
+    async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
+        self.check(Tbl::Runs)?;
+        let now = now_epoch_seconds();
+        let runs = self.t(Tbl::Runs);
+        let sql = format!(
+            "INSERT INTO {runs} AS t ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, \
+             COALESCE(?, (SELECT COALESCE(MAX(run_index) + 1, 0) FROM {runs} WHERE session_id = ?)), ?, ?, ?) \
+             ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, run_data = excluded.run_data, \
+             user_id = COALESCE(excluded.user_id, t.user_id), parent_run_id = excluded.parent_run_id, \
+             updated_at = excluded.updated_at, run_index = COALESCE(t.run_index, excluded.run_index) \
+             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id RETURNING *"
+        );
+        let mut params = run_params(&run);
+        params.extend([
+            SqlValue::text(&run.session_id),
+            SqlValue::json(Some(&run.run_data)),
+            SqlValue::int(run.created_at),
+            SqlValue::int(now),
+        ]);
+        let result = match self.dialect {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => self.exec.query(&sql, params).await,
+            // agno's lock: concurrent appends to one session read MAX(run_index) one at a time.
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => self
+                .exec
+                .transaction(vec![
+                    (
+                        "SELECT pg_advisory_xact_lock(hashtext('agno_run_index'), hashtext(?)) AS locked".into(),
+                        vec![SqlValue::text(&run.session_id)],
+                    ),
+                    (sql, params),
+                ])
+                .await
+                .map(|mut r| r.pop().unwrap_or_default()),
+        };
+        let rows = result.map_err(|e| match e.kind() {
+            ErrorKind::NotFound => Error::not_found(format!(
+                "session {} does not exist: upsert the session before its runs",
+                run.session_id
+            )),
+            _ => e,
+        })?;
+        match rows.first() {
+            Some(row) => run_from_row(row),
+            None => Err(owned_by_another_user("run", &run.run_id)),
+        }
+    }
+
+    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
+        self.check(Tbl::Runs)?;
+        let mut w = Where::default();
+        w.eq("run_id", Some(run_id));
+        w.eq("user_id", user_id);
+        let sql = format!("SELECT * FROM {}{}", self.t(Tbl::Runs), w.sql());
+        self.exec
+            .query(&sql, w.params)
+            .await?
+            .first()
+            .map(run_from_row)
+            .transpose()
+    }
+
+    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
+        self.check(Tbl::Runs)?;
+        let paging = limit_offset(&query.pagination)?;
+        let order = order_by(self.dialect, &query.sort, RunRecord::SORTABLE)?
+            .map(|o| format!("{o}, run_id ASC"))
+            .unwrap_or_else(|| "run_index ASC, created_at ASC, run_id ASC".into());
+        let mut w = Where::default();
+        w.eq("session_id", query.session_id.as_deref());
+        w.eq("user_id", query.user_id.as_deref());
+        w.eq("agent_id", query.agent_id.as_deref());
+        w.eq("team_id", query.team_id.as_deref());
+        w.eq("workflow_id", query.workflow_id.as_deref());
+        w.eq("status", query.status.as_deref());
+        let from = format!("FROM {}{}", self.t(Tbl::Runs), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let rows = self
+            .exec
+            .query(
+                &format!("SELECT * {from} ORDER BY {order}{paging}"),
+                w.params,
+            )
+            .await?;
+        Ok(Page {
+            items: rows.iter().map(run_from_row).collect::<Result<_>>()?,
+            total,
+        })
+    }
+
+    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.check(Tbl::Runs)?;
+        if run_ids.is_empty() {
+            return Ok(0);
+        }
+        let (list, ids) = in_list(run_ids);
+        let mut w = Where::default();
+        w.push(format!("run_id IN {list}"), ids);
+        w.eq("user_id", user_id);
+        let deleted = self
+            .exec
+            .query(
+                &format!(
+                    "DELETE FROM {}{} RETURNING run_id",
+                    self.t(Tbl::Runs),
+                    w.sql()
+                ),
+                w.params,
+            )
+            .await?
+            .len();
+        if self.has_legacy_runs_column() {
+            self.scrub_legacy_blobs(run_ids, user_id).await?;
+        }
+        Ok(deleted as u64)
+    }
+}
+
+impl SqlStore {
+    /// Removes deleted runs from legacy blobs so the merge cannot bring them back.
+    async fn scrub_legacy_blobs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<()> {
+        let sessions = self.t(Tbl::Sessions);
+        let mut w = Where::default();
+        w.push("runs IS NOT NULL", []);
+        w.eq("user_id", user_id);
+        let matches: Vec<String> = run_ids
+            .iter()
+            .map(|_| format!("{} LIKE ? ESCAPE '\\'", self.dialect.json_as_text("runs")))
+            .collect();
+        w.push(
+            format!("({})", matches.join(" OR ")),
+            run_ids.iter().map(|id| SqlValue::text(like_pattern(id))),
+        );
+        let rows = self
+            .exec
+            .query(
+                &format!("SELECT session_id, runs FROM {sessions}{}", w.sql()),
+                w.params,
+            )
+            .await?;
+        for row in rows {
+            let list = legacy_runs_list(row.json("runs")?.as_ref());
+            let kept: Vec<Value> = list
+                .iter()
+                .filter(|r| {
+                    r.get("run_id")
+                        .and_then(Value::as_str)
+                        .is_none_or(|id| !run_ids.iter().any(|d| d == id))
+                })
+                .cloned()
+                .collect();
+            if kept.len() != list.len() {
+                self.exec
+                    .execute(
+                        &format!("UPDATE {sessions} SET runs = ? WHERE session_id = ?"),
+                        vec![
+                            SqlValue::Json(Some(Value::Array(kept))),
+                            SqlValue::text(row.str("session_id")?),
+                        ],
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LegacyRunsStore for SqlStore {
+    async fn legacy_runs_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LegacySessionRuns>> {
+        if !self.has_legacy_runs_column() {
+            return Ok(Vec::new());
+        }
+        let mut w = Where::default();
+        w.push("runs IS NOT NULL", []);
+        if let Some(a) = after {
+            w.push("session_id > ?", [SqlValue::text(a)]);
+        }
+        let sql = format!(
+            "SELECT session_id, user_id, runs FROM {}{} ORDER BY session_id ASC LIMIT {limit}",
+            self.t(Tbl::Sessions),
+            w.sql()
+        );
+        self.exec
+            .query(&sql, w.params)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(LegacySessionRuns {
+                    session_id: r.str("session_id")?,
+                    user_id: r.opt_str("user_id")?,
+                    runs: r.json("runs")?.unwrap_or(Value::Null),
+                })
+            })
+            .collect()
+    }
+
+    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<u64> {
+        let sql = format!(
+            "INSERT INTO {} ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+            self.t(Tbl::Runs)
+        );
+        let statements = rows
+            .iter()
+            .map(|run| {
+                let mut params = run_params(run);
+                params.extend([
+                    SqlValue::json(Some(&run.run_data)),
+                    SqlValue::int(run.created_at),
+                    SqlValue::Int(run.updated_at),
+                ]);
+                (sql.clone(), params)
+            })
+            .collect();
+        Ok(self
+            .exec
+            .transaction(statements)
+            .await?
+            .iter()
+            .map(|r| r.len() as u64)
+            .sum())
+    }
+
+    async fn count_legacy_runs(&self) -> Result<u64> {
+        let mut after: Option<String> = None;
+        let mut pending = 0;
+        loop {
+            let page = self.legacy_runs_page(after.as_deref(), 500).await?;
+            pending += page
+                .iter()
+                .filter(|s| !legacy_runs_list(Some(&s.runs)).is_empty())
+                .count() as u64;
+            match page.last() {
+                Some(last) if page.len() == 500 => after = Some(last.session_id.clone()),
+                _ => return Ok(pending),
+            }
+        }
+    }
+
+    async fn drop_legacy_runs(&self) -> Result<u64> {
+        if !self.has_legacy_runs_column() {
+            return Ok(0);
+        }
+        let sessions = self.t(Tbl::Sessions);
+        let had = self
+            .count(&format!("FROM {sessions} WHERE runs IS NOT NULL"), vec![])
+            .await?;
+        self.exec
+            .execute(&format!("ALTER TABLE {sessions} DROP COLUMN runs"), vec![])
+            .await?;
+        self.refresh(Tbl::Sessions).await?;
+        Ok(had)
+    }
+}

@@ -1,0 +1,520 @@
+//! Schedules (`agno_schedules`) and schedule runs (`agno_schedule_runs`).
+
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, Error, ErrorKind, Page, Pagination, Result, Schedule,
+    ScheduleRun, ScheduleStore, ScheduleUpdate,
+};
+use serde_json::Value;
+
+use crate::dialect::{ColType, Dialect};
+use crate::schema::{spec, Tbl};
+use crate::store::{limit_offset, SqlStore, Where};
+use crate::value::{Row, SqlValue};
+
+const SCHEDULE_COLUMNS: [&str; 26] = [
+    "id",
+    "name",
+    "description",
+    "method",
+    "endpoint",
+    "payload",
+    "cron_expr",
+    "timezone",
+    "timeout_seconds",
+    "max_retries",
+    "retry_delay_seconds",
+    "enabled",
+    "next_run_at",
+    "locked_by",
+    "locked_at",
+    "user_id",
+    "managed_by",
+    "target_type",
+    "target_id",
+    "created_by_run_id",
+    "created_by_session_id",
+    "updated_by_run_id",
+    "updated_by_session_id",
+    "disabled_reason",
+    "created_at",
+    "updated_at",
+];
+
+fn schedule_from_row(row: &Row) -> Result<Schedule> {
+    Ok(Schedule {
+        id: row.str("id")?,
+        name: row.str("name")?,
+        description: row.opt_str("description")?,
+        method: row.str("method")?,
+        endpoint: row.str("endpoint")?,
+        payload: row.json("payload")?,
+        cron_expr: row.opt_str("cron_expr")?.unwrap_or_default(),
+        timezone: row.str("timezone")?,
+        timeout_seconds: row.i64("timeout_seconds")?,
+        max_retries: row.i64("max_retries")?,
+        retry_delay_seconds: row.i64("retry_delay_seconds")?,
+        enabled: row.bool("enabled")?,
+        next_run_at: row.opt_i64("next_run_at")?,
+        locked_by: row.opt_str("locked_by")?,
+        locked_at: row.opt_i64("locked_at")?,
+        user_id: row.opt_str("user_id")?,
+        managed_by: row.opt_str("managed_by")?,
+        target_type: row.opt_str("target_type")?,
+        target_id: row.opt_str("target_id")?,
+        created_by_run_id: row.opt_str("created_by_run_id")?,
+        created_by_session_id: row.opt_str("created_by_session_id")?,
+        updated_by_run_id: row.opt_str("updated_by_run_id")?,
+        updated_by_session_id: row.opt_str("updated_by_session_id")?,
+        disabled_reason: row.opt_str("disabled_reason")?,
+        created_at: row.i64("created_at")?,
+        updated_at: row.opt_i64("updated_at")?,
+    })
+}
+
+fn schedule_run_from_row(row: &Row) -> Result<ScheduleRun> {
+    Ok(ScheduleRun {
+        id: row.str("id")?,
+        schedule_id: row.str("schedule_id")?,
+        attempt: row.i64("attempt")?,
+        triggered_at: row.opt_i64("triggered_at")?,
+        completed_at: row.opt_i64("completed_at")?,
+        status: row.str("status")?,
+        status_code: row.opt_i64("status_code")?,
+        run_id: row.opt_str("run_id")?,
+        session_id: row.opt_str("session_id")?,
+        error: row.opt_str("error")?,
+        input: row.json("input")?,
+        output: row.json("output")?,
+        requirements: row.json("requirements")?,
+        user_id: row.opt_str("user_id")?,
+        created_at: row.i64("created_at")?,
+    })
+}
+
+/// A JSON value as a parameter of a schedule column, checked against the column's type.
+fn column_value(column: &str, value: &Value) -> Result<SqlValue> {
+    let ty = spec(Tbl::Schedules)
+        .columns
+        .iter()
+        .find(|c| c.name == column)
+        .map(|c| c.ty)
+        .ok_or_else(|| Error::invalid_input(format!("update_schedule: unknown column {column}")))?;
+    let wrong = || {
+        Error::invalid_input(format!(
+            "update_schedule: column {column} cannot hold {value}"
+        ))
+    };
+    Ok(match (ty, value) {
+        (ColType::Json, v) => SqlValue::Json((!v.is_null()).then(|| v.clone())),
+        (ColType::BigInt, Value::Null) => SqlValue::Int(None),
+        (ColType::BigInt, v) => SqlValue::Int(Some(v.as_i64().ok_or_else(wrong)?)),
+        (ColType::Bool, Value::Bool(b)) => SqlValue::Bool(Some(*b)),
+        (ColType::Str(_) | ColType::LongText, Value::Null) => SqlValue::Text(None),
+        (ColType::Str(_) | ColType::LongText, Value::String(s)) => SqlValue::text(s),
+        _ => return Err(wrong()),
+    })
+}
+
+fn name_taken(name: &str) -> Error {
+    Error::new(
+        ErrorKind::AlreadyExists,
+        format!("Schedule with name '{name}' already exists"),
+    )
+}
+
+fn schedule_params(s: &Schedule) -> Vec<SqlValue> {
+    vec![
+        SqlValue::text(&s.id),
+        SqlValue::text(&s.name),
+        SqlValue::opt_text(s.description.as_deref()),
+        SqlValue::text(&s.method),
+        SqlValue::text(&s.endpoint),
+        SqlValue::json(s.payload.as_ref()),
+        SqlValue::text(&s.cron_expr),
+        SqlValue::text(&s.timezone),
+        SqlValue::int(s.timeout_seconds),
+        SqlValue::int(s.max_retries),
+        SqlValue::int(s.retry_delay_seconds),
+        SqlValue::Bool(Some(s.enabled)),
+        SqlValue::Int(s.next_run_at),
+        SqlValue::opt_text(s.locked_by.as_deref()),
+        SqlValue::Int(s.locked_at),
+        SqlValue::opt_text(s.user_id.as_deref()),
+        SqlValue::opt_text(s.managed_by.as_deref()),
+        SqlValue::opt_text(s.target_type.as_deref()),
+        SqlValue::opt_text(s.target_id.as_deref()),
+        SqlValue::opt_text(s.created_by_run_id.as_deref()),
+        SqlValue::opt_text(s.created_by_session_id.as_deref()),
+        SqlValue::opt_text(s.updated_by_run_id.as_deref()),
+        SqlValue::opt_text(s.updated_by_session_id.as_deref()),
+        SqlValue::opt_text(s.disabled_reason.as_deref()),
+        SqlValue::int(s.created_at),
+        SqlValue::Int(s.updated_at),
+    ]
+}
+
+impl SqlStore {
+    fn due_predicate(&self) -> &'static str {
+        "enabled = ? AND next_run_at <= ? AND (locked_by IS NULL OR locked_at <= ?)"
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for SqlStore {
+    async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
+        self.check(Tbl::Schedules)?;
+        let sql = format!(
+            "INSERT INTO {} ({}) VALUES ({}) RETURNING *",
+            self.t(Tbl::Schedules),
+            SCHEDULE_COLUMNS.join(", "),
+            vec!["?"; SCHEDULE_COLUMNS.len()].join(", ")
+        );
+        match self.exec.query(&sql, schedule_params(&schedule)).await {
+            Ok(rows) => rows
+                .first()
+                .map(schedule_from_row)
+                .transpose()?
+                .ok_or_else(|| Error::not_found("schedule not returned after insert")),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                if self.get_schedule(&schedule.id, None).await?.is_some() {
+                    Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!("schedule {} already exists", schedule.id),
+                    ))
+                } else {
+                    Err(name_taken(&schedule.name))
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
+        self.check(Tbl::Schedules)?;
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.eq("user_id", user_id);
+        self.exec
+            .query(
+                &format!("SELECT * FROM {}{}", self.t(Tbl::Schedules), w.sql()),
+                w.params,
+            )
+            .await?
+            .first()
+            .map(schedule_from_row)
+            .transpose()
+    }
+
+    async fn get_schedule_by_name(
+        &self,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Schedule>> {
+        self.check(Tbl::Schedules)?;
+        let mut w = Where::default();
+        w.eq("name", Some(name));
+        match user_id {
+            Some(u) => w.eq("user_id", Some(u)),
+            None => w.push("user_id IS NULL", []),
+        }
+        self.exec
+            .query(
+                &format!("SELECT * FROM {}{}", self.t(Tbl::Schedules), w.sql()),
+                w.params,
+            )
+            .await?
+            .first()
+            .map(schedule_from_row)
+            .transpose()
+    }
+
+    async fn get_schedules(
+        &self,
+        enabled: Option<bool>,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<Schedule>> {
+        self.check(Tbl::Schedules)?;
+        let paging = limit_offset(&pagination)?;
+        let mut w = Where::default();
+        if let Some(e) = enabled {
+            w.push("enabled = ?", [SqlValue::Bool(Some(e))]);
+        }
+        w.eq("user_id", user_id);
+        let from = format!("FROM {}{}", self.t(Tbl::Schedules), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let rows = self
+            .exec
+            .query(
+                &format!("SELECT * {from} ORDER BY created_at DESC, id DESC{paging}"),
+                w.params,
+            )
+            .await?;
+        Ok(Page {
+            items: rows.iter().map(schedule_from_row).collect::<Result<_>>()?,
+            total,
+        })
+    }
+
+    async fn update_schedule(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        update: ScheduleUpdate,
+    ) -> Result<Option<Schedule>> {
+        self.check(Tbl::Schedules)?;
+        let mut sets = Vec::new();
+        let mut params = Vec::new();
+        for (column, value) in update.columns() {
+            sets.push(format!("{} = ?", self.q(column)));
+            params.push(column_value(column, value)?);
+        }
+        sets.push("updated_at = ?".into());
+        params.push(SqlValue::int(now_epoch_seconds()));
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.eq("user_id", user_id);
+        let sql = format!(
+            "UPDATE {} SET {}{} RETURNING *",
+            self.t(Tbl::Schedules),
+            sets.join(", "),
+            w.sql()
+        );
+        params.extend(w.params);
+        match self.exec.query(&sql, params).await {
+            Ok(rows) => rows.first().map(schedule_from_row).transpose(),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                let name = update
+                    .columns()
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                Err(name_taken(name))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.check(Tbl::Schedules)?;
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.eq("user_id", user_id);
+        let runs = format!(
+            "DELETE FROM {} WHERE schedule_id IN (SELECT id FROM {}{})",
+            self.t(Tbl::ScheduleRuns),
+            self.t(Tbl::Schedules),
+            w.sql()
+        );
+        let schedule = format!(
+            "DELETE FROM {}{} RETURNING id",
+            self.t(Tbl::Schedules),
+            w.sql()
+        );
+        let results = self
+            .exec
+            .transaction(vec![(runs, w.params.clone()), (schedule, w.params)])
+            .await?;
+        Ok(results.last().is_some_and(|r| !r.is_empty()))
+    }
+
+    async fn claim_due_schedule(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<Option<Schedule>> {
+        self.check(Tbl::Schedules)?;
+        let now = now_epoch_seconds();
+        let table = self.t(Tbl::Schedules);
+        let due = self.due_predicate();
+        let skip_locked = match self.dialect {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => "",
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
+        };
+        // One statement: the candidate is chosen and locked, then re-checked, so two
+        // claimers never get the same schedule (SQLite serializes writers; PostgreSQL
+        // skips rows another claimer holds).
+        let sql = format!(
+            "UPDATE {table} SET locked_by = ?, locked_at = ? WHERE {due} AND id = \
+             (SELECT id FROM {table} WHERE {due} ORDER BY next_run_at ASC, id ASC LIMIT 1{skip_locked}) RETURNING *"
+        );
+        let due_params = || {
+            [
+                SqlValue::Bool(Some(true)),
+                SqlValue::int(now),
+                SqlValue::int(now - lock_grace_seconds),
+            ]
+        };
+        let mut params = vec![SqlValue::text(worker_id), SqlValue::int(now)];
+        params.extend(due_params());
+        params.extend(due_params());
+        self.exec
+            .query(&sql, params)
+            .await?
+            .first()
+            .map(schedule_from_row)
+            .transpose()
+    }
+
+    async fn release_schedule(
+        &self,
+        id: &str,
+        worker_id: &str,
+        locked_at: Option<i64>,
+        next_run_at: Option<i64>,
+    ) -> Result<bool> {
+        self.check(Tbl::Schedules)?;
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.eq("locked_by", Some(worker_id));
+        if let Some(t) = locked_at {
+            w.push("locked_at = ?", [SqlValue::int(t)]);
+        }
+        let sql = format!(
+            "UPDATE {} SET locked_by = NULL, locked_at = NULL, updated_at = ?, \
+             next_run_at = CASE WHEN cron_expr = '' THEN NULL ELSE COALESCE(?, next_run_at) END{}",
+            self.t(Tbl::Schedules),
+            w.sql()
+        );
+        let mut params = vec![
+            SqlValue::int(now_epoch_seconds()),
+            SqlValue::Int(next_run_at),
+        ];
+        params.extend(w.params);
+        Ok(self.exec.execute(&sql, params).await? > 0)
+    }
+
+    async fn create_schedule_run(&self, run: ScheduleRun) -> Result<ScheduleRun> {
+        self.check(Tbl::ScheduleRuns)?;
+        // The owner is copied from the schedule in the same statement.
+        let sql = format!(
+            "INSERT INTO {} (id, schedule_id, attempt, triggered_at, completed_at, status, status_code, run_id, session_id, \
+             error, input, output, requirements, created_at, user_id) \
+             SELECT ?, id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, user_id FROM {} WHERE id = ? RETURNING *",
+            self.t(Tbl::ScheduleRuns),
+            self.t(Tbl::Schedules)
+        );
+        let params = vec![
+            SqlValue::text(&run.id),
+            SqlValue::int(run.attempt),
+            SqlValue::Int(run.triggered_at),
+            SqlValue::Int(run.completed_at),
+            SqlValue::text(&run.status),
+            SqlValue::Int(run.status_code),
+            SqlValue::opt_text(run.run_id.as_deref()),
+            SqlValue::opt_text(run.session_id.as_deref()),
+            SqlValue::opt_text(run.error.as_deref()),
+            SqlValue::json(run.input.as_ref()),
+            SqlValue::json(run.output.as_ref()),
+            SqlValue::json(run.requirements.as_ref()),
+            SqlValue::int(run.created_at),
+            SqlValue::text(&run.schedule_id),
+        ];
+        let rows = self
+            .exec
+            .query(&sql, params)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::AlreadyExists => Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("schedule run {} already exists", run.id),
+                ),
+                _ => e,
+            })?;
+        match rows.first() {
+            Some(row) => schedule_run_from_row(row),
+            None => Err(Error::not_found(format!(
+                "schedule {} does not exist",
+                run.schedule_id
+            ))),
+        }
+    }
+
+    async fn update_schedule_run(
+        &self,
+        run: ScheduleRun,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
+        self.check(Tbl::ScheduleRuns)?;
+        let mut w = Where::default();
+        w.eq("id", Some(&run.id));
+        w.eq("user_id", user_id);
+        let sql = format!(
+            "UPDATE {} SET attempt = ?, triggered_at = ?, completed_at = ?, status = ?, status_code = ?, run_id = ?, \
+             session_id = ?, error = ?, input = ?, output = ?, requirements = ?{} RETURNING *",
+            self.t(Tbl::ScheduleRuns),
+            w.sql()
+        );
+        let mut params = vec![
+            SqlValue::int(run.attempt),
+            SqlValue::Int(run.triggered_at),
+            SqlValue::Int(run.completed_at),
+            SqlValue::text(&run.status),
+            SqlValue::Int(run.status_code),
+            SqlValue::opt_text(run.run_id.as_deref()),
+            SqlValue::opt_text(run.session_id.as_deref()),
+            SqlValue::opt_text(run.error.as_deref()),
+            SqlValue::json(run.input.as_ref()),
+            SqlValue::json(run.output.as_ref()),
+            SqlValue::json(run.requirements.as_ref()),
+        ];
+        params.extend(w.params);
+        self.exec
+            .query(&sql, params)
+            .await?
+            .first()
+            .map(schedule_run_from_row)
+            .transpose()
+    }
+
+    async fn get_schedule_run(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
+        self.check(Tbl::ScheduleRuns)?;
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.eq("user_id", user_id);
+        self.exec
+            .query(
+                &format!("SELECT * FROM {}{}", self.t(Tbl::ScheduleRuns), w.sql()),
+                w.params,
+            )
+            .await?
+            .first()
+            .map(schedule_run_from_row)
+            .transpose()
+    }
+
+    async fn get_schedule_runs(
+        &self,
+        schedule_id: &str,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<ScheduleRun>> {
+        self.check(Tbl::ScheduleRuns)?;
+        let paging = limit_offset(&pagination)?;
+        let mut w = Where::default();
+        w.eq("schedule_id", Some(schedule_id));
+        w.eq("user_id", user_id);
+        let from = format!("FROM {}{}", self.t(Tbl::ScheduleRuns), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let rows = self
+            .exec
+            .query(
+                &format!("SELECT * {from} ORDER BY created_at DESC, id DESC{paging}"),
+                w.params,
+            )
+            .await?;
+        Ok(Page {
+            items: rows
+                .iter()
+                .map(schedule_run_from_row)
+                .collect::<Result<_>>()?,
+            total,
+        })
+    }
+}

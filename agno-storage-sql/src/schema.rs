@@ -1,0 +1,577 @@
+//! Table layouts exactly as agno 3.1.10 declares them, and their DDL per dialect.
+
+use crate::dialect::{ColType, Dialect};
+
+/// The tables of one database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Tbl {
+    Sessions,
+    Runs,
+    Memories,
+    Metrics,
+    Evals,
+    Knowledge,
+    Schedules,
+    ScheduleRuns,
+    Learnings,
+    Jobs,
+    Versions,
+}
+
+impl Tbl {
+    /// Creation order (foreign-key parents first); the versions table comes first.
+    pub(crate) const ALL: [Tbl; 11] = [
+        Tbl::Versions,
+        Tbl::Sessions,
+        Tbl::Runs,
+        Tbl::Memories,
+        Tbl::Metrics,
+        Tbl::Evals,
+        Tbl::Knowledge,
+        Tbl::Schedules,
+        Tbl::ScheduleRuns,
+        Tbl::Learnings,
+        Tbl::Jobs,
+    ];
+}
+
+/// Physical table names. Defaults are agno's; the runs table follows a custom sessions
+/// table (`{sessions}_runs`) unless set, as agno 3 does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableNames {
+    /// Sessions (`agno_sessions`).
+    pub sessions: String,
+    /// Runs (`agno_runs`, or `{sessions}_runs` for a custom sessions table).
+    pub runs: Option<String>,
+    /// Memories (`agno_memories`).
+    pub memories: String,
+    /// Metrics (`agno_metrics`).
+    pub metrics: String,
+    /// Eval runs (`agno_eval_runs`).
+    pub evals: String,
+    /// Knowledge (`agno_knowledge`).
+    pub knowledge: String,
+    /// Schedules (`agno_schedules`).
+    pub schedules: String,
+    /// Schedule runs (`agno_schedule_runs`).
+    pub schedule_runs: String,
+    /// Learnings (`agno_learnings`).
+    pub learnings: String,
+    /// Jobs (`agno_jobs`).
+    pub jobs: String,
+    /// Schema versions (`agno_schema_versions`).
+    pub versions: String,
+}
+
+impl Default for TableNames {
+    fn default() -> Self {
+        TableNames {
+            sessions: "agno_sessions".into(),
+            runs: None,
+            memories: "agno_memories".into(),
+            metrics: "agno_metrics".into(),
+            evals: "agno_eval_runs".into(),
+            knowledge: "agno_knowledge".into(),
+            schedules: "agno_schedules".into(),
+            schedule_runs: "agno_schedule_runs".into(),
+            learnings: "agno_learnings".into(),
+            jobs: "agno_jobs".into(),
+            versions: "agno_schema_versions".into(),
+        }
+    }
+}
+
+impl TableNames {
+    /// Every name prefixed with `prefix` (handy for isolating tests in one database).
+    pub fn with_prefix(prefix: &str) -> Self {
+        let d = TableNames::default();
+        let p = |s: String| format!("{prefix}{s}");
+        TableNames {
+            sessions: p(d.sessions),
+            runs: Some(format!("{prefix}agno_runs")),
+            memories: p(d.memories),
+            metrics: p(d.metrics),
+            evals: p(d.evals),
+            knowledge: p(d.knowledge),
+            schedules: p(d.schedules),
+            schedule_runs: p(d.schedule_runs),
+            learnings: p(d.learnings),
+            jobs: p(d.jobs),
+            versions: p(d.versions),
+        }
+    }
+
+    pub(crate) fn name(&self, t: Tbl) -> String {
+        match t {
+            Tbl::Sessions => self.sessions.clone(),
+            Tbl::Runs => self.runs.clone().unwrap_or_else(|| {
+                if self.sessions == "agno_sessions" {
+                    "agno_runs".into()
+                } else {
+                    format!("{}_runs", self.sessions)
+                }
+            }),
+            Tbl::Memories => self.memories.clone(),
+            Tbl::Metrics => self.metrics.clone(),
+            Tbl::Evals => self.evals.clone(),
+            Tbl::Knowledge => self.knowledge.clone(),
+            Tbl::Schedules => self.schedules.clone(),
+            Tbl::ScheduleRuns => self.schedule_runs.clone(),
+            Tbl::Learnings => self.learnings.clone(),
+            Tbl::Jobs => self.jobs.clone(),
+            Tbl::Versions => self.versions.clone(),
+        }
+    }
+}
+
+pub(crate) struct Column {
+    pub(crate) name: &'static str,
+    pub(crate) ty: ColType,
+    pub(crate) not_null: bool,
+    pub(crate) index: bool,
+}
+
+const fn col(name: &'static str, ty: ColType, not_null: bool, index: bool) -> Column {
+    Column {
+        name,
+        ty,
+        not_null,
+        index,
+    }
+}
+
+use ColType::{BigInt, Bool, Date, Json, LongText, Str};
+
+pub(crate) struct TableSpec {
+    pub(crate) columns: &'static [Column],
+    pub(crate) primary_key: &'static str,
+    /// `(declared name, columns)`; physical name `idx_{table}_{cols}` on SQLite/PostgreSQL.
+    pub(crate) composite_indexes: &'static [(&'static str, &'static [&'static str])],
+    /// `(declared name, columns)`; physical name `{table}_{declared}`.
+    pub(crate) unique: &'static [(&'static str, &'static [&'static str])],
+    /// `(declared name, columns, WHERE)`; physical name `{table}_{declared}`.
+    pub(crate) partial_unique: &'static [(&'static str, &'static [&'static str], &'static str)],
+    /// `(column, parent table, parent column)`, `ON DELETE CASCADE`.
+    pub(crate) foreign_key: Option<(&'static str, Tbl, &'static str)>,
+}
+
+const SESSIONS: TableSpec = TableSpec {
+    columns: &[
+        col("session_id", Str(128), true, false),
+        col("session_type", Str(20), true, true),
+        col("agent_id", Str(128), false, false),
+        col("team_id", Str(128), false, false),
+        col("workflow_id", Str(128), false, false),
+        col("user_id", Str(128), false, false),
+        col("session_data", Json, false, false),
+        col("agent_data", Json, false, false),
+        col("team_data", Json, false, false),
+        col("workflow_data", Json, false, false),
+        col("metadata", Json, false, false),
+        col("summary", Json, false, false),
+        col("created_at", BigInt, true, true),
+        col("updated_at", BigInt, false, false),
+    ],
+    primary_key: "session_id",
+    composite_indexes: &[],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: None,
+};
+
+const RUNS: TableSpec = TableSpec {
+    columns: &[
+        col("run_id", Str(128), true, false),
+        col("session_id", Str(128), true, true),
+        col("run_type", Str(20), true, true),
+        col("agent_id", Str(128), false, true),
+        col("team_id", Str(128), false, true),
+        col("workflow_id", Str(128), false, true),
+        col("user_id", Str(128), false, true),
+        col("parent_run_id", Str(128), false, false),
+        col("status", Str(50), false, true),
+        col("run_index", BigInt, false, false),
+        col("run_data", Json, true, false),
+        col("created_at", BigInt, true, true),
+        col("updated_at", BigInt, false, false),
+    ],
+    primary_key: "run_id",
+    composite_indexes: &[("runs_session_id_run_index", &["session_id", "run_index"])],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: Some(("session_id", Tbl::Sessions, "session_id")),
+};
+
+const MEMORIES: TableSpec = TableSpec {
+    columns: &[
+        col("memory_id", Str(128), true, false),
+        col("memory", Json, true, false),
+        col("input", LongText, false, false),
+        col("agent_id", Str(128), false, false),
+        col("team_id", Str(128), false, false),
+        col("user_id", Str(128), false, true),
+        col("topics", Json, false, false),
+        col("feedback", LongText, false, false),
+        col("created_at", BigInt, true, true),
+        col("updated_at", BigInt, false, true),
+    ],
+    primary_key: "memory_id",
+    composite_indexes: &[],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: None,
+};
+
+const METRICS: TableSpec = TableSpec {
+    columns: &[
+        col("id", Str(128), true, false),
+        col("agent_runs_count", BigInt, true, false),
+        col("team_runs_count", BigInt, true, false),
+        col("workflow_runs_count", BigInt, true, false),
+        col("agent_sessions_count", BigInt, true, false),
+        col("team_sessions_count", BigInt, true, false),
+        col("workflow_sessions_count", BigInt, true, false),
+        col("users_count", BigInt, true, false),
+        col("token_metrics", Json, true, false),
+        col("model_metrics", Json, true, false),
+        col("date", Date, true, true),
+        col("aggregation_period", Str(20), true, true),
+        col("user_id", Str(128), true, true),
+        col("created_at", BigInt, true, false),
+        col("updated_at", BigInt, false, false),
+        col("completed", Bool, true, false),
+    ],
+    primary_key: "id",
+    composite_indexes: &[],
+    unique: &[(
+        "uq_metrics_user_date_period",
+        &["user_id", "date", "aggregation_period"],
+    )],
+    partial_unique: &[],
+    foreign_key: None,
+};
+
+const EVALS: TableSpec = TableSpec {
+    columns: &[
+        col("run_id", Str(128), true, false),
+        col("eval_type", Str(50), true, false),
+        col("eval_data", Json, true, false),
+        col("eval_input", Json, true, false),
+        col("name", Str(255), false, false),
+        col("agent_id", Str(128), false, false),
+        col("team_id", Str(128), false, false),
+        col("workflow_id", Str(128), false, false),
+        col("model_id", Str(128), false, false),
+        col("model_provider", Str(128), false, false),
+        col("evaluated_component_name", Str(255), false, false),
+        col("user_id", Str(128), false, true),
+        col("created_at", BigInt, true, true),
+        col("updated_at", BigInt, false, false),
+    ],
+    primary_key: "run_id",
+    composite_indexes: &[],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: None,
+};
+
+const KNOWLEDGE: TableSpec = TableSpec {
+    columns: &[
+        col("id", Str(128), true, false),
+        col("name", Str(255), true, false),
+        col("description", LongText, true, false),
+        col("metadata", Json, false, false),
+        col("type", Str(50), false, false),
+        col("size", BigInt, false, false),
+        col("linked_to", Str(128), false, false),
+        col("access_count", BigInt, false, false),
+        col("status", Str(50), false, false),
+        col("status_message", LongText, false, false),
+        col("created_at", BigInt, false, false),
+        col("updated_at", BigInt, false, false),
+        col("external_id", Str(128), false, false),
+        col("user_id", Str(128), false, true),
+    ],
+    primary_key: "id",
+    composite_indexes: &[("user_id_linked_to", &["user_id", "linked_to"])],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: None,
+};
+
+const VERSIONS: TableSpec = TableSpec {
+    columns: &[
+        col("table_name", Str(128), true, false),
+        col("version", Str(10), true, false),
+        col("created_at", Str(128), true, true),
+        col("updated_at", Str(128), false, false),
+    ],
+    primary_key: "table_name",
+    composite_indexes: &[],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: None,
+};
+
+const LEARNINGS: TableSpec = TableSpec {
+    columns: &[
+        col("learning_id", Str(128), true, false),
+        col("learning_type", Str(128), true, true),
+        col("namespace", Str(128), false, true),
+        col("user_id", Str(128), false, true),
+        col("agent_id", Str(128), false, true),
+        col("team_id", Str(128), false, true),
+        col("workflow_id", Str(128), false, true),
+        col("session_id", Str(128), false, true),
+        col("entity_id", Str(128), false, true),
+        col("entity_type", Str(128), false, true),
+        col("content", Json, true, false),
+        col("metadata", Json, false, false),
+        col("created_at", BigInt, true, true),
+        col("updated_at", BigInt, false, false),
+    ],
+    primary_key: "learning_id",
+    composite_indexes: &[],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: None,
+};
+
+const SCHEDULES: TableSpec = TableSpec {
+    columns: &[
+        col("id", Str(128), true, false),
+        col("name", Str(255), true, true),
+        col("description", LongText, false, false),
+        col("method", Str(10), true, false),
+        col("endpoint", Str(512), true, false),
+        col("payload", Json, false, false),
+        col("cron_expr", Str(128), true, false),
+        col("timezone", Str(64), true, false),
+        col("timeout_seconds", BigInt, true, false),
+        col("max_retries", BigInt, true, false),
+        col("retry_delay_seconds", BigInt, true, false),
+        col("enabled", Bool, true, false),
+        col("next_run_at", BigInt, false, true),
+        col("locked_by", Str(128), false, false),
+        col("locked_at", BigInt, false, false),
+        col("user_id", Str(128), false, true),
+        col("managed_by", Str(128), false, true),
+        col("target_type", Str(128), false, false),
+        col("target_id", Str(128), false, true),
+        col("created_by_run_id", Str(128), false, false),
+        col("created_by_session_id", Str(128), false, false),
+        col("updated_by_run_id", Str(128), false, false),
+        col("updated_by_session_id", Str(128), false, false),
+        col("disabled_reason", Str(512), false, false),
+        col("created_at", BigInt, true, true),
+        col("updated_at", BigInt, false, false),
+    ],
+    primary_key: "id",
+    composite_indexes: &[
+        ("enabled_next_run_at", &["enabled", "next_run_at"]),
+        (
+            "user_id_enabled_next_run_at",
+            &["user_id", "enabled", "next_run_at"],
+        ),
+    ],
+    unique: &[],
+    partial_unique: &[
+        ("uq_user_name", &["user_id", "name"], "user_id IS NOT NULL"),
+        ("uq_unowned_name", &["name"], "user_id IS NULL"),
+    ],
+    foreign_key: None,
+};
+
+const SCHEDULE_RUNS: TableSpec = TableSpec {
+    columns: &[
+        col("id", Str(128), true, false),
+        col("schedule_id", Str(128), true, true),
+        col("attempt", BigInt, true, false),
+        col("triggered_at", BigInt, false, false),
+        col("completed_at", BigInt, false, false),
+        col("status", Str(50), true, true),
+        col("status_code", BigInt, false, false),
+        col("run_id", Str(128), false, false),
+        col("session_id", Str(128), false, false),
+        col("error", LongText, false, false),
+        col("input", Json, false, false),
+        col("output", Json, false, false),
+        col("requirements", Json, false, false),
+        col("user_id", Str(128), false, true),
+        col("created_at", BigInt, true, true),
+    ],
+    primary_key: "id",
+    composite_indexes: &[],
+    unique: &[],
+    partial_unique: &[],
+    foreign_key: Some(("schedule_id", Tbl::Schedules, "id")),
+};
+
+const JOBS: TableSpec = TableSpec {
+    columns: &[
+        col("id", Str(128), true, false),
+        col("component_type", Str(20), true, false),
+        col("job_type", Str(20), true, false),
+        col("deployment_id", Str(128), false, false),
+        col("component_id", Str(128), true, true),
+        col("session_id", Str(128), true, true),
+        col("user_id", Str(128), false, false),
+        col("payload", Json, true, false),
+        col("status", Str(20), true, true),
+        col("attempt", BigInt, true, false),
+        col("max_attempts", BigInt, true, false),
+        col("idempotency_key", Str(512), false, false),
+        col("available_at", BigInt, true, false),
+        col("locked_by", Str(128), false, false),
+        col("locked_at", BigInt, false, false),
+        col("error", LongText, false, false),
+        col("created_at", BigInt, true, true),
+        col("updated_at", BigInt, false, false),
+        col("completed_at", BigInt, false, false),
+    ],
+    primary_key: "id",
+    composite_indexes: &[("status_available_at", &["status", "available_at"])],
+    unique: &[],
+    partial_unique: &[
+        (
+            "uq_jobs_idempotency_key",
+            &["idempotency_key", "user_id"],
+            "idempotency_key IS NOT NULL",
+        ),
+        (
+            "uq_jobs_idempotency_key_anon",
+            &["idempotency_key"],
+            "idempotency_key IS NOT NULL AND user_id IS NULL",
+        ),
+    ],
+    foreign_key: None,
+};
+
+pub(crate) fn spec(t: Tbl) -> &'static TableSpec {
+    match t {
+        Tbl::Sessions => &SESSIONS,
+        Tbl::Runs => &RUNS,
+        Tbl::Memories => &MEMORIES,
+        Tbl::Metrics => &METRICS,
+        Tbl::Evals => &EVALS,
+        Tbl::Knowledge => &KNOWLEDGE,
+        Tbl::Schedules => &SCHEDULES,
+        Tbl::ScheduleRuns => &SCHEDULE_RUNS,
+        Tbl::Learnings => &LEARNINGS,
+        Tbl::Jobs => &JOBS,
+        Tbl::Versions => &VERSIONS,
+    }
+}
+
+/// Renders DDL for one database: a dialect, an optional schema and the table names.
+pub(crate) struct Ddl<'a> {
+    pub(crate) dialect: Dialect,
+    pub(crate) schema: Option<&'a str>,
+    pub(crate) names: &'a TableNames,
+}
+
+impl Ddl<'_> {
+    /// The qualified, quoted table reference.
+    pub(crate) fn table(&self, t: Tbl) -> String {
+        self.qualify(&self.names.name(t))
+    }
+
+    pub(crate) fn qualify(&self, name: &str) -> String {
+        match self.schema {
+            Some(schema) => format!(
+                "{}.{}",
+                self.dialect.quote(schema),
+                self.dialect.quote(name)
+            ),
+            None => self.dialect.quote(name),
+        }
+    }
+
+    pub(crate) fn column_def(&self, c: &Column) -> String {
+        format!(
+            "{} {}{}",
+            self.dialect.quote(c.name),
+            self.dialect.col_type(c.ty),
+            if c.not_null { " NOT NULL" } else { "" }
+        )
+    }
+
+    pub(crate) fn create_table(&self, t: Tbl) -> String {
+        let s = spec(t);
+        let name = self.names.name(t);
+        let q = |c: &str| self.dialect.quote(c);
+        let mut parts: Vec<String> = s.columns.iter().map(|c| self.column_def(c)).collect();
+        parts.push(format!("PRIMARY KEY ({})", q(s.primary_key)));
+        for (declared, cols) in s.unique {
+            parts.push(format!(
+                "CONSTRAINT {} UNIQUE ({})",
+                q(&format!("{name}_{declared}")),
+                cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if let Some((column, parent, parent_col)) = s.foreign_key {
+            parts.push(format!(
+                "FOREIGN KEY({}) REFERENCES {} ({}) ON DELETE CASCADE",
+                q(column),
+                self.table(parent),
+                q(parent_col)
+            ));
+        }
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    {}\n)",
+            self.table(t),
+            parts.join(",\n    ")
+        )
+    }
+
+    /// `CREATE INDEX IF NOT EXISTS` for every index of the table whose columns all exist.
+    pub(crate) fn create_indexes(&self, t: Tbl, existing: &[String]) -> Vec<String> {
+        let s = spec(t);
+        let name = self.names.name(t);
+        let q = |c: &str| self.dialect.quote(c);
+        let has = |c: &str| existing.iter().any(|e| e == c);
+        let mut out = Vec::new();
+        for c in s.columns.iter().filter(|c| c.index && has(c.name)) {
+            out.push(format!(
+                "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
+                q(&format!("idx_{name}_{}", c.name)),
+                self.table(t),
+                q(c.name)
+            ));
+        }
+        for (_, cols) in s
+            .composite_indexes
+            .iter()
+            .filter(|(_, cols)| cols.iter().all(|c| has(c)))
+        {
+            out.push(format!(
+                "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
+                q(&format!("idx_{name}_{}", cols.join("_"))),
+                self.table(t),
+                cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        out
+    }
+
+    /// The partial unique indexes (`{table}_{declared}`), as separate statements so a
+    /// duplicate can be reported per index.
+    pub(crate) fn partial_unique_indexes(&self, t: Tbl) -> Vec<(String, String)> {
+        let name = self.names.name(t);
+        let q = |c: &str| self.dialect.quote(c);
+        spec(t)
+            .partial_unique
+            .iter()
+            .map(|(declared, cols, filter)| {
+                let index = format!("{name}_{declared}");
+                let sql = format!(
+                    "CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} ({}) WHERE {filter}",
+                    q(&index),
+                    self.table(t),
+                    cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
+                );
+                (index, sql)
+            })
+            .collect()
+    }
+}

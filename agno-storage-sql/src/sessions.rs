@@ -1,0 +1,286 @@
+//! Sessions (`agno_sessions`).
+
+use agno_storage_core::legacy::{last_context_runs, merge_runs};
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, Page, Result, RunRecord, Session,
+    SessionQuery, SessionRead, SessionStore, SessionType,
+};
+use serde_json::Value;
+
+use crate::dialect::like_pattern;
+use crate::runs::run_from_row;
+use crate::schema::Tbl;
+use crate::store::{in_list, limit_offset, order_by, SqlStore, Where};
+use crate::value::{Row, SqlValue};
+
+pub(crate) fn session_from_row(row: &Row) -> Result<Session> {
+    Ok(Session {
+        session_id: row.str("session_id")?,
+        session_type: SessionType::parse(&row.str("session_type")?)?,
+        agent_id: row.opt_str("agent_id")?,
+        team_id: row.opt_str("team_id")?,
+        workflow_id: row.opt_str("workflow_id")?,
+        user_id: row.opt_str("user_id")?,
+        session_data: row.json("session_data")?,
+        agent_data: row.json("agent_data")?,
+        team_data: row.json("team_data")?,
+        workflow_data: row.json("workflow_data")?,
+        metadata: row.json("metadata")?,
+        summary: row.json("summary")?,
+        runs: None,
+        created_at: row.i64("created_at")?,
+        updated_at: row.opt_i64("updated_at")?,
+    })
+}
+
+/// A JSON cell as agno binds it: an absent value becomes JSON `null`.
+fn json_or_null(v: &Option<Value>) -> SqlValue {
+    SqlValue::Json(Some(v.clone().unwrap_or(Value::Null)))
+}
+
+impl SqlStore {
+    /// Runs of these sessions from the runs table, in session order.
+    pub(crate) async fn runs_of(&self, session_ids: &[String]) -> Result<Vec<RunRecord>> {
+        if session_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (list, params) = in_list(session_ids);
+        let sql = format!(
+            "SELECT * FROM {} WHERE session_id IN {list} ORDER BY run_index ASC, created_at ASC, run_id ASC",
+            self.t(Tbl::Runs)
+        );
+        self.exec
+            .query(&sql, params)
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect()
+    }
+
+    /// Sessions from rows, with runs merged from the runs table and any legacy blob.
+    async fn with_runs(&self, rows: &[Row], runs_limit: Option<usize>) -> Result<Vec<Session>> {
+        let ids: Vec<String> = rows
+            .iter()
+            .map(|r| r.str("session_id"))
+            .collect::<Result<_>>()?;
+        let mut runs = self.runs_of(&ids).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut s = session_from_row(row)?;
+            let (mine, rest): (Vec<RunRecord>, Vec<RunRecord>) =
+                runs.into_iter().partition(|r| r.session_id == s.session_id);
+            runs = rest;
+            let blob = if row.has("runs") {
+                row.json("runs")?
+            } else {
+                None
+            };
+            let merged = merge_runs(blob.as_ref(), mine);
+            s.runs = Some(match runs_limit {
+                Some(n) => last_context_runs(merged, n),
+                None => merged,
+            });
+            out.push(s);
+        }
+        Ok(out)
+    }
+
+    async fn session_row(&self, session_id: &str, user_id: Option<&str>) -> Result<Option<Row>> {
+        let mut w = Where::default();
+        w.eq("session_id", Some(session_id));
+        w.eq("user_id", user_id);
+        let sql = format!("SELECT * FROM {}{}", self.t(Tbl::Sessions), w.sql());
+        Ok(self.exec.query(&sql, w.params).await?.into_iter().next())
+    }
+}
+
+#[async_trait]
+impl SessionStore for SqlStore {
+    async fn upsert_session(&self, session: Session) -> Result<Session> {
+        self.check(Tbl::Sessions)?;
+        let (component_col, data_col, component, data) = match session.session_type {
+            SessionType::Agent => (
+                "agent_id",
+                "agent_data",
+                &session.agent_id,
+                &session.agent_data,
+            ),
+            SessionType::Team => ("team_id", "team_data", &session.team_id, &session.team_data),
+            SessionType::Workflow => (
+                "workflow_id",
+                "workflow_data",
+                &session.workflow_id,
+                &session.workflow_data,
+            ),
+        };
+        let now = now_epoch_seconds();
+        let sql = format!(
+            "INSERT INTO {} AS t (session_id, session_type, {component_col}, user_id, {data_col}, session_data, summary, metadata, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (session_id) DO UPDATE SET {component_col} = excluded.{component_col}, user_id = excluded.user_id, \
+             {data_col} = excluded.{data_col}, session_data = excluded.session_data, summary = excluded.summary, \
+             metadata = excluded.metadata, updated_at = ? \
+             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id RETURNING session_id",
+            self.t(Tbl::Sessions)
+        );
+        let params = vec![
+            SqlValue::text(&session.session_id),
+            SqlValue::text(session.session_type.as_str()),
+            SqlValue::opt_text(component.as_deref()),
+            SqlValue::opt_text(session.user_id.as_deref()),
+            json_or_null(data),
+            json_or_null(&session.session_data),
+            json_or_null(&session.summary),
+            json_or_null(&session.metadata),
+            SqlValue::int(session.created_at),
+            SqlValue::int(session.created_at),
+            SqlValue::int(now),
+        ];
+        if self.exec.query(&sql, params).await?.is_empty() {
+            return Err(owned_by_another_user("session", &session.session_id));
+        }
+        let row = self
+            .session_row(&session.session_id, None)
+            .await?
+            .ok_or_else(|| {
+                agno_storage_core::Error::not_found(format!(
+                    "session {} vanished after upsert",
+                    session.session_id
+                ))
+            })?;
+        let mut sessions = self.with_runs(&[row], None).await?;
+        sessions.pop().ok_or_else(|| {
+            agno_storage_core::Error::not_found(format!(
+                "session {} vanished after upsert",
+                session.session_id
+            ))
+        })
+    }
+
+    async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
+        self.check(Tbl::Sessions)?;
+        let Some(row) = self
+            .session_row(session_id, read.user_id.as_deref())
+            .await?
+        else {
+            return Ok(None);
+        };
+        if let Some(t) = read.session_type {
+            if row.str("session_type")? != t.as_str() {
+                return Ok(None);
+            }
+        }
+        Ok(self.with_runs(&[row], read.runs_limit).await?.pop())
+    }
+
+    async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
+        self.check(Tbl::Sessions)?;
+        let paging = limit_offset(&query.pagination)?;
+        let order = order_by(self.dialect, &query.sort, Session::SORTABLE)?;
+        let mut w = Where::default();
+        w.eq("session_type", query.session_type.map(|t| t.as_str()));
+        w.eq("user_id", query.user_id.as_deref());
+        if let Some(c) = &query.component_id {
+            match query.session_type {
+                Some(SessionType::Agent) => w.eq("agent_id", Some(c)),
+                Some(SessionType::Team) => w.eq("team_id", Some(c)),
+                Some(SessionType::Workflow) => w.eq("workflow_id", Some(c)),
+                None => w.push(
+                    "(agent_id = ? OR team_id = ? OR workflow_id = ?)",
+                    [SqlValue::text(c), SqlValue::text(c), SqlValue::text(c)],
+                ),
+            }
+        }
+        if let Some(name) = &query.session_name {
+            let field = self.dialect.json_field_text("session_data", "session_name");
+            w.push(
+                format!("{field} {} ? ESCAPE '\\'", self.dialect.ilike()),
+                [SqlValue::text(like_pattern(name))],
+            );
+        }
+        if let Some(s) = query.start_timestamp {
+            w.push("created_at >= ?", [SqlValue::int(s)]);
+        }
+        if let Some(e) = query.end_timestamp {
+            w.push("created_at <= ?", [SqlValue::int(e)]);
+        }
+        let from = format!("FROM {}{}", self.t(Tbl::Sessions), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let sql = format!(
+            "SELECT * {from}{}{paging}",
+            order.map(|o| format!(" ORDER BY {o}")).unwrap_or_default()
+        );
+        let rows = self.exec.query(&sql, w.params).await?;
+        let items = if query.include_runs {
+            self.with_runs(&rows, None).await?
+        } else {
+            rows.iter().map(session_from_row).collect::<Result<_>>()?
+        };
+        Ok(Page { items, total })
+    }
+
+    async fn rename_session(
+        &self,
+        session_id: &str,
+        session_name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Session>> {
+        self.check(Tbl::Sessions)?;
+        let Some(row) = self.session_row(session_id, user_id).await? else {
+            return Ok(None);
+        };
+        let mut s = session_from_row(&row)?;
+        s.set_session_name(session_name);
+        let mut w = Where::default();
+        w.eq("session_id", Some(session_id));
+        w.eq("user_id", user_id);
+        let sql = format!(
+            "UPDATE {} SET session_data = ?, updated_at = ?{}",
+            self.t(Tbl::Sessions),
+            w.sql()
+        );
+        let mut params = vec![
+            SqlValue::json(s.session_data.as_ref()),
+            SqlValue::int(now_epoch_seconds()),
+        ];
+        params.extend(w.params);
+        if self.exec.execute(&sql, params).await? == 0 {
+            return Ok(None);
+        }
+        self.get_session(
+            session_id,
+            SessionRead {
+                user_id: user_id.map(str::to_owned),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.check(Tbl::Sessions)?;
+        if session_ids.is_empty() {
+            return Ok(0);
+        }
+        let (list, ids) = in_list(session_ids);
+        let mut w = Where::default();
+        w.push(format!("session_id IN {list}"), ids);
+        w.eq("user_id", user_id);
+        let runs = format!(
+            "DELETE FROM {} WHERE session_id IN (SELECT session_id FROM {}{})",
+            self.t(Tbl::Runs),
+            self.t(Tbl::Sessions),
+            w.sql()
+        );
+        let sessions = format!(
+            "DELETE FROM {}{} RETURNING session_id",
+            self.t(Tbl::Sessions),
+            w.sql()
+        );
+        let results = self
+            .exec
+            .transaction(vec![(runs, w.params.clone()), (sessions, w.params)])
+            .await?;
+        Ok(results.last().map_or(0, |rows| rows.len() as u64))
+    }
+}

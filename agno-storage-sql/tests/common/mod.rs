@@ -1,0 +1,66 @@
+//! What the SQL test targets share: agno 2.9.0's table layout, for legacy databases.
+
+#![allow(dead_code)]
+
+/// agno 2.9.0's tables (sessions with the `runs` column, metrics without `user_id`, evals,
+/// knowledge, schedules and schedule runs without owners), with `{J}` for the JSON type,
+/// `{T}` for long text and `{S}` for the schema prefix.
+pub const LEGACY_DDL: &[&str] = &[
+    "CREATE TABLE {S}agno_sessions (session_id VARCHAR NOT NULL, session_type VARCHAR NOT NULL, agent_id VARCHAR, team_id VARCHAR, \
+     workflow_id VARCHAR, user_id VARCHAR, session_data {J}, agent_data {J}, team_data {J}, workflow_data {J}, metadata {J}, \
+     runs {J}, summary {J}, created_at BIGINT NOT NULL, updated_at BIGINT, PRIMARY KEY (session_id))",
+    "CREATE TABLE {S}agno_memories (memory_id VARCHAR NOT NULL, memory {J} NOT NULL, input {T}, agent_id VARCHAR, team_id VARCHAR, \
+     user_id VARCHAR, topics {J}, feedback {T}, created_at BIGINT NOT NULL, updated_at BIGINT, PRIMARY KEY (memory_id))",
+    "CREATE TABLE {S}agno_metrics (id VARCHAR NOT NULL, agent_runs_count BIGINT NOT NULL, team_runs_count BIGINT NOT NULL, \
+     workflow_runs_count BIGINT NOT NULL, agent_sessions_count BIGINT NOT NULL, team_sessions_count BIGINT NOT NULL, \
+     workflow_sessions_count BIGINT NOT NULL, users_count BIGINT NOT NULL, token_metrics {J} NOT NULL, model_metrics {J} NOT NULL, \
+     date DATE NOT NULL, aggregation_period VARCHAR NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT, completed BOOLEAN NOT NULL, \
+     PRIMARY KEY (id), CONSTRAINT agno_metrics_uq_metrics_date_period UNIQUE (date, aggregation_period))",
+    "CREATE TABLE {S}agno_eval_runs (run_id VARCHAR NOT NULL, eval_type VARCHAR NOT NULL, eval_data {J} NOT NULL, eval_input {J} NOT NULL, \
+     name VARCHAR, agent_id VARCHAR, team_id VARCHAR, workflow_id VARCHAR, model_id VARCHAR, model_provider VARCHAR, \
+     evaluated_component_name VARCHAR, created_at BIGINT NOT NULL, updated_at BIGINT, PRIMARY KEY (run_id))",
+    "CREATE TABLE {S}agno_knowledge (id VARCHAR NOT NULL, name VARCHAR NOT NULL, description {T} NOT NULL, metadata {J}, type VARCHAR, \
+     size BIGINT, linked_to VARCHAR, access_count BIGINT, status VARCHAR, status_message {T}, created_at BIGINT, updated_at BIGINT, \
+     external_id VARCHAR, PRIMARY KEY (id))",
+    "CREATE TABLE {S}agno_schedules (id VARCHAR NOT NULL, name VARCHAR NOT NULL, description {T}, method VARCHAR NOT NULL, \
+     endpoint VARCHAR NOT NULL, payload {J}, cron_expr VARCHAR NOT NULL, timezone VARCHAR NOT NULL, timeout_seconds BIGINT NOT NULL, \
+     max_retries BIGINT NOT NULL, retry_delay_seconds BIGINT NOT NULL, enabled BOOLEAN NOT NULL, next_run_at BIGINT, locked_by VARCHAR, \
+     locked_at BIGINT, created_at BIGINT NOT NULL, updated_at BIGINT, PRIMARY KEY (id))",
+    "CREATE TABLE {S}agno_schedule_runs (id VARCHAR NOT NULL, schedule_id VARCHAR NOT NULL, attempt BIGINT NOT NULL, triggered_at BIGINT, \
+     completed_at BIGINT, status VARCHAR NOT NULL, status_code BIGINT, run_id VARCHAR, session_id VARCHAR, error {T}, input {J}, \
+     output {J}, requirements {J}, created_at BIGINT NOT NULL, PRIMARY KEY (id), \
+     FOREIGN KEY(schedule_id) REFERENCES {S}agno_schedules (id) ON DELETE CASCADE)",
+    "CREATE TABLE {S}agno_learnings (learning_id VARCHAR NOT NULL, learning_type VARCHAR NOT NULL, namespace VARCHAR, user_id VARCHAR, \
+     agent_id VARCHAR, team_id VARCHAR, workflow_id VARCHAR, session_id VARCHAR, entity_id VARCHAR, entity_type VARCHAR, \
+     content {J} NOT NULL, metadata {J}, created_at BIGINT NOT NULL, updated_at BIGINT, PRIMARY KEY (learning_id))",
+];
+
+/// The legacy DDL for one dialect.
+pub fn legacy_ddl(json: &str, text: &str, schema_prefix: &str) -> Vec<String> {
+    LEGACY_DDL
+        .iter()
+        .map(|s| {
+            s.replace("{J}", json)
+                .replace("{T}", text)
+                .replace("{S}", schema_prefix)
+        })
+        .collect()
+}
+
+/// A table/schema-safe name for a case.
+pub fn slug(case: &str) -> String {
+    let short: String = case
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(24)
+        .collect();
+    format!(
+        "{short}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    )
+}
+
+/// Whether unreachable servers must fail the run instead of skipping it.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
