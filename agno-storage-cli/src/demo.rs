@@ -26,7 +26,7 @@ use crate::target::{self, BackendUrl};
 use crate::Error;
 
 /// The URL `demo` uses when none is given.
-pub const DEFAULT_URL: &str = "memory://";
+pub const DEFAULT_URL: &str = "sqlite://agno.db";
 
 /// The two users owning the workload (the workflow session is unowned).
 const USERS: [&str; 2] = ["alice@example.com", "bob@example.com"];

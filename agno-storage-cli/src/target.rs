@@ -275,8 +275,53 @@ fn parse_gcs(rest: &str) -> Result<BackendUrl, Error> {
 pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
     match url {
         BackendUrl::Memory => Ok(InMemoryDb::new().agno_db()),
+        #[cfg(feature = "sqlite")]
+        BackendUrl::Sqlite { path } => {
+            let db =
+                agno_storage_sql::SqlDb::open_sqlite(path, agno_storage_sql::TableNames::default())
+                    .await
+                    .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
+        #[cfg(feature = "postgres")]
+        BackendUrl::Postgres { url } => {
+            let (url, schema) = postgres_schema(url);
+            let db = agno_storage_sql::SqlDb::connect_postgres(
+                &url,
+                &schema,
+                agno_storage_sql::TableNames::default(),
+            )
+            .await
+            .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
         other => Err(not_compiled(other)),
     }
+}
+
+/// Splits agno's PostgreSQL schema (`?schema=NAME`, default `ai`) off a connection URL.
+#[cfg(feature = "postgres")]
+fn postgres_schema(url: &str) -> (String, String) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), "ai".to_owned());
+    };
+    let mut schema = "ai".to_owned();
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.strip_prefix("schema=") {
+            Some(s) if !s.is_empty() => {
+                schema = s.to_owned();
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    (url, schema)
 }
 
 /// The error for a backend whose adapter this build lacks.
@@ -485,6 +530,19 @@ mod tests {
         assert!(!err("postgres://ai:s3cret@host:bad/ai").contains("s3cret"));
     }
 
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_schema_comes_from_the_query() {
+        assert_eq!(
+            postgres_schema("postgres://h/db"),
+            ("postgres://h/db".into(), "ai".into())
+        );
+        assert_eq!(
+            postgres_schema("postgres://h/db?sslmode=disable&schema=app"),
+            ("postgres://h/db?sslmode=disable".into(), "app".into())
+        );
+    }
+
     #[test]
     fn open_memory_and_report_missing_features() {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -494,8 +552,6 @@ mod tests {
             let db = open(&BackendUrl::Memory).await.unwrap();
             assert_eq!(db.backend(), "memory");
             let cases = [
-                ("sqlite://agno.db", "sqlite"),
-                ("postgres://localhost/db", "postgres"),
                 ("mysql://localhost/db", "mysql"),
                 ("mongodb://localhost", "mongo"),
                 ("redis://localhost", "redis"),

@@ -40,10 +40,39 @@ fn demo_on_memory_summarizes_every_domain() {
 }
 
 #[test]
-fn demo_defaults_to_memory() {
-    let output = agno_storage(&["demo"]);
-    assert!(output.status.success(), "stderr: {}", stderr(&output));
-    assert!(stdout(&output).contains("memory://"));
+fn demo_defaults_to_sqlite_in_the_working_directory() {
+    let dir = std::env::temp_dir().join(format!("agno-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let in_dir = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agno-storage"))
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("the agno-storage binary runs")
+    };
+    for _ in 0..2 {
+        let output = in_dir(&["demo"]);
+        assert!(output.status.success(), "stderr: {}", stderr(&output));
+        assert!(
+            stdout(&output).contains("sqlite://agno.db"),
+            "{}",
+            stdout(&output)
+        );
+    }
+    assert!(
+        dir.join("agno.db").exists(),
+        "agno.db written in the working directory"
+    );
+    let status = in_dir(&["status", "sqlite://agno.db", "--json"]);
+    assert!(status.status.success(), "stderr: {}", stderr(&status));
+    let tables: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON status");
+    assert!(
+        tables
+            .as_array()
+            .is_some_and(|t| t.len() == 8 && t.iter().all(|t| t["version"] == "3.0.0")),
+        "{tables}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

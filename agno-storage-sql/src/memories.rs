@@ -42,6 +42,7 @@ fn memory_from_row(row: &Row) -> Result<UserMemory> {
 }
 
 /// The text of a JSON string as agno's SQLite column stores it (ASCII escapes, no quotes).
+#[cfg(feature = "sqlite")]
 fn escaped_text(s: &str) -> String {
     let quoted = to_python_json(&Value::String(s.to_owned()));
     quoted[1..quoted.len() - 1].to_owned()

@@ -12,7 +12,9 @@ use agno_storage_core::{
 
 use crate::dialect::Dialect;
 use crate::schema::{spec, Tbl};
-use crate::store::{quote_literal, SqlStore};
+#[cfg(feature = "sqlite")]
+use crate::store::quote_literal;
+use crate::store::SqlStore;
 use crate::value::SqlValue;
 
 pub(crate) fn tbl(t: TableType) -> Tbl {

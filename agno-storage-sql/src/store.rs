@@ -233,6 +233,7 @@ impl SqlStore {
 }
 
 /// A SQL string literal (for the few places a name cannot be a bound parameter).
+#[cfg(feature = "sqlite")]
 pub(crate) fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }

@@ -1,1 +1,186 @@
-fn main() {}
+//! The conformance suite against PostgreSQL, one fresh schema per case.
+//!
+//! The server comes from `AGNO_TEST_POSTGRES_URL`. Without it the suite is skipped, except
+//! under `CI=true`, where a missing or unreachable server fails the run.
+
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::{
+    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
+};
+use agno_storage_sql::{SqlDb, TableNames};
+use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+const SCHEMA_PREFIX: &str = "agno_ct_";
+
+struct Postgres {
+    url: String,
+}
+
+fn pg_err(e: sqlx::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, e.to_string())
+}
+
+impl Postgres {
+    /// `agno_ct_<epoch>_<case>`: the epoch lets a later run drop schemas left behind.
+    fn schema(case: &str) -> String {
+        format!(
+            "{SCHEMA_PREFIX}{}_{}",
+            now_epoch_seconds(),
+            common::slug(case)
+        )
+        .to_lowercase()
+    }
+
+    async fn pool(&self) -> Result<PgPool> {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&self.url)
+            .await
+            .map_err(pg_err)
+    }
+}
+
+struct Writer {
+    pool: PgPool,
+    schema: String,
+}
+
+#[async_trait]
+impl LegacyWriter for Writer {
+    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+        // agno 2.9.0 on PostgreSQL wrote JSONB values, never double-encoded.
+        let runs = match runs_blob {
+            Value::String(text) => serde_json::from_str(&text)
+                .map_err(|e| Error::new(ErrorKind::InvalidInput, e.to_string()))?,
+            other => other,
+        };
+        let json = |v: Option<Value>| sqlx::types::Json(v.unwrap_or(Value::Null));
+        let sql = format!(
+            "INSERT INTO \"{}\".agno_sessions (session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, agent_data, \
+             team_data, workflow_data, metadata, runs, summary, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+            self.schema
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(s.session_id)
+            .bind(s.session_type.as_str())
+            .bind(s.agent_id)
+            .bind(s.team_id)
+            .bind(s.workflow_id)
+            .bind(s.user_id)
+            .bind(json(s.session_data))
+            .bind(json(s.agent_data))
+            .bind(json(s.team_data))
+            .bind(json(s.workflow_data))
+            .bind(json(s.metadata))
+            .bind(sqlx::types::Json(runs))
+            .bind(json(s.summary))
+            .bind(s.created_at)
+            .bind(s.updated_at)
+            .execute(&self.pool)
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Harness for Postgres {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn open(&self, case: &str) -> Result<AgnoDb> {
+        Ok(
+            SqlDb::connect_postgres(&self.url, &Self::schema(case), TableNames::default())
+                .await?
+                .agno_db(),
+        )
+    }
+
+    async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
+        let schema = Self::schema(case);
+        let pool = self.pool().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+            .execute(&pool)
+            .await
+            .map_err(pg_err)?;
+        for ddl in common::legacy_ddl("JSONB", "TEXT", &format!("\"{schema}\".")) {
+            sqlx::query(sqlx::AssertSqlSafe(ddl))
+                .execute(&pool)
+                .await
+                .map_err(pg_err)?;
+        }
+        let db = SqlDb::connect_postgres(&self.url, &schema, TableNames::default())
+            .await?
+            .agno_db();
+        Ok(LegacyDb {
+            db,
+            writer: Arc::new(Writer { pool, schema }),
+        })
+    }
+}
+
+/// Drops schemas earlier runs left behind (older than three hours), never a running one's.
+async fn drop_stale_schemas(url: &str) -> std::result::Result<(), sqlx::Error> {
+    let pool = PgPoolOptions::new().max_connections(1).connect(url).await?;
+    let schemas: Vec<(String,)> =
+        sqlx::query_as("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'agno\\_ct\\_%'")
+            .fetch_all(&pool)
+            .await?;
+    let cutoff = now_epoch_seconds() - 3 * 3600;
+    for (schema,) in schemas {
+        let epoch = schema
+            .trim_start_matches(SCHEMA_PREFIX)
+            .split('_')
+            .next()
+            .and_then(|e| e.parse::<i64>().ok());
+        if epoch.is_some_and(|e| e < cutoff) {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+            )))
+            .execute(&pool)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let Ok(url) = std::env::var("AGNO_TEST_POSTGRES_URL") else {
+        if common::ci() {
+            eprintln!(
+                "error: CI=true but AGNO_TEST_POSTGRES_URL is not set; run ./scripts/test.sh"
+            );
+            return ExitCode::FAILURE;
+        }
+        eprintln!("note: AGNO_TEST_POSTGRES_URL is not set; skipping the PostgreSQL suite (./scripts/test.sh sets it)");
+        return ExitCode::SUCCESS;
+    };
+    let checked = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map(|rt| rt.block_on(drop_stale_schemas(&url)));
+    match checked {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("error: PostgreSQL at AGNO_TEST_POSTGRES_URL is unreachable: {e}");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("error: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    conformance_tests::main(Postgres { url })
+}
