@@ -143,9 +143,15 @@ fn bad_url_is_one_error_line() {
 
 #[test]
 fn uncompiled_backend_names_its_feature() {
-    let err = one_error_line(&agno_storage(&["status", "postgres://localhost/db"]));
+    let err = one_error_line(&agno_storage(&["status", "mongodb://localhost/db"]));
     assert!(err.contains("not compiled"), "{err}");
-    assert!(err.contains("--features postgres"), "{err}");
+    assert!(err.contains("--features mongo"), "{err}");
+}
+
+#[test]
+fn unreachable_server_is_one_error_line() {
+    let err = one_error_line(&agno_storage(&["status", "postgres://nobody@127.0.0.1:1/db"]));
+    assert!(err.contains("postgres"), "{err}");
 }
 
 #[test]

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace against real servers on loopback.
+#
+# Starts (installing when missing) the services the tests need, builds the Python venvs
+# for the interop tests (pinned agno releases from PyPI), then runs `cargo test` with the
+# backend features the tests cover. Under CI=true an unreachable backend fails the run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# shellcheck source=scripts/services.sh
+source scripts/services.sh
+ensure_postgres
+
+FEATURES="agno-storage-sql/sqlite,agno-storage-sql/postgres,agno-storage-cli/postgres"
+cargo test --workspace --no-fail-fast --features "$FEATURES" "$@"
