@@ -32,3 +32,21 @@ ensure_postgres() {
   export AGNO_TEST_POSTGRES_URL="${AGNO_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
   log "postgres: $AGNO_TEST_POSTGRES_URL"
 }
+
+# ensure_agno_venv VERSION VAR: a venv with the pinned agno release from PyPI; exports VAR
+# as its python. Rebuilt only when the requirements file changes.
+ensure_agno_venv() {
+  local version=$1 var=$2
+  local cache="${AGNO_TEST_CACHE:-$HOME/.cache/agno-storage}"
+  local venv="$cache/venv-agno-$version" req="interop/requirements-agno-$version.txt"
+  if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
+    log "building $venv (pip install -r $req)"
+    rm -rf "$venv"
+    mkdir -p "$cache"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/requirements.txt"
+  fi
+  export "$var=$venv/bin/python"
+  log "agno $version: $venv"
+}

@@ -10,6 +10,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/services.sh
 source scripts/services.sh
 ensure_postgres
+ensure_agno_venv 2.9.0 AGNO_TEST_PYTHON_V2
+ensure_agno_venv 3.1.10 AGNO_TEST_PYTHON_V3
 
 FEATURES="agno-storage-sql/sqlite,agno-storage-sql/postgres,agno-storage-cli/postgres"
 cargo test --workspace --no-fail-fast --features "$FEATURES" "$@"

@@ -150,7 +150,10 @@ fn uncompiled_backend_names_its_feature() {
 
 #[test]
 fn unreachable_server_is_one_error_line() {
-    let err = one_error_line(&agno_storage(&["status", "postgres://nobody@127.0.0.1:1/db"]));
+    let err = one_error_line(&agno_storage(&[
+        "status",
+        "postgres://nobody@127.0.0.1:1/db",
+    ]));
     assert!(err.contains("postgres"), "{err}");
 }
 

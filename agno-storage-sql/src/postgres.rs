@@ -161,10 +161,16 @@ impl PgExecutor {
             .with_backend(BACKEND)
         })?;
         // Fail fast with the server's own answer when it cannot be reached at all.
-        let probe = sqlx::PgConnection::connect_with(&options).await.map_err(|e| {
-            let err = map_err(e);
-            Error::new(err.kind(), format!("cannot connect to PostgreSQL: {}", err.message())).with_backend(BACKEND)
-        })?;
+        let probe = sqlx::PgConnection::connect_with(&options)
+            .await
+            .map_err(|e| {
+                let err = map_err(e);
+                Error::new(
+                    err.kind(),
+                    format!("cannot connect to PostgreSQL: {}", err.message()),
+                )
+                .with_backend(BACKEND)
+            })?;
         probe.close().await.map_err(map_err)?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
