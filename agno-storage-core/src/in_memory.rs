@@ -15,8 +15,8 @@ use crate::job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, Job
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use crate::learning::{Learning, LearningQuery, LearningStore};
 use crate::legacy::{
-    last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session, LegacyRunsStore,
-    LegacySessionRuns,
+    decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session,
+    InsertedRuns, LegacyRunsStore, LegacySessionRuns,
 };
 use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
 use crate::migration::{
@@ -423,7 +423,7 @@ impl LegacyRunsStore for InMemoryDb {
             .sessions
             .values()
             .filter(|s| after.is_none_or(|a| s.session.session_id.as_str() > a))
-            .filter(|s| !legacy_runs_list(s.legacy_runs.as_ref()).is_empty())
+            .filter(|s| s.legacy_runs.as_ref().is_some_and(|b| !b.is_null()))
             .take(limit)
             .map(|s| LegacySessionRuns {
                 session_id: s.session.session_id.clone(),
@@ -433,16 +433,17 @@ impl LegacyRunsStore for InMemoryDb {
             .collect())
     }
 
-    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<u64> {
+    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
         let mut state = self.lock();
-        let mut inserted = 0;
+        let mut outcome = InsertedRuns::default();
         for row in rows {
             if !state.runs.contains_key(&row.run_id) {
                 state.runs.insert(row.run_id.clone(), row);
-                inserted += 1;
+                outcome.inserted += 1;
             }
+            outcome.present += 1;
         }
-        Ok(inserted)
+        Ok(outcome)
     }
 
     async fn count_legacy_runs(&self) -> Result<u64> {
@@ -450,7 +451,9 @@ impl LegacyRunsStore for InMemoryDb {
         Ok(state
             .sessions
             .values()
-            .filter(|s| !legacy_runs_list(s.legacy_runs.as_ref()).is_empty())
+            .filter(|s| {
+                decode_legacy_runs(s.legacy_runs.as_ref()).map_or(true, |runs| !runs.is_empty())
+            })
             .count() as u64)
     }
 

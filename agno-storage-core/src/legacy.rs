@@ -31,13 +31,42 @@ pub fn unwrap_double_encoded(value: Value) -> Option<Value> {
     }
 }
 
-/// The list inside a legacy runs blob: an array, a (double-encoded) JSON string of an array,
-/// or nothing. Anything else is ignored, as agno does ("Could not parse legacy runs blob").
-pub fn legacy_runs_list(blob: Option<&Value>) -> Vec<Value> {
-    match blob.cloned().and_then(unwrap_double_encoded) {
-        Some(Value::Array(items)) => items,
-        _ => Vec::new(),
+/// The runs inside a legacy blob, strictly: the blob must be a JSON array, or a (double-)
+/// encoded JSON string of one; absent and JSON `null` are empty. Anything else is an error
+/// describing what was found, so a migration can report it instead of dropping it.
+pub fn decode_legacy_runs(blob: Option<&Value>) -> std::result::Result<Vec<Value>, String> {
+    fn decode(value: &Value, depth: u8) -> std::result::Result<Vec<Value>, String> {
+        match value {
+            Value::Null => Ok(Vec::new()),
+            Value::Array(items) => Ok(items.clone()),
+            Value::String(text) if depth < 2 => match serde_json::from_str::<Value>(text) {
+                Ok(inner) => decode(&inner, depth + 1),
+                Err(e) => Err(format!("the runs blob is not valid JSON ({e})")),
+            },
+            other => Err(format!(
+                "the runs blob is not a JSON array (found {})",
+                json_type(other)
+            )),
+        }
     }
+    blob.map_or(Ok(Vec::new()), |b| decode(b, 0))
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The list inside a legacy runs blob, leniently, as agno reads it: anything that is not
+/// an array is ignored ("Could not parse legacy runs blob").
+pub fn legacy_runs_list(blob: Option<&Value>) -> Vec<Value> {
+    decode_legacy_runs(blob).unwrap_or_default()
 }
 
 fn run_id_of(run: &Value) -> Option<&str> {
@@ -102,16 +131,17 @@ pub fn last_context_runs(runs: Vec<Value>, limit: usize) -> Vec<Value> {
 /// `_build_run_rows`: `run_index` is the position in the blob (entries without a `run_id`
 /// still consume an index), the owner is the session's, and `run_type` is agent if
 /// `agent_id` is set, team if `team_id` is, else workflow. A duplicate `run_id` inside one
-/// blob keeps its first occurrence.
+/// blob keeps its first occurrence. A blob that is not an array is an error (see
+/// [`decode_legacy_runs`]).
 pub fn legacy_run_rows(
     session_id: &str,
     user_id: Option<&str>,
     blob: Option<&Value>,
-) -> Vec<RunRecord> {
+) -> std::result::Result<Vec<RunRecord>, String> {
     let now = crate::now_epoch_seconds();
     let mut seen = std::collections::HashSet::new();
     let mut rows = Vec::new();
-    for (index, run) in legacy_runs_list(blob).into_iter().enumerate() {
+    for (index, run) in decode_legacy_runs(blob)?.into_iter().enumerate() {
         let Some(run_id) = run_id_of(&run).map(str::to_owned) else {
             continue;
         };
@@ -147,7 +177,7 @@ pub fn legacy_run_rows(
             run_data: run,
         });
     }
-    rows
+    Ok(rows)
 }
 
 /// One session's legacy runs blob, as read by the migration.
@@ -159,6 +189,15 @@ pub struct LegacySessionRuns {
     pub user_id: Option<String>,
     /// The blob as stored (array or encoded string).
     pub runs: Value,
+}
+
+/// What [`LegacyRunsStore::insert_runs_if_absent`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InsertedRuns {
+    /// Rows written by this call.
+    pub inserted: u64,
+    /// Rows whose `run_id` is stored after the call (written now or before).
+    pub present: u64,
 }
 
 /// Access to pre-v3 runs blobs, implemented by every backend that can hold them. The
@@ -175,8 +214,8 @@ pub trait LegacyRunsStore: Send + Sync {
     ) -> Result<Vec<LegacySessionRuns>>;
 
     /// Inserts each row whose `run_id` is not stored yet; never overwrites a stored run
-    /// (a newer run wins over its legacy copy). Returns how many were inserted.
-    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<u64>;
+    /// (a newer run wins over its legacy copy).
+    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns>;
 
     /// How many sessions still carry a non-empty legacy blob.
     async fn count_legacy_runs(&self) -> Result<u64>;
@@ -185,11 +224,17 @@ pub trait LegacyRunsStore: Send + Sync {
     async fn drop_legacy_runs(&self) -> Result<u64>;
 }
 
-/// Copies every legacy blob into the runs store, a page at a time, without overwriting
-/// newer runs. Returns `(sessions scanned, runs inserted)`. Any error aborts.
+/// Copies every legacy blob into the runs store, a page of sessions at a time (never the
+/// whole table in memory), without overwriting newer runs. Returns `(sessions scanned, runs
+/// inserted)`.
+///
+/// A blob that cannot be decoded does not stop the others: every other session is copied,
+/// then the call fails naming each undecodable session, so the caller does not stamp. A
+/// store that keeps fewer runs than it was given is an error too.
 pub async fn copy_legacy_runs(store: &dyn LegacyRunsStore, page_size: usize) -> Result<(u64, u64)> {
     let mut after: Option<String> = None;
     let (mut sessions, mut inserted) = (0u64, 0u64);
+    let mut malformed: Vec<String> = Vec::new();
     loop {
         let page = store.legacy_runs_page(after.as_deref(), page_size).await?;
         let Some(last) = page.last() else { break };
@@ -197,18 +242,49 @@ pub async fn copy_legacy_runs(store: &dyn LegacyRunsStore, page_size: usize) -> 
         let full = page.len() == page_size;
         for legacy in page {
             sessions += 1;
-            let rows = legacy_run_rows(
+            let rows = match legacy_run_rows(
                 &legacy.session_id,
                 legacy.user_id.as_deref(),
                 Some(&legacy.runs),
-            );
-            if !rows.is_empty() {
-                inserted += store.insert_runs_if_absent(rows).await?;
+            ) {
+                Ok(rows) => rows,
+                Err(why) => {
+                    malformed.push(format!("session {}: {why}", legacy.session_id));
+                    continue;
+                }
+            };
+            if rows.is_empty() {
+                continue;
             }
+            let expected = rows.len() as u64;
+            let outcome = store.insert_runs_if_absent(rows).await?;
+            if outcome.present != expected {
+                return Err(Error::new(
+                    crate::ErrorKind::Conflict,
+                    format!(
+                        "copied only {} of the {expected} legacy runs of session {} into the runs table",
+                        outcome.present, legacy.session_id
+                    ),
+                ));
+            }
+            inserted += outcome.inserted;
         }
         if !full {
             break;
         }
+    }
+    if !malformed.is_empty() {
+        let shown: Vec<&str> = malformed.iter().take(20).map(String::as_str).collect();
+        return Err(Error::new(
+            crate::ErrorKind::Serialization,
+            format!(
+                "{} legacy runs blob(s) could not be decoded and were not copied ({}{}); every other session's runs \
+                 were copied. Repair or clear those blobs, then run the migration again",
+                malformed.len(),
+                shown.join("; "),
+                if malformed.len() > shown.len() { "; …" } else { "" }
+            ),
+        ));
     }
     Ok((sessions, inserted))
 }
@@ -284,9 +360,20 @@ mod tests {
     }
 
     #[test]
+    fn malformed_blobs_are_errors_when_strict() {
+        assert!(decode_legacy_runs(Some(&json!("[{\"run_id\": \"x\", trunc"))).is_err());
+        assert!(decode_legacy_runs(Some(&json!({"run_id": "x"}))).is_err());
+        assert_eq!(
+            decode_legacy_runs(Some(&json!("null"))).unwrap(),
+            Vec::<Value>::new()
+        );
+        assert!(legacy_runs_list(Some(&json!(42))).is_empty());
+    }
+
+    #[test]
     fn legacy_rows_keep_positions() {
         let blob = json!("[{\"run_id\": \"a\", \"team_id\": \"t\"}, {}, {\"run_id\": \"b\"}, {\"run_id\": \"a\"}]");
-        let rows = legacy_run_rows("s", Some("u"), Some(&blob));
+        let rows = legacy_run_rows("s", Some("u"), Some(&blob)).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(
             (rows[0].run_index, rows[0].run_type),

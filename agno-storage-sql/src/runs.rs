@@ -1,6 +1,8 @@
 //! Runs (`agno_runs`): one row per run, `run_index` assigned atomically per session.
 
-use agno_storage_core::legacy::{legacy_runs_list, LegacyRunsStore, LegacySessionRuns};
+use agno_storage_core::legacy::{
+    decode_legacy_runs, legacy_runs_list, InsertedRuns, LegacyRunsStore, LegacySessionRuns,
+};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, Error, ErrorKind, Page, Result,
     RunQuery, RunRecord, RunStore, RunType,
@@ -254,21 +256,31 @@ impl LegacyRunsStore for SqlStore {
             .await?
             .iter()
             .map(|r| {
+                // A cell that is not JSON at all is passed on as text, so the migration
+                // reports it with its session id instead of failing the whole page.
+                let runs = match r.json("runs") {
+                    Ok(v) => v.unwrap_or(Value::Null),
+                    Err(_) => Value::String(r.opt_str("runs")?.unwrap_or_default()),
+                };
                 Ok(LegacySessionRuns {
                     session_id: r.str("session_id")?,
                     user_id: r.opt_str("user_id")?,
-                    runs: r.json("runs")?.unwrap_or(Value::Null),
+                    runs,
                 })
             })
             .collect()
     }
 
-    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<u64> {
+    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        if rows.is_empty() {
+            return Ok(InsertedRuns::default());
+        }
+        let table = self.t(Tbl::Runs);
         let sql = format!(
-            "INSERT INTO {} ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-            self.t(Tbl::Runs)
+            "INSERT INTO {table} ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
         );
-        let statements = rows
+        let ids: Vec<String> = rows.iter().map(|r| r.run_id.clone()).collect();
+        let mut statements: Vec<crate::exec::Statement> = rows
             .iter()
             .map(|run| {
                 let mut params = run_params(run);
@@ -280,13 +292,21 @@ impl LegacyRunsStore for SqlStore {
                 (sql.clone(), params)
             })
             .collect();
-        Ok(self
-            .exec
-            .transaction(statements)
-            .await?
-            .iter()
-            .map(|r| r.len() as u64)
-            .sum())
+        let (list, params) = in_list(&ids);
+        statements.push((
+            format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id IN {list}"),
+            params,
+        ));
+        let mut results = self.exec.transaction(statements).await?;
+        let present = results
+            .pop()
+            .and_then(|r| r.first().map(|row| row.i64("n")))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(InsertedRuns {
+            inserted: results.iter().map(|r| r.len() as u64).sum(),
+            present: present.max(0) as u64,
+        })
     }
 
     async fn count_legacy_runs(&self) -> Result<u64> {
@@ -296,7 +316,7 @@ impl LegacyRunsStore for SqlStore {
             let page = self.legacy_runs_page(after.as_deref(), 500).await?;
             pending += page
                 .iter()
-                .filter(|s| !legacy_runs_list(Some(&s.runs)).is_empty())
+                .filter(|s| decode_legacy_runs(Some(&s.runs)).map_or(true, |runs| !runs.is_empty()))
                 .count() as u64;
             match page.last() {
                 Some(last) if page.len() == 500 => after = Some(last.session_id.clone()),

@@ -55,10 +55,10 @@ struct Writer {
 #[async_trait]
 impl LegacyWriter for Writer {
     async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        // agno 2.9.0 on PostgreSQL wrote JSONB values, never double-encoded.
+        // agno 2.9.0 on PostgreSQL wrote JSONB values, never double-encoded. A string that
+        // is not JSON stays a JSON string: a corrupt blob.
         let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text)
-                .map_err(|e| Error::new(ErrorKind::InvalidInput, e.to_string()))?,
+            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
             other => other,
         };
         let json = |v: Option<Value>| sqlx::types::Json(v.unwrap_or(Value::Null));

@@ -213,3 +213,26 @@ pub(crate) async fn retry_then_fail_and_cleanup(ctx: &Ctx) -> CaseResult {
     )?;
     Ok(())
 }
+
+/// Eight workers race for one job: exactly one gets it.
+pub(crate) async fn two_claimers_of_one_job_one_winner(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    db.jobs()?.enqueue_job(job(), 0).await?;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let db = db.clone();
+        tasks.push(tokio::spawn(async move {
+            db.jobs()?.claim_job(&format!("racer-{w}"), 60, None).await
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        if t.await
+            .map_err(|e| format!("claimer panicked: {e}"))??
+            .is_some()
+        {
+            winners += 1;
+        }
+    }
+    ensure_eq(winners, 1, "claimers that got the job")
+}

@@ -446,3 +446,53 @@ pub(crate) async fn learnings_rekey_migrates_and_refuses_down(ctx: &Ctx) -> Case
     )?;
     Ok(())
 }
+
+/// A blob that cannot be decoded is reported with its session id; every other session is
+/// still copied, the sessions table stays unstamped, and the session itself stays readable.
+pub(crate) async fn malformed_blob_is_reported_and_others_copied(ctx: &Ctx) -> CaseResult {
+    let legacy = ctx.legacy().await?;
+    seed_legacy(&legacy, 2).await?;
+    let broken = session(SessionType::Agent, Some("mallory"));
+    legacy
+        .writer
+        .write_legacy_session(
+            broken.clone(),
+            Value::String("[{\"run_id\": \"cut-off\", \"status\": \"COMPL".into()),
+        )
+        .await?;
+    let target = legacy.db.migrations()?;
+    let sessions_table = table_name(&legacy.db, TableType::Sessions)?;
+    let failure = match MigrationManager::new(target).up().await {
+        Ok(report) => {
+            return Err(format!("up() with a malformed blob succeeded: {report:?}").into())
+        }
+        Err(f) => f,
+    };
+    ensure(
+        failure.error.message().contains(&broken.session_id),
+        format!("the error names the session: {}", failure.error),
+    )?;
+    ensure_eq(
+        run_count(&legacy.db).await?,
+        6,
+        "runs copied from the well-formed sessions",
+    )?;
+    ensure_eq(
+        target
+            .versions()
+            .get_schema_version(&sessions_table)
+            .await?,
+        None,
+        "sessions stamp",
+    )?;
+    let read = legacy
+        .db
+        .sessions()?
+        .get_session(&broken.session_id, SessionRead::default())
+        .await?;
+    ensure(
+        read.is_some_and(|s| s.runs.is_some_and(|r| r.is_empty())),
+        "the broken session reads back with no runs",
+    )?;
+    Ok(())
+}

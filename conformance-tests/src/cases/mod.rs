@@ -78,6 +78,7 @@ pub(crate) fn all() -> Vec<Case> {
             ["jobs"]
         ),
         case!(jobs::retry_then_fail_and_cleanup, ["jobs"]),
+        case!(jobs::two_claimers_of_one_job_one_winner, ["jobs"]),
         case!(
             migrations::up_twice_is_idempotent,
             ["migrations", "legacy_runs", "runs"]
@@ -91,6 +92,10 @@ pub(crate) fn all() -> Vec<Case> {
             ["migrations", "legacy_runs", "runs"]
         ),
         case!(migrations::newer_database_is_refused, ["migrations"]),
+        case!(
+            migrations::malformed_blob_is_reported_and_others_copied,
+            ["migrations", "legacy_runs", "runs"]
+        ),
         case!(
             migrations::cleanup_legacy_runs_refuses_unforced,
             ["migrations", "legacy_runs", "runs"]
