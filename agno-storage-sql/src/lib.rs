@@ -80,6 +80,7 @@ impl SqlDb {
         path: impl AsRef<std::path::Path>,
         tables: TableNames,
     ) -> Result<Self> {
+        tables.validate()?;
         let exec = sqlite::SqliteExecutor::open(path.as_ref())?;
         Self::init(Arc::new(exec), dialect::Dialect::Sqlite, None, tables).await
     }
@@ -88,11 +89,8 @@ impl SqlDb {
     /// it and the tables it lacks.
     #[cfg(feature = "postgres")]
     pub async fn connect_postgres(url: &str, schema: &str, tables: TableNames) -> Result<Self> {
-        if schema.is_empty() {
-            return Err(agno_storage_core::Error::invalid_input(
-                "the PostgreSQL schema name is empty; agno's default is `ai`",
-            ));
-        }
+        schema::validate_identifier("PostgreSQL schema name", schema)?;
+        tables.validate()?;
         let exec = postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}")).await?;
         Self::init(
             Arc::new(exec),

@@ -150,6 +150,42 @@ impl MigrationStep for AddColumnsStep {
             }
             changed = true;
         }
+        if t == Tbl::Schedules {
+            let dups = s
+                .exec
+                .query(
+                    &format!("SELECT user_id, name, COUNT(*) AS n FROM {} GROUP BY user_id, name HAVING COUNT(*) > 1 ORDER BY name", s.t(t)),
+                    vec![],
+                )
+                .await?;
+            if !dups.is_empty() {
+                let listed: Vec<String> = dups
+                    .iter()
+                    .map(|r| {
+                        let owner = r
+                            .opt_str("user_id")
+                            .ok()
+                            .flatten()
+                            .unwrap_or_else(|| "(unowned)".into());
+                        format!(
+                            "{owner}: '{}' x{}",
+                            r.opt_str("name").ok().flatten().unwrap_or_default(),
+                            r.i64("n").unwrap_or(0)
+                        )
+                    })
+                    .collect();
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "Cannot create the per-owner unique schedule names on {}: duplicate schedule names exist within one owner \
+                         bucket ({}). Rename or delete the duplicates, then re-run the migration; {} was not stamped.",
+                        table.name,
+                        listed.join(", "),
+                        table.name
+                    ),
+                ));
+            }
+        }
         for (index, sql) in ddl.partial_unique_indexes(t) {
             if let Err(e) = s.exec.execute(&sql, vec![]).await {
                 if e.kind() == ErrorKind::AlreadyExists {

@@ -14,18 +14,20 @@ use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, order_by, SqlStore, Where};
 use crate::value::{Row, SqlValue};
 
+fn run_type(s: &str) -> Result<RunType> {
+    match s {
+        "agent" => Ok(RunType::Agent),
+        "team" => Ok(RunType::Team),
+        "workflow" => Ok(RunType::Workflow),
+        other => Err(Error::new(
+            ErrorKind::Serialization,
+            format!("Invalid run type: {other}"),
+        )),
+    }
+}
+
 pub(crate) fn run_from_row(row: &Row) -> Result<RunRecord> {
-    let run_type = match row.str("run_type")?.as_str() {
-        "agent" => RunType::Agent,
-        "team" => RunType::Team,
-        "workflow" => RunType::Workflow,
-        other => {
-            return Err(Error::new(
-                ErrorKind::Serialization,
-                format!("Invalid run type: {other}"),
-            ))
-        }
-    };
+    let run_type = run_type(&row.str("run_type")?)?;
     Ok(RunRecord {
         run_id: row.str("run_id")?,
         session_id: row.str("session_id")?,
@@ -73,7 +75,8 @@ impl RunStore for SqlStore {
              ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, run_data = excluded.run_data, \
              user_id = COALESCE(excluded.user_id, t.user_id), parent_run_id = excluded.parent_run_id, \
              updated_at = excluded.updated_at, run_index = COALESCE(t.run_index, excluded.run_index) \
-             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id RETURNING *"
+             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id \
+             RETURNING session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, created_at, updated_at"
         );
         let mut params = run_params(&run);
         params.extend([
@@ -85,6 +88,9 @@ impl RunStore for SqlStore {
         let result = match self.dialect {
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => self.exec.query(&sql, params).await,
+            // An explicit run_index needs no lock: the statement is atomic on its own.
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres if run.run_index.is_some() => self.exec.query(&sql, params).await,
             // agno's lock: concurrent appends to one session read MAX(run_index) one at a time.
             #[cfg(feature = "postgres")]
             Dialect::Postgres => self
@@ -106,10 +112,25 @@ impl RunStore for SqlStore {
             )),
             _ => e,
         })?;
-        match rows.first() {
-            Some(row) => run_from_row(row),
-            None => Err(owned_by_another_user("run", &run.run_id)),
-        }
+        // The stored row is the input with the columns the upsert keeps or assigns; it is
+        // rebuilt from them rather than by decoding `run_data` again.
+        let row = rows
+            .first()
+            .ok_or_else(|| owned_by_another_user("run", &run.run_id))?;
+        Ok(RunRecord {
+            session_id: row.str("session_id")?,
+            agent_id: row.opt_str("agent_id")?,
+            team_id: row.opt_str("team_id")?,
+            workflow_id: row.opt_str("workflow_id")?,
+            user_id: row.opt_str("user_id")?,
+            parent_run_id: row.opt_str("parent_run_id")?,
+            status: row.opt_str("status")?,
+            run_index: row.opt_i64("run_index")?,
+            created_at: row.i64("created_at")?,
+            updated_at: row.opt_i64("updated_at")?,
+            run_type: run_type(&row.str("run_type")?)?,
+            ..run
+        })
     }
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {

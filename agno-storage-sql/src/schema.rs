@@ -101,6 +101,15 @@ impl TableNames {
         }
     }
 
+    /// Checks every name: 1 to 63 ASCII letters, digits or `_`, not starting with a digit.
+    /// Names are quoted in SQL anyway; this refuses names that would surprise an operator.
+    pub fn validate(&self) -> agno_storage_core::Result<()> {
+        for t in Tbl::ALL {
+            validate_identifier("table name", &self.name(t))?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn name(&self, t: Tbl) -> String {
         match t {
             Tbl::Sessions => self.sessions.clone(),
@@ -573,5 +582,21 @@ impl Ddl<'_> {
                 (index, sql)
             })
             .collect()
+    }
+}
+
+/// Refuses an identifier that is not 1-63 ASCII letters, digits or `_` (not starting with a
+/// digit), naming what was wrong.
+pub(crate) fn validate_identifier(what: &str, name: &str) -> agno_storage_core::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(agno_storage_core::Error::invalid_input(format!(
+            "invalid {what} {name:?}: use 1 to 63 ASCII letters, digits or underscores, not starting with a digit"
+        )))
     }
 }

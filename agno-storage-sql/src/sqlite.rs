@@ -1,18 +1,20 @@
 //! The SQLite executor: rusqlite on a blocking thread, one connection per database handle.
 //!
 //! Every connection runs `PRAGMA journal_mode=WAL`, `PRAGMA foreign_keys=ON` and a busy
-//! timeout. Calls of one handle are serialized on its connection, and multi-statement writes
-//! take the writer lock up front (`BEGIN IMMEDIATE`), so concurrent writers in one process or
-//! several wait for each other instead of failing with `database is locked`.
+//! timeout. Each handle owns one connection on its own thread. Writes waiting for that
+//! thread are committed together (group commit): one `BEGIN IMMEDIATE … COMMIT` per batch,
+//! each call in its own savepoint, every caller answered only once its write is durable. The
+//! writer lock is taken up front, so concurrent writers in one process or several wait for
+//! each other (busy timeout) instead of failing with `database is locked`.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use agno_storage_core::migration::MigrationLock;
 use agno_storage_core::{async_trait, json::to_python_json, Error, ErrorKind, Result};
 use rusqlite::types::{Value as SqliteValue, ValueRef};
-use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode};
 
 use crate::exec::{Executor, Statement};
 use crate::value::{Row, SqlValue};
@@ -20,9 +22,82 @@ use crate::value::{Row, SqlValue};
 const BACKEND: &str = "sqlite";
 
 pub(crate) struct SqliteExecutor {
-    conn: Arc<Mutex<Connection>>,
+    jobs: mpsc::Sender<Job>,
     path: Option<PathBuf>,
     memory_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Work for the connection thread. `run` gets the connection (or the error that kept the
+/// batch from starting), reports whether it succeeded, and returns how to deliver its outcome
+/// once the batch has committed.
+struct Job {
+    writes: bool,
+    run: Box<
+        dyn FnOnce(std::result::Result<&Connection, &rusqlite::Error>) -> (bool, Delivery) + Send,
+    >,
+}
+
+/// Sends a job's result, or the batch's commit error, to its caller.
+type Delivery = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+
+/// At most this many calls share one transaction.
+const MAX_BATCH: usize = 256;
+
+/// The connection thread: takes every call waiting in the queue and runs it in one writer
+/// transaction (group commit), each call in its own savepoint so a failing call rolls back
+/// alone, then commits once and answers every caller. A caller is answered only after the
+/// commit that made its write durable. A batch of reads runs without a transaction.
+/// Runs a fixed transaction-control statement through the statement cache.
+fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+fn connection_thread(conn: Connection, jobs: mpsc::Receiver<Job>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if !batch.iter().any(|j| j.writes) {
+            for job in batch {
+                let (_, deliver) = (job.run)(Ok(&conn));
+                deliver(None);
+            }
+            continue;
+        }
+        if let Err(e) = control(&conn, "BEGIN IMMEDIATE") {
+            for job in batch {
+                let (_, deliver) = (job.run)(Err(&e));
+                deliver(None);
+            }
+            continue;
+        }
+        let mut deliveries = Vec::with_capacity(batch.len());
+        for job in batch {
+            let opened = control(&conn, "SAVEPOINT agno_call");
+            let (ok, deliver) = match &opened {
+                Ok(()) => (job.run)(Ok(&conn)),
+                Err(e) => (job.run)(Err(e)),
+            };
+            if opened.is_ok() {
+                if !ok {
+                    let _ = control(&conn, "ROLLBACK TO agno_call");
+                }
+                let _ = control(&conn, "RELEASE agno_call");
+            }
+            deliveries.push(deliver);
+        }
+        let committed = control(&conn, "COMMIT");
+        if committed.is_err() {
+            let _ = control(&conn, "ROLLBACK");
+        }
+        for deliver in deliveries {
+            deliver(committed.as_ref().err());
+        }
+    }
 }
 
 pub(crate) fn map_err(e: rusqlite::Error) -> Error {
@@ -133,53 +208,103 @@ impl SqliteExecutor {
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(map_err)?;
+        let (jobs, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("agno-sqlite".into())
+            .spawn(move || connection_thread(conn, queue))
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot start the SQLite connection thread: {e}"),
+                )
+                .with_backend(BACKEND)
+            })?;
         Ok(SqliteExecutor {
-            conn: Arc::new(Mutex::new(conn)),
+            jobs,
             path: (!in_memory).then(|| path.to_path_buf()),
             memory_lock: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
-    async fn with_conn<T: Send + 'static>(
+    /// Queues `f` on the connection thread and waits for its result; `writes` calls are
+    /// answered after their batch commits.
+    async fn call<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        writes: bool,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut guard).map_err(map_err)
-        })
-        .await
-        .map_err(|e| {
+        let (reply, answer) = tokio::sync::oneshot::channel::<Result<T>>();
+        let run = Box::new(
+            move |conn: std::result::Result<&Connection, &rusqlite::Error>| -> (bool, Delivery) {
+                let outcome = match conn {
+                    Ok(conn) => f(conn).map_err(map_err),
+                    Err(e) => Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!("SQLite could not start a write transaction: {e}"),
+                    )
+                    .with_backend(BACKEND)
+                    .set_temporary(true)),
+                };
+                let ok = outcome.is_ok();
+                let deliver: Delivery = Box::new(move |commit_error: Option<&rusqlite::Error>| {
+                    let result = match commit_error {
+                        Some(e) => Err(Error::new(
+                            ErrorKind::Unavailable,
+                            format!("SQLite commit failed: {e}"),
+                        )
+                        .with_backend(BACKEND)
+                        .set_temporary(true)),
+                        None => outcome,
+                    };
+                    let _ = reply.send(result);
+                });
+                (ok, deliver)
+            },
+        );
+        self.jobs.send(Job { writes, run }).map_err(|_| {
             Error::new(
-                ErrorKind::Unexpected,
-                format!("SQLite worker thread failed: {e}"),
+                ErrorKind::Unavailable,
+                "the SQLite connection thread has stopped",
+            )
+            .with_backend(BACKEND)
+        })?;
+        answer.await.map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "the SQLite connection thread dropped a call",
             )
             .with_backend(BACKEND)
         })?
     }
 }
 
+fn is_read(sql: &str) -> bool {
+    sql.trim_start()
+        .get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("select"))
+}
+
 #[async_trait]
 impl Executor for SqliteExecutor {
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
+        let writes = !is_read(sql);
         let sql = sql.to_owned();
-        self.with_conn(move |c| run_query(c, &sql, params)).await
+        self.call(writes, move |c| run_query(c, &sql, params)).await
     }
 
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64> {
         let sql = sql.to_owned();
-        self.with_conn(move |c| run_execute(c, &sql, params)).await
+        self.call(true, move |c| run_execute(c, &sql, params)).await
     }
 
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>> {
-        self.with_conn(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // The call runs in its own savepoint of the batch's writer transaction: all of its
+        // statements commit together or not at all.
+        self.call(true, move |c| {
             let mut out = Vec::with_capacity(statements.len());
             for (sql, params) in statements {
-                out.push(run_query(&tx, &sql, params)?);
+                out.push(run_query(c, &sql, params)?);
             }
-            tx.commit()?;
             Ok(out)
         })
         .await

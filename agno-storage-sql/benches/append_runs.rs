@@ -1,0 +1,330 @@
+//! Append-runs benchmark, run on demand (`cargo bench -p agno-storage-sql --features sqlite,postgres`).
+//!
+//! Appends N runs of ~2 KB to one session and reads the session back, for N = 10, 1,000 and
+//! 10,000 (override with `BENCH_N=10,1000`), on SQLite and PostgreSQL, side by side with:
+//! a bare prepared rusqlite upsert / bare sqlx insert under the same settings, agno 3.1.10
+//! (`upsert_run` from the venv in `AGNO_TEST_PYTHON_V3`, skipped when unset), and 8
+//! concurrent writers (group commit). Prints per-run wall and CPU time and the ratios the
+//! SQL issue sets. Needs `AGNO_TEST_POSTGRES_URL` for the PostgreSQL rows. Files go to
+//! `BENCH_DIR` (default: the system temp dir) — put it on the disk you want to measure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agno_storage_core::{AgnoDb, RunRecord, Session, SessionRead, SessionType};
+use agno_storage_sql::{SqlDb, TableNames};
+use serde_json::{json, Value};
+
+/// User CPU time of the whole process (all threads); kernel time (fsync, futex) is left
+/// out so the figure is the cost of the code, not of the disk.
+fn cpu_now() -> Duration {
+    // SAFETY: getrusage writes into the struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    Duration::new(
+        usage.ru_utime.tv_sec as u64,
+        usage.ru_utime.tv_usec as u32 * 1000,
+    )
+}
+
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    wall_per_run: f64,
+    cpu_per_run: f64,
+    first10: f64,
+    last10: f64,
+    read: f64,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn run_data(i: usize) -> Value {
+    json!({"run_id": format!("run-{i}"), "agent_id": "bench-agent", "session_id": "bench", "user_id": "bench-user",
+           "content": "x".repeat(2000), "content_type": "str", "status": "COMPLETED", "model": "gpt-4o",
+           "model_provider": "OpenAI", "created_at": 1_700_000_000 + i as i64})
+}
+
+fn row(i: usize, with_index: bool) -> RunRecord {
+    let mut r =
+        RunRecord::from_run_data("bench", Some("bench-user".into()), run_data(i)).expect("run row");
+    r.run_index = with_index.then_some(i as i64);
+    r
+}
+
+async fn ours(db: &AgnoDb, n: usize) -> Sample {
+    db.sessions()
+        .unwrap()
+        .upsert_session(
+            Session::new("bench", SessionType::Agent, "bench-agent").with_user("bench-user"),
+        )
+        .await
+        .unwrap();
+    let runs = db.runs().unwrap();
+    let mut laps = Vec::with_capacity(n);
+    let (wall0, cpu0) = (Instant::now(), cpu_now());
+    for i in 0..n {
+        let t = Instant::now();
+        runs.upsert_run(row(i, false)).await.unwrap();
+        laps.push(t.elapsed().as_secs_f64());
+    }
+    let (wall, cpu) = (
+        wall0.elapsed().as_secs_f64(),
+        (cpu_now() - cpu0).as_secs_f64(),
+    );
+    let t = Instant::now();
+    let s = db
+        .sessions()
+        .unwrap()
+        .get_session("bench", SessionRead::default())
+        .await
+        .unwrap()
+        .unwrap();
+    let read = t.elapsed().as_secs_f64();
+    assert_eq!(s.runs.map(|r| r.len()), Some(n));
+    Sample {
+        wall_per_run: wall / n as f64,
+        cpu_per_run: cpu / n as f64,
+        first10: median(&laps[..n.min(10)]),
+        last10: median(&laps[n.saturating_sub(10)..]),
+        read,
+    }
+}
+
+/// The same rows through a bare prepared rusqlite upsert, same pragmas, one commit each.
+fn bare_sqlite(path: &Path, n: usize) -> Sample {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(Duration::from_secs(30)).unwrap();
+    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+    let _: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .unwrap();
+    conn.execute("INSERT OR IGNORE INTO agno_sessions (session_id, session_type, created_at) VALUES ('bench', 'agent', 0)", []).unwrap();
+    let mut stmt = conn
+        .prepare(
+            "INSERT INTO agno_runs (run_id, session_id, run_type, agent_id, user_id, status, run_index, run_data, created_at, updated_at) \
+             VALUES (?1, 'bench', 'agent', 'bench-agent', 'bench-user', 'COMPLETED', ?2, ?3, ?4, ?4) \
+             ON CONFLICT (run_id) DO UPDATE SET run_data = excluded.run_data",
+        )
+        .unwrap();
+    let mut laps = Vec::with_capacity(n);
+    let (wall0, cpu0) = (Instant::now(), cpu_now());
+    for i in 0..n {
+        let t = Instant::now();
+        let data = serde_json::to_string(&run_data(i)).unwrap();
+        stmt.execute(rusqlite::params![
+            format!("run-{i}"),
+            i as i64,
+            data,
+            1_700_000_000 + i as i64
+        ])
+        .unwrap();
+        laps.push(t.elapsed().as_secs_f64());
+    }
+    let (wall, cpu) = (
+        wall0.elapsed().as_secs_f64(),
+        (cpu_now() - cpu0).as_secs_f64(),
+    );
+    Sample {
+        wall_per_run: wall / n as f64,
+        cpu_per_run: cpu / n as f64,
+        first10: median(&laps[..n.min(10)]),
+        last10: median(&laps[n.saturating_sub(10)..]),
+        read: 0.0,
+    }
+}
+
+/// `writers` tasks append `per_writer` runs each (own sessions); returns runs per second.
+async fn concurrent(db: &AgnoDb, writers: usize, per_writer: usize) -> f64 {
+    for w in 0..writers {
+        db.sessions()
+            .unwrap()
+            .upsert_session(Session::new(format!("c{w}"), SessionType::Agent, "a").with_user("u"))
+            .await
+            .unwrap();
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let db = db.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per_writer {
+                let mut r =
+                    RunRecord::from_run_data(format!("c{w}"), Some("u".into()), run_data(i))
+                        .unwrap();
+                r.run_id = format!("c{w}-{i}");
+                r.run_index = Some(i as i64);
+                db.runs().unwrap().upsert_run(r).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (writers * per_writer) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Bare sqlx inserts from `writers` tasks; returns runs per second.
+async fn bare_pg_concurrent(url: &str, schema: &str, writers: usize, per_writer: usize) -> f64 {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect(url)
+        .await
+        .unwrap();
+    let sql = format!(
+        "INSERT INTO \"{schema}\".agno_runs (run_id, session_id, run_type, agent_id, user_id, status, run_index, run_data, created_at, updated_at) \
+         VALUES ($1, $2, 'agent', 'a', 'u', 'COMPLETED', $3, $4, $5, $5) ON CONFLICT (run_id) DO UPDATE SET run_data = excluded.run_data"
+    );
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (pool, sql) = (pool.clone(), sql.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per_writer {
+                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(format!("bare-c{w}-{i}"))
+                    .bind(format!("c{w}"))
+                    .bind(i as i64)
+                    .bind(sqlx::types::Json(run_data(i)))
+                    .bind(1_700_000_000 + i as i64)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (writers * per_writer) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn agno(target: &str, n: usize) -> Option<Sample> {
+    let python = std::env::var("AGNO_TEST_PYTHON_V3").ok()?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/bench_agno.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(target)
+        .arg(n.to_string())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "agno bench failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(Sample {
+        wall_per_run: v["wall_per_run_s"].as_f64()?,
+        cpu_per_run: v["cpu_per_run_s"].as_f64()?,
+        first10: v["first10_s"].as_f64()?,
+        last10: v["last10_s"].as_f64()?,
+        read: v["read_s"].as_f64()?,
+    })
+}
+
+fn print(label: &str, n: usize, s: &Sample) {
+    println!(
+        "{label:<22} N={n:<6} wall/run {:>9.1} µs  user cpu/run {:>8.1} µs  10th-ish {:>8.1} µs  last {:>8.1} µs  read {:>9.2} ms",
+        s.wall_per_run * 1e6,
+        s.cpu_per_run * 1e6,
+        s.first10 * 1e6,
+        s.last10 * 1e6,
+        s.read * 1e3
+    );
+}
+
+fn fresh(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(format!("{name}-{}.db", uuid::Uuid::new_v4().simple()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn main() {
+    let ns: Vec<usize> = std::env::var("BENCH_N")
+        .unwrap_or_else(|_| "10,1000,10000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let dir = std::env::var_os("BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("agno-bench"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pg_url = std::env::var("AGNO_TEST_POSTGRES_URL").ok();
+    println!(
+        "append N runs of ~2 KB to one session, then read it back (dir {})",
+        dir.display()
+    );
+    for &n in &ns {
+        let path = fresh(&dir, "ours");
+        let db = rt
+            .block_on(SqlDb::open_sqlite(&path, TableNames::default()))
+            .unwrap()
+            .agno_db();
+        let o = rt.block_on(ours(&db, n));
+        print("sqlite ours", n, &o);
+        let bare_path = fresh(&dir, "bare");
+        rt.block_on(SqlDb::open_sqlite(&bare_path, TableNames::default()))
+            .unwrap();
+        let b = bare_sqlite(&bare_path, n);
+        print("sqlite bare rusqlite", n, &b);
+        println!("    ours/bare commit rate {:.2} (>= 0.95 wanted); last/first append {:.2} (<= 1.2 wanted)", b.wall_per_run / o.wall_per_run, o.last10 / o.first10.max(1e-9));
+        if let Some(a) = agno(&format!("sqlite:{}", fresh(&dir, "agno").display()), n) {
+            print("sqlite agno 3.1.10", n, &a);
+            println!(
+                "    agno/ours cpu per run {:.1}x (>= 20 wanted); read {:.1}x (>= 10 wanted)",
+                a.cpu_per_run / o.cpu_per_run,
+                a.read / o.read.max(1e-9)
+            );
+        }
+        if let Some(url) = &pg_url {
+            let schema = format!(
+                "agno_ct_{}_bench_{}",
+                agno_storage_core::now_epoch_seconds(),
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            );
+            let db = rt
+                .block_on(SqlDb::connect_postgres(url, &schema, TableNames::default()))
+                .unwrap()
+                .agno_db();
+            print("postgres ours", n, &rt.block_on(ours(&db, n)));
+            if let Some(a) = agno(&format!("postgres:{url}#{schema}_agno"), n) {
+                print("postgres agno 3.1.10", n, &a);
+            }
+        }
+    }
+    let per = 200;
+    let path = fresh(&dir, "conc");
+    let db = rt
+        .block_on(SqlDb::open_sqlite(&path, TableNames::default()))
+        .unwrap()
+        .agno_db();
+    let one = rt.block_on(concurrent(&db, 1, per));
+    let eight = rt.block_on(concurrent(&db, 8, per));
+    println!("sqlite group commit: 1 writer {one:.0} runs/s, 8 writers {eight:.0} runs/s = {:.1}x (>= 5 wanted)", eight / one);
+    if let Some(url) = &pg_url {
+        let schema = format!(
+            "agno_ct_{}_benchc_{}",
+            agno_storage_core::now_epoch_seconds(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let db = rt
+            .block_on(SqlDb::connect_postgres(url, &schema, TableNames::default()))
+            .unwrap()
+            .agno_db();
+        let ours8 = rt.block_on(concurrent(&db, 8, per));
+        let bare8 = rt.block_on(bare_pg_concurrent(url, &schema, 8, per));
+        println!("postgres 8 writers: ours {ours8:.0} runs/s, bare sqlx {bare8:.0} runs/s = bare/ours {:.2}x (<= 1.3 wanted)", bare8 / ours8);
+    }
+}

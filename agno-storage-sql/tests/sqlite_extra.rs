@@ -1,0 +1,234 @@
+//! SQLite-specific guarantees: concurrent writers on one file (tasks, handles, processes)
+//! never see `database is locked`; duplicate schedule names abort the migration unstamped,
+//! naming them; configured identifiers are validated.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agno_storage_core::{
+    ErrorKind, JobQuery, MigrationManager, RunQuery, RunRecord, Session, SessionType,
+};
+use agno_storage_sql::{SqlDb, TableNames};
+use serde_json::json;
+
+fn temp_db(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join("agno-storage-tests");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(format!("{}.db", common::slug(name)))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Each writer upserts its session, then `runs` runs and one job.
+async fn write(path: &Path, writer: &str, runs: usize) {
+    let db = SqlDb::open_sqlite(path, TableNames::default())
+        .await
+        .expect("open")
+        .agno_db();
+    let session = format!("s-{writer}");
+    db.sessions()
+        .unwrap()
+        .upsert_session(Session::new(&session, SessionType::Agent, "a").with_user(writer))
+        .await
+        .expect("session");
+    for i in 0..runs {
+        let run = RunRecord::from_run_data(
+            &session,
+            Some(writer.into()),
+            json!({"run_id": format!("{writer}-{i}"), "agent_id": "a"}),
+        )
+        .unwrap();
+        db.runs()
+            .unwrap()
+            .upsert_run(run)
+            .await
+            .expect("no write may fail with database is locked");
+    }
+    let job =
+        agno_storage_core::Job::new(format!("job-{writer}"), "agent", "a", &session, json!({}));
+    db.jobs().unwrap().enqueue_job(job, 0).await.expect("job");
+}
+
+#[test]
+fn many_handles_and_tasks_write_one_file() {
+    let path = temp_db("handles");
+    runtime().block_on(async {
+        let mut tasks = Vec::new();
+        for w in 0..8 {
+            let path = path.clone();
+            tasks.push(tokio::spawn(async move {
+                write(&path, &format!("w{w}"), 25).await
+            }));
+        }
+        for t in tasks {
+            t.await.expect("writer");
+        }
+        let db = SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .unwrap()
+            .agno_db();
+        assert_eq!(
+            db.runs()
+                .unwrap()
+                .get_runs(RunQuery::default())
+                .await
+                .unwrap()
+                .total,
+            200
+        );
+        assert_eq!(
+            db.jobs()
+                .unwrap()
+                .list_jobs(JobQuery::default())
+                .await
+                .unwrap()
+                .total,
+            8
+        );
+    });
+}
+
+/// Child side of the cross-process test: writes when `AGNO_CHILD_DB` is set.
+#[test]
+fn child_writer() {
+    let (Ok(path), Ok(name)) = (
+        std::env::var("AGNO_CHILD_DB"),
+        std::env::var("AGNO_CHILD_NAME"),
+    ) else {
+        return;
+    };
+    runtime().block_on(write(Path::new(&path), &name, 40));
+}
+
+#[test]
+fn processes_write_one_file() {
+    let path = temp_db("processes");
+    runtime().block_on(async {
+        SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .unwrap()
+    });
+    let exe = std::env::current_exe().expect("test binary");
+    let children: Vec<_> = (0..4)
+        .map(|p| {
+            Command::new(&exe)
+                .args(["--exact", "child_writer", "--test-threads", "1"])
+                .env("AGNO_CHILD_DB", &path)
+                .env("AGNO_CHILD_NAME", format!("p{p}"))
+                .spawn()
+                .expect("spawn a writer process")
+        })
+        .collect();
+    for mut child in children {
+        assert!(
+            child.wait().expect("wait").success(),
+            "a writer process failed"
+        );
+    }
+    runtime().block_on(async {
+        let db = SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .unwrap()
+            .agno_db();
+        assert_eq!(
+            db.runs()
+                .unwrap()
+                .get_runs(RunQuery::default())
+                .await
+                .unwrap()
+                .total,
+            160
+        );
+    });
+}
+
+#[test]
+fn duplicate_schedule_names_abort_the_migration_naming_them() {
+    let path = temp_db("dups");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for ddl in common::legacy_ddl("JSON", "VARCHAR", "") {
+            conn.execute(&ddl, []).unwrap();
+        }
+        for id in ["a", "b"] {
+            conn.execute(
+                "INSERT INTO agno_schedules (id, name, method, endpoint, cron_expr, timezone, timeout_seconds, max_retries, \
+                 retry_delay_seconds, enabled, created_at) VALUES (?1, 'nightly', 'POST', '/agents/x/runs', '0 0 * * *', 'UTC', 60, 0, 60, 1, 0)",
+                [id],
+            )
+            .unwrap();
+        }
+    }
+    runtime().block_on(async {
+        let db = SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .unwrap()
+            .agno_db();
+        let target = db.migrations().unwrap();
+        let failure = MigrationManager::new(target)
+            .up()
+            .await
+            .expect_err("duplicates must abort");
+        let message = failure.error.message().to_owned();
+        assert!(message.contains("(unowned): 'nightly' x2"), "{message}");
+        assert_eq!(
+            target
+                .versions()
+                .get_schema_version("agno_schedules")
+                .await
+                .unwrap(),
+            None
+        );
+        let err = db
+            .schedules()
+            .unwrap()
+            .delete_schedule("b", None)
+            .await
+            .expect_err("a pre-v3 table needs migrating first");
+        assert_eq!(err.kind(), ErrorKind::MigrationRequired);
+        assert!(
+            err.message().contains("agno-storage migrate"),
+            "{}",
+            err.message()
+        );
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute("DELETE FROM agno_schedules WHERE id = 'b'", [])
+            .unwrap();
+        MigrationManager::new(target)
+            .up()
+            .await
+            .expect("after fixing the duplicates");
+        assert!(target
+            .versions()
+            .get_schema_version("agno_schedules")
+            .await
+            .unwrap()
+            .is_some());
+    });
+}
+
+#[test]
+fn configured_identifiers_are_validated() {
+    runtime().block_on(async {
+        let mut names = TableNames::default();
+        names.sessions = "sessions\"; DROP TABLE x; --".into();
+        let err = SqlDb::open_sqlite(temp_db("names"), names)
+            .await
+            .expect_err("a hostile table name");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(
+            err.message().contains("invalid table name"),
+            "{}",
+            err.message()
+        );
+    });
+}
