@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use crate::Case;
 
+mod hostile;
 mod jobs;
 mod learnings;
 mod migrations;
@@ -49,6 +50,14 @@ pub(crate) fn all() -> Vec<Case> {
         case!(scoping::schedules_are_user_scoped, ["schedules"]),
         case!(scoping::learnings_are_user_scoped, ["learnings"]),
         case!(scoping::jobs_are_user_scoped, ["jobs"]),
+        case!(
+            hostile::hostile_identifiers_touch_only_their_rows,
+            ["sessions", "runs", "memories"]
+        ),
+        case!(
+            hostile::user_isolation_holds_under_random_operations,
+            ["sessions", "runs", "memories"]
+        ),
         case!(
             records::pagination_is_validated,
             ["sessions", "runs", "memories", "evals", "knowledge"]
