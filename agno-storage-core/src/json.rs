@@ -76,7 +76,14 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
 
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
+    // Copy runs of plain printable ASCII in one go; escape the rest one char at a time.
+    let mut plain_from = 0;
+    for (i, c) in s.char_indices() {
+        if (' '..='~').contains(&c) && c != '"' && c != '\\' {
+            continue;
+        }
+        out.push_str(&s[plain_from..i]);
+        plain_from = i + c.len_utf8();
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -85,15 +92,15 @@ fn write_string(out: &mut String, s: &str) {
             '\t' => out.push_str("\\t"),
             '\u{08}' => out.push_str("\\b"),
             '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+            c => {
                 let mut buf = [0u16; 2];
                 for unit in c.encode_utf16(&mut buf) {
                     out.push_str(&format!("\\u{unit:04x}"));
                 }
             }
-            c => out.push(c),
         }
     }
+    out.push_str(&s[plain_from..]);
     out.push('"');
 }
 
