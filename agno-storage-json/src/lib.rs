@@ -1,22 +1,86 @@
-//! JSON-file storage for agno-storage: a local directory, memory, Google Cloud Storage
-//! and Amazon S3.
+//! JSON-file storage for agno-storage: a local directory, memory, Google Cloud Storage and
+//! Amazon S3, all through `object_store`.
 //!
-//! This crate will hold the JSON-document backends, byte-compatible with the files that
-//! Agno's Python `JsonDb` (local directory) and `GcsJsonDb` (GCS bucket) write, so that
-//! a Rust service and a Python agent can share one set of files. They store sessions,
-//! runs, memories, metrics, evals, knowledge, schedules, schedule runs, learnings, jobs
-//! and schema versions, all through `object_store`.
+//! The files are agno 3.1.10's: one JSON array per table (`agno_sessions.json`,
+//! `agno_runs.json`, `agno_memories.json`, `agno_metrics.json`, `agno_eval_runs.json`,
+//! `agno_knowledge.json`, `agno_schema_versions.json`) laid out as agno's `JsonDb` (a local
+//! directory) and `GcsJsonDb` (a bucket and prefix, default `agno/`) write them, so a Rust
+//! service and a Python agent can share one set of files. Schedules, schedule runs,
+//! learnings and jobs, which agno's JSON stores lack, live in `agno_schedules.json`,
+//! `agno_schedule_runs.json`, `agno_learnings.json` and `agno_jobs.json`.
 //!
-//! The backends implement the per-domain store traits of `agno-storage-core` and prove
-//! their behaviour by running the shared `conformance-tests` suite against each of them.
+//! ```no_run
+//! # #[cfg(feature = "fs")]
+//! # async fn demo() -> agno_storage_core::Result<()> {
+//! use agno_storage_json::JsonDb;
+//! let db = JsonDb::open_local("agno_json_db").await?.agno_db();
+//! # Ok(()) }
+//! ```
+//!
+//! Fixes over agno kept on its format:
+//!
+//! - **No lost updates.** agno rewrites whole files without locking, so concurrent writers
+//!   lose each other's changes. Here every write is a read-modify-write that cannot lose a
+//!   concurrent one: conditional puts on the version read (GCS generation, S3 ETag,
+//!   `PutMode::Create`/`Update`) with retry, and on a local directory an exclusive lock file
+//!   per table (`.agno_sessions.json.lock`, held across processes) with an atomic rename.
+//!   Writers that bypass this (agno itself) are not covered.
+//! - **Memory timestamps round-trip.** agno writes a memory's `created_at` as the host's
+//!   local time without an offset and reads it back as UTC, shifting it by the host's UTC
+//!   offset; this crate writes the same ISO shape in UTC. (A timestamp agno wrote on a
+//!   non-UTC host is read as agno reads it: as UTC.)
+//! - Atomic `run_index` per session, owner guards on every upsert, scoped deletes, atomic
+//!   schedule and job claims, and stamps written only after a table's migration succeeded.
+//!
+//! One operation changes one file atomically; an operation touching two files (deleting a
+//! session and its runs) writes them one after the other, as agno does. Reads take no lock:
+//! a file is always replaced whole. Every operation reads the whole table, as agno does, so
+//! its cost grows with the table. Keys of agno's rows this crate does not model (a legacy
+//! `runs` blob, `workflow_name`, fields of newer releases) are kept on every rewrite.
+//! Migrations hold `.agno_migrations.lock` on a directory; on object stores concurrent
+//! migrations are safe without a lock (the copy never overwrites a stored run).
 //!
 //! # Features
 //!
 //! Nothing is compiled by default.
 //!
-//! - `fs`: JSON files in a local directory.
-//! - `memory`: JSON documents held in memory, for tests and demos.
-//! - `gcs`: JSON files in a Google Cloud Storage bucket.
-//! - `s3`: JSON files in an Amazon S3 or S3-compatible bucket.
+//! - `fs`: JSON files in a local directory (`JsonDb::open_local`).
+//! - `memory`: JSON documents held in memory, for tests and demos (`JsonDb::in_memory`).
+//! - `gcs`: JSON files in a Google Cloud Storage bucket (`JsonDb::open_gcs`).
+//! - `s3`: JSON files in an Amazon S3 or S3-compatible bucket (`JsonDb::open_s3`).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+
+/// Compiles the items only when at least one object store is enabled.
+macro_rules! with_a_store {
+    ($($item:item)*) => {
+        $(#[cfg(any(feature = "fs", feature = "memory", feature = "gcs", feature = "s3"))] $item)*
+    };
+}
+
+with_a_store! {
+    mod db;
+    mod doc;
+    mod evals;
+    mod files;
+    mod jobs;
+    mod knowledge;
+    mod learnings;
+    mod legacy;
+    mod memories;
+    mod metrics;
+    mod migrate;
+    mod pyjson;
+    mod runs;
+    mod schedules;
+    mod sessions;
+    mod store;
+
+    pub use db::JsonDb;
+    /// The `object_store` release this crate is built on, for building stores to pass to
+    /// [`JsonDb::open_store`].
+    pub use object_store;
+}
+
+#[cfg(feature = "fs")]
+mod lockfile;

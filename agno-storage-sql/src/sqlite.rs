@@ -32,10 +32,12 @@ pub(crate) struct SqliteExecutor {
 /// once the batch has committed.
 struct Job {
     writes: bool,
-    run: Box<
-        dyn FnOnce(std::result::Result<&Connection, &rusqlite::Error>) -> (bool, Delivery) + Send,
-    >,
+    run: Run,
 }
+
+/// A job's work: runs on the connection (or sees why the batch could not start).
+type Run =
+    Box<dyn FnOnce(std::result::Result<&Connection, &rusqlite::Error>) -> (bool, Delivery) + Send>;
 
 /// Sends a job's result, or the batch's commit error, to its caller.
 type Delivery = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;

@@ -219,8 +219,10 @@ fn duplicate_schedule_names_abort_the_migration_naming_them() {
 #[test]
 fn configured_identifiers_are_validated() {
     runtime().block_on(async {
-        let mut names = TableNames::default();
-        names.sessions = "sessions\"; DROP TABLE x; --".into();
+        let names = TableNames {
+            sessions: "sessions\"; DROP TABLE x; --".into(),
+            ..TableNames::default()
+        };
         let err = SqlDb::open_sqlite(temp_db("names"), names)
             .await
             .expect_err("a hostile table name");

@@ -1,0 +1,168 @@
+//! [`JsonDb`]: opening a set of table files on a local directory, in memory, on GCS or S3.
+
+use std::sync::Arc;
+
+use agno_storage_core::session::Session;
+use agno_storage_core::{AgnoDb, Result};
+use object_store::ObjectStore;
+use serde_json::Value;
+
+use crate::files::{Concurrency, Files};
+use crate::store::JsonStore;
+
+/// One set of agno JSON tables: a directory, or a prefix in an object store.
+#[derive(Clone)]
+pub struct JsonDb {
+    store: Arc<JsonStore>,
+    backend: &'static str,
+    durable: bool,
+}
+
+impl std::fmt::Debug for JsonDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonDb")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JsonDb {
+    /// Opens (creating) the directory `dir` as agno's `JsonDb(db_path=dir)` uses it.
+    ///
+    /// Tables with no file yet are stamped `3.0.0`; existing unstamped files are pre-v3
+    /// tables for the migration manager. Writers hold `.<table>.json.lock` lock files in
+    /// the directory, so several processes can share it without losing updates.
+    #[cfg(feature = "fs")]
+    pub async fn open_local(dir: impl AsRef<std::path::Path>) -> Result<Self> {
+        use agno_storage_core::{Error, ErrorKind};
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("cannot create the directory {}: {e}", dir.display()),
+            )
+            .with_source(e)
+        })?;
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("cannot open the directory {}: {e}", dir.display()),
+            )
+            .with_source(e)
+        })?;
+        let files = Files::new(
+            Arc::new(fs),
+            "",
+            Concurrency::LockFiles(dir.clone()),
+            "json",
+        );
+        Self::init(files, Some(dir), true).await
+    }
+
+    /// A private database held in memory (`object_store`'s `InMemory`); nothing survives
+    /// the process.
+    #[cfg(feature = "memory")]
+    pub async fn in_memory() -> Result<Self> {
+        let store = Arc::new(object_store::memory::InMemory::new());
+        Self::open_store(store, "", "json-memory", false).await
+    }
+
+    /// Opens `prefix` in the GCS bucket `bucket`, as agno's `GcsJsonDb(bucket_name, prefix)`
+    /// uses it (an empty prefix is agno's default, `agno/`), with credentials from the
+    /// environment (`GOOGLE_SERVICE_ACCOUNT`, …; see `object_store`'s
+    /// `GoogleCloudStorageBuilder`). Writes are conditional on the object's generation.
+    #[cfg(feature = "gcs")]
+    pub async fn open_gcs(bucket: &str, prefix: &str) -> Result<Self> {
+        let prefix = if prefix.is_empty() { "agno/" } else { prefix };
+        let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .map_err(|e| config_error("GCS", e))?;
+        Self::open_store(Arc::new(store), prefix, "gcs-json", true).await
+    }
+
+    /// Opens `prefix` in the S3 bucket `bucket`, with credentials and region from the
+    /// environment (`AWS_*`; see `object_store`'s `AmazonS3Builder`). Writes use S3's
+    /// conditional puts (`If-Match` on the ETag).
+    #[cfg(feature = "s3")]
+    pub async fn open_s3(bucket: &str, prefix: &str) -> Result<Self> {
+        let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+            .build()
+            .map_err(|e| config_error("S3", e))?;
+        Self::open_store(Arc::new(store), prefix, "s3-json", true).await
+    }
+
+    /// Opens `prefix` of any object store that supports conditional puts
+    /// (`PutMode::Create` and `PutMode::Update`): a store built with custom options, a GCS
+    /// or S3 emulator. `backend` is the short name errors and capabilities report;
+    /// `durable` says whether writes survive a restart. For a local directory use
+    /// [`JsonDb::open_local`]: `LocalFileSystem` has no `PutMode::Update`.
+    pub async fn open_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        backend: &'static str,
+        durable: bool,
+    ) -> Result<Self> {
+        let files = Files::new(store, prefix, Concurrency::Conditional, backend);
+        Self::init(files, None, durable).await
+    }
+
+    async fn init(
+        files: Files,
+        dir: Option<std::path::PathBuf>,
+        durable: bool,
+    ) -> Result<Self> {
+        let backend = files.backend();
+        #[cfg(not(feature = "fs"))]
+        let _ = dir;
+        let store = Arc::new(JsonStore {
+            files,
+            migration_lock: Arc::new(tokio::sync::Mutex::new(())),
+            #[cfg(feature = "fs")]
+            dir,
+        });
+        store.stamp_new_tables().await?;
+        Ok(JsonDb {
+            store,
+            backend,
+            durable,
+        })
+    }
+
+    /// Writes a session as agno 2.x's `JsonDb` stored it, with its runs inside the session
+    /// (`runs_blob`: the array, or an encoded JSON string of it), for migration tests and
+    /// imports. Migrate afterwards with [`agno_storage_core::MigrationManager`].
+    pub async fn write_legacy_session(&self, session: Session, runs_blob: Value) -> Result<()> {
+        self.store.write_legacy_session(session, runs_blob).await
+    }
+
+    /// One handle over every store of this database.
+    pub fn agno_db(&self) -> AgnoDb {
+        let s = self.store.clone();
+        AgnoDb::builder(self.backend)
+            .sessions(s.clone())
+            .runs(s.clone())
+            .memories(s.clone())
+            .metrics(s.clone())
+            .evals(s.clone())
+            .knowledge(s.clone())
+            .schedules(s.clone())
+            .learnings(s.clone())
+            .jobs(s.clone())
+            .legacy(s.clone())
+            .migrations(Arc::new(crate::migrate::JsonMigrations { store: s }))
+            .durable(self.durable)
+            .build()
+    }
+}
+
+#[cfg(any(feature = "gcs", feature = "s3"))]
+fn config_error(what: &str, e: object_store::Error) -> agno_storage_core::Error {
+    agno_storage_core::Error::new(
+        agno_storage_core::ErrorKind::InvalidInput,
+        format!("cannot configure the {what} client: {e}"),
+    )
+    .with_source(e)
+}

@@ -1,0 +1,302 @@
+//! Table files on an object store: whole-file reads, and read-modify-write cycles that never
+//! lose a concurrent update.
+//!
+//! Every table is one JSON array in one object, as agno writes it. A write reads the object,
+//! changes the rows in memory and puts the whole object back:
+//!
+//! - on stores with compare-and-swap (memory, GCS, S3) the put is conditional on the version
+//!   that was read (`PutMode::Update` / `PutMode::Create`), and a lost race re-runs the cycle
+//!   on fresh rows;
+//! - on a local directory (object_store's `LocalFileSystem` has no `PutMode::Update`) the
+//!   cycle holds an exclusive lock file next to the table, across processes, and publishes
+//!   the new file by an atomic rename, so readers never see a half-written table.
+//!
+//! Inside one process a per-table mutex serializes the cycles first, so concurrent tasks do
+//! not spend round trips losing races to each other.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agno_storage_core::{Error, ErrorKind, Result};
+use object_store::path::Path;
+use object_store::{
+    Attribute, Attributes, GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
+use serde_json::Value;
+
+use crate::pyjson::rows_to_python_json;
+
+/// The table files this crate reads and writes, named as agno 3.1.10 names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Table {
+    Sessions,
+    Runs,
+    Memories,
+    Metrics,
+    Evals,
+    Knowledge,
+    Schedules,
+    ScheduleRuns,
+    Learnings,
+    Jobs,
+    Versions,
+}
+
+impl Table {
+    /// The file stem (`agno_sessions` for `agno_sessions.json`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Table::Sessions => "agno_sessions",
+            Table::Runs => "agno_runs",
+            Table::Memories => "agno_memories",
+            Table::Metrics => "agno_metrics",
+            Table::Evals => "agno_eval_runs",
+            Table::Knowledge => "agno_knowledge",
+            Table::Schedules => "agno_schedules",
+            Table::ScheduleRuns => "agno_schedule_runs",
+            Table::Learnings => "agno_learnings",
+            Table::Jobs => "agno_jobs",
+            Table::Versions => "agno_schema_versions",
+        }
+    }
+
+    /// The file name (`agno_sessions.json`).
+    pub(crate) fn file_name(self) -> String {
+        format!("{}.json", self.name())
+    }
+}
+
+/// What a read-modify-write closure decided.
+pub(crate) enum Step<T> {
+    /// The rows changed: write them back, then return the value.
+    Write(T),
+    /// Nothing changed: return the value without writing.
+    Keep(T),
+}
+
+/// How writers are kept from losing each other's updates.
+pub(crate) enum Concurrency {
+    /// Conditional puts on the version that was read (memory, GCS, S3).
+    Conditional,
+    /// An exclusive lock file per table in this local directory.
+    #[cfg(feature = "fs")]
+    LockFiles(std::path::PathBuf),
+}
+
+/// How long a conditional write keeps retrying lost races before giving up with `Conflict`.
+const RETRY_BUDGET: Duration = Duration::from_secs(60);
+
+/// The tables of one database: an object store, a prefix and the write discipline.
+pub(crate) struct Files {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    concurrency: Concurrency,
+    backend: &'static str,
+    /// One mutex per table: serializes this process's read-modify-write cycles.
+    local: std::sync::Mutex<HashMap<Table, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Files {
+    pub(crate) fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        concurrency: Concurrency,
+        backend: &'static str,
+    ) -> Self {
+        Files {
+            store,
+            prefix: Path::from(prefix.trim_matches('/')),
+            concurrency,
+            backend,
+            local: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    fn path(&self, table: Table) -> Path {
+        self.prefix.clone().join(table.file_name())
+    }
+
+    fn table_mutex(&self, table: Table) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(table).or_default().clone()
+    }
+
+    /// The file names (not paths) present directly under the prefix.
+    pub(crate) async fn existing_files(&self) -> Result<Vec<String>> {
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let listing = self
+            .store
+            .list_with_delimiter(prefix)
+            .await
+            .map_err(|e| self.error(e, "list"))?;
+        Ok(listing
+            .objects
+            .into_iter()
+            .filter_map(|o| o.location.filename().map(str::to_owned))
+            .collect())
+    }
+
+    /// Every row of `table`; a missing file is an empty table.
+    pub(crate) async fn load(&self, table: Table) -> Result<Vec<Value>> {
+        Ok(self.load_versioned(table).await?.0)
+    }
+
+    async fn load_versioned(&self, table: Table) -> Result<(Vec<Value>, Option<UpdateVersion>)> {
+        let path = self.path(table);
+        let result = match self.store.get_opts(&path, GetOptions::default()).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok((Vec::new(), None)),
+            Err(e) => return Err(self.error(e, "read")),
+        };
+        let version = UpdateVersion {
+            e_tag: result.meta.e_tag.clone(),
+            version: result.meta.version.clone(),
+        };
+        let bytes = result.bytes().await.map_err(|e| self.error(e, "read"))?;
+        Ok((parse_table(table, &bytes)?, Some(version)))
+    }
+
+    /// Runs `change` on the current rows of `table` and writes them back when it says so,
+    /// without losing a concurrent writer's update: `change` may run again on fresh rows.
+    pub(crate) async fn modify<T, F>(&self, table: Table, mut change: F) -> Result<T>
+    where
+        F: FnMut(&mut Vec<Value>) -> Result<Step<T>> + Send,
+        T: Send,
+    {
+        let mutex = self.table_mutex(table);
+        let _in_process = mutex.lock().await;
+        match &self.concurrency {
+            Concurrency::Conditional => self.modify_conditional(table, &mut change).await,
+            #[cfg(feature = "fs")]
+            Concurrency::LockFiles(dir) => {
+                let lock_path = dir.join(format!(".{}.lock", table.file_name()));
+                let _lock = crate::lockfile::LockFile::acquire(lock_path).await?;
+                let (mut rows, _) = self.load_versioned(table).await?;
+                match change(&mut rows)? {
+                    Step::Keep(value) => Ok(value),
+                    Step::Write(value) => {
+                        let options = PutOptions::from(PutMode::Overwrite);
+                        self.store
+                            .put_opts(&self.path(table), payload(&rows), options)
+                            .await
+                            .map_err(|e| self.error(e, "write"))?;
+                        Ok(value)
+                    }
+                }
+            }
+        }
+    }
+
+    async fn modify_conditional<T, F>(&self, table: Table, change: &mut F) -> Result<T>
+    where
+        F: FnMut(&mut Vec<Value>) -> Result<Step<T>> + Send,
+        T: Send,
+    {
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            let (mut rows, version) = self.load_versioned(table).await?;
+            let value = match change(&mut rows)? {
+                Step::Keep(value) => return Ok(value),
+                Step::Write(value) => value,
+            };
+            let mode = match version {
+                Some(v) => PutMode::Update(v),
+                None => PutMode::Create,
+            };
+            let mut attributes = Attributes::new();
+            attributes.insert(Attribute::ContentType, "application/json".into());
+            let options = PutOptions {
+                mode,
+                attributes,
+                ..Default::default()
+            };
+            match self
+                .store
+                .put_opts(&self.path(table), payload(&rows), options)
+                .await
+            {
+                Ok(_) => return Ok(value),
+                Err(
+                    e @ (object_store::Error::Precondition { .. }
+                    | object_store::Error::AlreadyExists { .. }),
+                ) => {
+                    if started.elapsed() > RETRY_BUDGET {
+                        return Err(Error::new(
+                            ErrorKind::Conflict,
+                            format!(
+                                "{} kept changing under this write for {}s ({attempt} attempts); nothing was written. Retry later.",
+                                table.file_name(),
+                                RETRY_BUDGET.as_secs()
+                            ),
+                        )
+                        .with_backend(self.backend)
+                        .with_source(e));
+                    }
+                    attempt += 1;
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(e) => return Err(self.error(e, "write")),
+            }
+        }
+    }
+
+    fn error(&self, e: object_store::Error, operation: &'static str) -> Error {
+        let kind = match &e {
+            object_store::Error::NotFound { .. } => ErrorKind::NotFound,
+            object_store::Error::AlreadyExists { .. } => ErrorKind::AlreadyExists,
+            object_store::Error::Precondition { .. } => ErrorKind::Conflict,
+            object_store::Error::NotSupported { .. }
+            | object_store::Error::NotImplemented { .. } => ErrorKind::Unsupported,
+            object_store::Error::InvalidPath { .. } => ErrorKind::InvalidInput,
+            _ => ErrorKind::Unavailable,
+        };
+        let hint = match kind {
+            ErrorKind::Unsupported => {
+                " (the store needs conditional puts; open a local directory with JsonDb::open_local)"
+            }
+            _ => "",
+        };
+        Error::new(kind, format!("{e}{hint}"))
+            .with_backend(self.backend)
+            .with_operation(operation)
+            .with_source(e)
+    }
+}
+
+/// Rows as agno writes a table: `json.dump(rows, indent=2)` with ASCII escapes.
+fn payload(rows: &[Value]) -> PutPayload {
+    PutPayload::from(rows_to_python_json(rows).into_bytes())
+}
+
+fn parse_table(table: Table, bytes: &[u8]) -> Result<Vec<Value>> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Vec::new());
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Array(rows)) => Ok(rows),
+        Ok(_) => Err(Error::new(
+            ErrorKind::Serialization,
+            format!(
+                "{} is not a JSON array of records; repair or move the file",
+                table.file_name()
+            ),
+        )),
+        Err(e) => Err(Error::serialization(table.file_name(), e)),
+    }
+}
+
+/// A random delay that grows with the attempt, up to ~50 ms.
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = 1u64 << attempt.min(5);
+    let noise = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_micros(500 + noise % (ceiling * 1500))
+}

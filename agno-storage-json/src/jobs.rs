@@ -1,0 +1,278 @@
+//! The job queue (`agno_jobs.json`; agno's JSON stores have none). Every transition is one
+//! compare-and-swap of the file, so a claim has one winner and a fenced transition by a
+//! worker that lost its lease is refused with `LeaseLost`.
+
+use agno_storage_core::job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore};
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Result,
+};
+use serde_json::Value;
+
+use crate::doc::{decode_all, fields, find, from_row, position, put, shape_serde, Doc};
+use crate::files::{Step, Table};
+use crate::store::JsonStore;
+
+impl Doc for Job {
+    const TABLE: Table = Table::Jobs;
+    const KEY: &'static str = "id";
+
+    fn decode(row: &Value) -> Result<Self> {
+        from_row(Table::Jobs, Self::KEY, row.clone())
+    }
+
+    fn encode(&self, existing: Option<&Value>) -> Result<Value> {
+        Ok(shape_serde(fields(self)?, existing))
+    }
+}
+
+fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
+    )
+    .set_temporary(false)
+}
+
+/// The job `id` if `worker_id` still holds it at `attempt`, with its row index.
+fn fenced(rows: &[Value], id: &str, worker_id: &str, attempt: i64) -> Result<(usize, Job)> {
+    find::<Job>(rows, id)?
+        .filter(|(_, j)| {
+            j.status == JobStatus::Running
+                && j.locked_by.as_deref() == Some(worker_id)
+                && j.attempt == attempt
+        })
+        .ok_or_else(|| lease_lost(id, worker_id, attempt))
+}
+
+#[async_trait]
+impl JobStore for JsonStore {
+    async fn enqueue_job(&self, job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
+        self.files
+            .modify(Table::Jobs, |rows| {
+                let mut job = job.clone();
+                job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
+                let jobs = decode_all::<Job>(rows)?;
+                if let Some(key) = &job.idempotency_key {
+                    if let Some(original) = jobs
+                        .iter()
+                        .find(|j| j.idempotency_key.as_ref() == Some(key) && j.user_id == job.user_id)
+                    {
+                        return Ok(Step::Keep(EnqueueOutcome {
+                            rejection: Some(EnqueueRejection::Duplicate),
+                            job: Some(original.clone()),
+                        }));
+                    }
+                }
+                let queued = jobs.iter().filter(|j| j.status == JobStatus::Queued).count() as u64;
+                if max_depth > 0 && queued >= max_depth {
+                    return Ok(Step::Keep(EnqueueOutcome {
+                        rejection: Some(EnqueueRejection::QueueFull),
+                        job: None,
+                    }));
+                }
+                if jobs.iter().any(|j| j.id == job.id) {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!("job {} already exists; job ids are never reused", job.id),
+                    ));
+                }
+                job.status = JobStatus::Queued;
+                job.attempt = 0;
+                put(rows, None, &job)?;
+                Ok(Step::Write(EnqueueOutcome {
+                    rejection: None,
+                    job: Some(job),
+                }))
+            })
+            .await
+    }
+
+    async fn claim_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
+        self.files
+            .modify(Table::Jobs, |rows| {
+                let now = now_epoch_seconds();
+                let candidate = decode_all::<Job>(rows)?
+                    .into_iter()
+                    .filter(|j| {
+                        j.available_at <= now
+                            && (j.deployment_id.is_none()
+                                || j.deployment_id.as_deref() == deployment_id)
+                            && (j.status == JobStatus::Queued
+                                || (j.status == JobStatus::Running
+                                    && j.locked_at.is_some_and(|t| t <= now - lock_grace_seconds)
+                                    && j.attempt < j.max_attempts))
+                    })
+                    .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+                let Some(mut job) = candidate else {
+                    return Ok(Step::Keep(None));
+                };
+                job.status = JobStatus::Running;
+                job.locked_by = Some(worker_id.to_owned());
+                job.locked_at = Some(now);
+                job.attempt += 1;
+                job.updated_at = Some(now);
+                put(rows, position(rows, Job::KEY, &job.id), &job)?;
+                Ok(Step::Write(Some(job)))
+            })
+            .await
+    }
+
+    async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
+        self.files
+            .modify(Table::Jobs, |rows| {
+                let now = now_epoch_seconds();
+                let mut held = 0;
+                for id in ids {
+                    let Some((index, mut job)) = find::<Job>(rows, id)? else {
+                        continue;
+                    };
+                    if job.status == JobStatus::Running && job.locked_by.as_deref() == Some(worker_id)
+                    {
+                        job.locked_at = Some(now);
+                        put(rows, Some(index), &job)?;
+                        held += 1;
+                    }
+                }
+                Ok(if held > 0 {
+                    Step::Write(held)
+                } else {
+                    Step::Keep(0)
+                })
+            })
+            .await
+    }
+
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<Job> {
+        if !(status.is_terminal() || status == JobStatus::Paused) {
+            return Err(Error::invalid_input(format!(
+                "complete_job: status must be completed, failed, cancelled or paused, not {}",
+                status.as_str()
+            )));
+        }
+        self.files
+            .modify(Table::Jobs, |rows| {
+                let now = now_epoch_seconds();
+                let (index, mut job) = fenced(rows, id, worker_id, attempt)?;
+                job.status = status;
+                job.error = error.clone();
+                job.locked_by = None;
+                job.locked_at = None;
+                job.updated_at = Some(now);
+                job.completed_at = status.is_terminal().then_some(now);
+                put(rows, Some(index), &job)?;
+                Ok(Step::Write(job))
+            })
+            .await
+    }
+
+    async fn retry_or_fail_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        error: Option<String>,
+        retry_delay_seconds: i64,
+    ) -> Result<Job> {
+        self.files
+            .modify(Table::Jobs, |rows| {
+                let now = now_epoch_seconds();
+                let (index, mut job) = fenced(rows, id, worker_id, attempt)?;
+                job.error = error.clone();
+                job.locked_by = None;
+                job.locked_at = None;
+                job.updated_at = Some(now);
+                if job.attempt < job.max_attempts {
+                    job.status = JobStatus::Queued;
+                    job.available_at = now + retry_delay_seconds.max(0);
+                } else {
+                    job.status = JobStatus::Failed;
+                    job.completed_at = Some(now);
+                }
+                put(rows, Some(index), &job)?;
+                Ok(Step::Write(job))
+            })
+            .await
+    }
+
+    async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.files
+            .modify(Table::Jobs, |rows| {
+                let now = now_epoch_seconds();
+                let Some((index, mut job)) = find::<Job>(rows, id)? else {
+                    return Ok(Step::Keep(false));
+                };
+                if !visible_to(job.user_id.as_deref(), user_id)
+                    || !matches!(job.status, JobStatus::Queued | JobStatus::Paused)
+                {
+                    return Ok(Step::Keep(false));
+                }
+                job.status = JobStatus::Cancelled;
+                job.completed_at = Some(now);
+                job.updated_at = Some(now);
+                put(rows, Some(index), &job)?;
+                Ok(Step::Write(true))
+            })
+            .await
+    }
+
+    async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
+        Ok(self
+            .get::<Job>(id)
+            .await?
+            .filter(|j| visible_to(j.user_id.as_deref(), user_id)))
+    }
+
+    async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
+        query.pagination.validate()?;
+        let mut rows: Vec<Job> = self
+            .all::<Job>()
+            .await?
+            .into_iter()
+            .filter(|j| {
+                query.status.is_none_or(|s| s == j.status)
+                    && query
+                        .session_id
+                        .as_deref()
+                        .is_none_or(|s| s == j.session_id)
+                    && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
+            })
+            .collect();
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
+        self.files
+            .modify(Table::Jobs, |rows| {
+                let cutoff = now_epoch_seconds() - older_than_seconds;
+                let before = rows.len();
+                let mut kept = Vec::with_capacity(before);
+                for row in rows.drain(..) {
+                    let job = Job::decode(&row)?;
+                    if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
+                        kept.push(row);
+                    }
+                }
+                *rows = kept;
+                let deleted = (before - rows.len()) as u64;
+                Ok(if deleted == 0 {
+                    Step::Keep(0)
+                } else {
+                    Step::Write(deleted)
+                })
+            })
+            .await
+    }
+}

@@ -1,0 +1,46 @@
+//! The conformance suite against a local directory, one fresh directory per case.
+
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::{AgnoDb, Capabilities, Result};
+use agno_storage_json::JsonDb;
+use conformance_tests::{async_trait, Harness, LegacyDb};
+
+struct Local;
+
+#[async_trait]
+impl Harness for Local {
+    fn name(&self) -> &str {
+        "json-local"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn open(&self, case: &str) -> Result<AgnoDb> {
+        Ok(JsonDb::open_local(common::scratch_dir(case))
+            .await?
+            .agno_db())
+    }
+
+    async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
+        let dir = common::scratch_dir(case);
+        for table in common::LEGACY_TABLES {
+            std::fs::write(dir.join(format!("{table}.json")), "[]")
+                .expect("write an agno 2.9.0 table file");
+        }
+        let db = JsonDb::open_local(&dir).await?;
+        Ok(LegacyDb {
+            db: db.agno_db(),
+            writer: Arc::new(common::Writer(db)),
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    conformance_tests::main(Local)
+}
