@@ -1,12 +1,15 @@
-//! MongoDB storage for agno-storage.
+//! MongoDB storage for agno-storage, byte-compatible with agno 3.1.10's `MongoDb`.
 //!
-//! This crate will hold the MongoDB backend, byte-compatible with the collections that
-//! Agno's Python `MongoDb` writes, so that a Rust service and a Python agent can share
-//! one database. It stores sessions, runs, memories, metrics, evals, knowledge,
-//! schedules, schedule runs, learnings, jobs and schema versions.
+//! [`MongoDb`] implements every store trait of `agno-storage-core` over the collections
+//! agno's Python `MongoDb` uses (`agno_sessions`, `agno_runs`, `agno_memories`, …), with
+//! the same document shapes, server-assigned `_id`s, index names and the
+//! `agno_schema_versions` stamps, so a Rust service and a Python agent can share one
+//! database. Runs are one document per run; session reads merge a pre-v3 `runs` field.
 //!
-//! The backend implements the per-domain store traits of `agno-storage-core` and proves
-//! its behaviour by running the shared `conformance-tests` suite against it.
+//! Read-modify-writes are single-document atomic operations: owner guards are filters
+//! (with the unique keys as backstop), schedule and job claims are `findOneAndUpdate`
+//! compare-and-sets, `run_index` comes from a per-session counter. It proves its
+//! behaviour with the shared `conformance-tests` suite.
 //!
 //! # Features
 //!
@@ -16,3 +19,39 @@
 //!   seed lists, bson 3).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+
+#[cfg(feature = "mongodb")]
+mod db;
+#[cfg(feature = "mongodb")]
+mod doc;
+#[cfg(feature = "mongodb")]
+mod evals;
+#[cfg(feature = "mongodb")]
+mod jobs;
+#[cfg(feature = "mongodb")]
+mod knowledge;
+#[cfg(feature = "mongodb")]
+mod learnings;
+#[cfg(feature = "mongodb")]
+mod legacy;
+#[cfg(feature = "mongodb")]
+mod memories;
+#[cfg(feature = "mongodb")]
+mod metrics;
+#[cfg(feature = "mongodb")]
+mod migrate;
+#[cfg(feature = "mongodb")]
+mod runs;
+#[cfg(feature = "mongodb")]
+mod schedules;
+#[cfg(feature = "mongodb")]
+mod schema;
+#[cfg(feature = "mongodb")]
+mod sessions;
+
+#[cfg(feature = "mongodb")]
+pub use db::{CollectionNames, MongoDb};
+#[cfg(feature = "mongodb")]
+pub use migrate::RepairScheduleIndexesStep;
+#[cfg(feature = "mongodb")]
+pub use mongodb;

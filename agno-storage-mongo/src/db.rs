@@ -1,0 +1,288 @@
+//! [`MongoDb`]: the connection, collection names and indexes.
+
+use std::sync::Arc;
+
+use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
+use agno_storage_core::{AgnoDb, Result};
+use futures::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::ClientOptions;
+use mongodb::{Client, Collection, Database};
+
+use crate::doc::{db_err, BACKEND};
+use crate::schema::{self, IndexSpec};
+
+/// Collection names, as agno 3.1.10's `MongoDb` names them by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectionNames {
+    /// Sessions (`agno_sessions`).
+    pub sessions: String,
+    /// Runs, one document per run (`agno_runs`).
+    pub runs: String,
+    /// User memories (`agno_memories`).
+    pub memories: String,
+    /// Daily metrics (`agno_metrics`).
+    pub metrics: String,
+    /// Eval runs (`agno_eval_runs`).
+    pub evals: String,
+    /// Knowledge contents (`agno_knowledge`).
+    pub knowledge: String,
+    /// Schedules (`agno_schedules`).
+    pub schedules: String,
+    /// Schedule runs (`agno_schedule_runs`).
+    pub schedule_runs: String,
+    /// Learnings (`agno_learnings`).
+    pub learnings: String,
+    /// The job queue (`agno_jobs`; agno's `MongoDb` has none, this is ours).
+    pub jobs: String,
+    /// Per-table schema stamps (`agno_schema_versions`).
+    pub versions: String,
+    /// Our bookkeeping: per-session run counters and the migration lock
+    /// (`agno_storage_meta`; agno never reads it).
+    pub meta: String,
+}
+
+impl Default for CollectionNames {
+    fn default() -> Self {
+        CollectionNames {
+            sessions: "agno_sessions".into(),
+            runs: "agno_runs".into(),
+            memories: "agno_memories".into(),
+            metrics: "agno_metrics".into(),
+            evals: "agno_eval_runs".into(),
+            knowledge: "agno_knowledge".into(),
+            schedules: "agno_schedules".into(),
+            schedule_runs: "agno_schedule_runs".into(),
+            learnings: "agno_learnings".into(),
+            jobs: "agno_jobs".into(),
+            versions: "agno_schema_versions".into(),
+            meta: "agno_storage_meta".into(),
+        }
+    }
+}
+
+impl CollectionNames {
+    /// Default names with a custom sessions collection; runs follow it as
+    /// `{sessions}_runs`, as agno derives them.
+    pub fn with_sessions(sessions: impl Into<String>) -> Self {
+        let sessions = sessions.into();
+        CollectionNames {
+            runs: format!("{sessions}_runs"),
+            sessions,
+            ..Default::default()
+        }
+    }
+
+    /// The physical name of a migrated table type.
+    pub fn of(&self, table: TableType) -> &str {
+        match table {
+            TableType::Memories => &self.memories,
+            TableType::Sessions => &self.sessions,
+            TableType::Metrics => &self.metrics,
+            TableType::Evals => &self.evals,
+            TableType::Knowledge => &self.knowledge,
+            TableType::Schedules => &self.schedules,
+            TableType::ScheduleRuns => &self.schedule_runs,
+            TableType::Learnings => &self.learnings,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) db: Database,
+    pub(crate) names: CollectionNames,
+}
+
+/// One MongoDB database holding agno's collections. Cheap to clone.
+///
+/// Documents, `_id`s (server ObjectIds), index names and the schema-version collection are
+/// agno 3.1.10's, so Python agents and this crate share one database.
+#[derive(Clone)]
+pub struct MongoDb {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MongoDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MongoDb")
+            .field("database", &self.inner.db.name())
+            .field("names", &self.inner.names)
+            .finish()
+    }
+}
+
+impl MongoDb {
+    /// Connects to `url` and opens database `db_name` (agno's default is `agno`).
+    pub async fn connect(url: &str, db_name: &str, names: CollectionNames) -> Result<Self> {
+        let options = ClientOptions::parse(url).await.map_err(db_err("connect"))?;
+        let client = Client::with_options(options).map_err(db_err("connect"))?;
+        Self::open(client.database(db_name), names).await
+    }
+
+    /// Opens `db` with an existing client.
+    ///
+    /// Creates every collection's indexes as agno does (each independently; one that
+    /// conflicts with a pre-v3 index is skipped until the migration repairs it) and drops
+    /// the pre-v3 metrics index. A database that held none of the collections is new: its
+    /// tables are stamped at the latest schema version. An existing unstamped database is
+    /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
+    pub async fn open(db: Database, names: CollectionNames) -> Result<Self> {
+        let existing: Vec<String> = db
+            .list_collection_names()
+            .await
+            .map_err(db_err("list collections"))?;
+        let fresh = !TableType::ALL
+            .iter()
+            .any(|t| existing.iter().any(|c| c == names.of(*t)));
+        let me = MongoDb {
+            inner: Arc::new(Inner { db, names }),
+        };
+        me.drop_index_if(&me.inner.names.metrics, |_, name| {
+            name == schema::LEGACY_METRICS_INDEX
+        })
+        .await?;
+        for (collection, specs) in me.index_plan() {
+            me.ensure_indexes(&collection, &specs).await?;
+        }
+        if fresh {
+            for t in TableType::ALL {
+                me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
+                    .await?;
+            }
+        }
+        Ok(me)
+    }
+
+    /// The underlying database.
+    pub fn database(&self) -> &Database {
+        &self.inner.db
+    }
+
+    /// The collection names in use.
+    pub fn names(&self) -> &CollectionNames {
+        &self.inner.names
+    }
+
+    /// One handle over every store of this database.
+    pub fn agno_db(&self) -> AgnoDb {
+        let me = Arc::new(self.clone());
+        AgnoDb::builder(BACKEND)
+            .sessions(me.clone())
+            .runs(me.clone())
+            .memories(me.clone())
+            .metrics(me.clone())
+            .evals(me.clone())
+            .knowledge(me.clone())
+            .schedules(me.clone())
+            .learnings(me.clone())
+            .jobs(me.clone())
+            .migrations(me.clone())
+            .legacy(me)
+            .durable(true)
+            .build()
+    }
+
+    pub(crate) fn coll(&self, name: &str) -> Collection<Document> {
+        self.inner.db.collection(name)
+    }
+
+    fn index_plan(&self) -> Vec<(String, Vec<IndexSpec>)> {
+        let n = &self.inner.names;
+        vec![
+            (n.sessions.clone(), schema::sessions()),
+            (n.runs.clone(), schema::runs()),
+            (n.memories.clone(), schema::memories()),
+            (n.metrics.clone(), schema::metrics()),
+            (n.evals.clone(), schema::evals()),
+            (n.knowledge.clone(), schema::knowledge()),
+            (n.schedules.clone(), schema::schedules()),
+            (n.schedule_runs.clone(), schema::schedule_runs()),
+            (n.learnings.clone(), schema::learnings()),
+            (n.jobs.clone(), schema::jobs()),
+        ]
+    }
+
+    /// Creates `specs` on `collection` in one command; when that fails (an index conflicts
+    /// with an existing one, or pre-existing duplicates block a unique index), creates them
+    /// one by one and skips the ones the server refuses, as agno does.
+    pub(crate) async fn ensure_indexes(&self, collection: &str, specs: &[IndexSpec]) -> Result<()> {
+        let all: Vec<Bson> = specs.iter().map(|s| Bson::Document(s.to_doc())).collect();
+        let batch = self
+            .inner
+            .db
+            .run_command(doc! {"createIndexes": collection, "indexes": all})
+            .await;
+        match batch {
+            Ok(_) => Ok(()),
+            Err(e) if is_connection_error(&e) => Err(db_err("create indexes")(e)),
+            Err(_) => {
+                for spec in specs {
+                    let one = self
+                        .inner
+                        .db
+                        .run_command(doc! {"createIndexes": collection, "indexes": [spec.to_doc()]})
+                        .await;
+                    if let Err(e) = one {
+                        if is_connection_error(&e) {
+                            return Err(db_err("create indexes")(e));
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The indexes of `collection` as `(key document, name, unique)`.
+    pub(crate) async fn list_indexes(
+        &self,
+        collection: &str,
+    ) -> Result<Vec<(Document, String, bool)>> {
+        let coll = self.coll(collection);
+        let cursor = match coll.list_indexes().await {
+            Ok(c) => c,
+            // A collection that does not exist has no indexes.
+            Err(e) if !is_connection_error(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(db_err("list indexes")(e)),
+        };
+        let models: Vec<mongodb::IndexModel> =
+            cursor.try_collect().await.map_err(db_err("list indexes"))?;
+        Ok(models
+            .into_iter()
+            .map(|m| {
+                let (name, unique) = m
+                    .options
+                    .map(|o| (o.name.unwrap_or_default(), o.unique.unwrap_or(false)))
+                    .unwrap_or_default();
+                (m.keys, name, unique)
+            })
+            .collect())
+    }
+
+    /// Drops the indexes of `collection` matching `which(keys, name)`; returns how many.
+    pub(crate) async fn drop_index_if(
+        &self,
+        collection: &str,
+        which: impl Fn(&(Document, String, bool), &str) -> bool,
+    ) -> Result<u64> {
+        let mut dropped = 0;
+        for index in self.list_indexes(collection).await? {
+            if which(&index, &index.1) {
+                self.coll(collection)
+                    .drop_index(&index.1)
+                    .await
+                    .map_err(db_err("drop index"))?;
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+}
+
+fn is_connection_error(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::ErrorKind as K;
+    matches!(
+        e.kind.as_ref(),
+        K::Io(_) | K::ServerSelection { .. } | K::ConnectionPoolCleared { .. }
+    )
+}

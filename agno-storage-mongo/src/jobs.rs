@@ -1,0 +1,294 @@
+//! The durable job queue (`agno_jobs`; agno's `MongoDb` has none).
+//!
+//! Claims are one `findOneAndUpdate` that bumps `attempt` (the fencing token); every later
+//! transition is a compare-and-set on `(id, status = running, locked_by, attempt)`.
+//! Idempotency keys are unique per user through a partial unique index.
+
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
+    JobQuery, JobStatus, JobStore, Page, Result,
+};
+use futures::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::ReturnDocument;
+
+use crate::doc::{db_err, from_doc, is_duplicate_key, opt, scope, to_doc};
+use crate::MongoDb;
+
+fn decode(d: Document) -> Result<Job> {
+    from_doc(d, "a job")
+}
+
+fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
+    )
+    .set_temporary(false)
+}
+
+fn fence(id: &str, worker_id: &str, attempt: i64) -> Document {
+    doc! {"id": id, "status": JobStatus::Running.as_str(), "locked_by": worker_id, "attempt": attempt}
+}
+
+impl MongoDb {
+    async fn job_by_key(&self, key: &str, user_id: Option<&str>) -> Result<Option<Job>> {
+        self.coll(&self.inner.names.jobs)
+            .find_one(doc! {"idempotency_key": key, "user_id": opt(user_id)})
+            .await
+            .map_err(db_err("enqueue job"))?
+            .map(decode)
+            .transpose()
+    }
+
+    async fn fenced_update(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        update: impl Into<mongodb::options::UpdateModifications> + Send,
+    ) -> Result<Job> {
+        self.coll(&self.inner.names.jobs)
+            .find_one_and_update(fence(id, worker_id, attempt), update)
+            .return_document(ReturnDocument::After)
+            .await
+            .map_err(db_err("update job"))?
+            .map(decode)
+            .transpose()?
+            .ok_or_else(|| lease_lost(id, worker_id, attempt))
+    }
+}
+
+#[async_trait]
+impl JobStore for MongoDb {
+    async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
+        job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
+        let duplicate = |original: Job| EnqueueOutcome {
+            rejection: Some(EnqueueRejection::Duplicate),
+            job: Some(original),
+        };
+        if let Some(key) = &job.idempotency_key {
+            if let Some(original) = self.job_by_key(key, job.user_id.as_deref()).await? {
+                return Ok(duplicate(original));
+            }
+        }
+        let coll = self.coll(&self.inner.names.jobs);
+        if max_depth > 0 {
+            // Advisory, like agno's Redis queue: concurrent submitters may overshoot by a few.
+            let queued = coll
+                .count_documents(doc! {"status": JobStatus::Queued.as_str()})
+                .await
+                .map_err(db_err("enqueue job"))?;
+            if queued >= max_depth {
+                return Ok(EnqueueOutcome {
+                    rejection: Some(EnqueueRejection::QueueFull),
+                    job: None,
+                });
+            }
+        }
+        job.status = JobStatus::Queued;
+        job.attempt = 0;
+        match coll.insert_one(to_doc(&job, "a job")?).await {
+            Ok(_) => Ok(EnqueueOutcome {
+                rejection: None,
+                job: Some(job),
+            }),
+            Err(e) if is_duplicate_key(&e) => {
+                if let Some(key) = &job.idempotency_key {
+                    if let Some(original) = self.job_by_key(key, job.user_id.as_deref()).await? {
+                        return Ok(duplicate(original));
+                    }
+                }
+                Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("job {} already exists; job ids are never reused", job.id),
+                ))
+            }
+            Err(e) => Err(db_err("enqueue job")(e)),
+        }
+    }
+
+    async fn claim_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
+        let now = now_epoch_seconds();
+        let deployments = match deployment_id {
+            Some(d) => doc! {"deployment_id": {"$in": [Bson::Null, d]}},
+            None => doc! {"deployment_id": Bson::Null},
+        };
+        let mut filter = doc! {
+            "available_at": {"$lte": now},
+            "$or": [
+                {"status": JobStatus::Queued.as_str()},
+                {
+                    "status": JobStatus::Running.as_str(),
+                    "locked_at": {"$lte": now - lock_grace_seconds},
+                    "$expr": {"$lt": ["$attempt", "$max_attempts"]},
+                },
+            ],
+        };
+        filter.extend(deployments);
+        self.coll(&self.inner.names.jobs)
+            .find_one_and_update(
+                filter,
+                doc! {
+                    "$set": {"status": JobStatus::Running.as_str(), "locked_by": worker_id, "locked_at": now, "updated_at": now},
+                    "$inc": {"attempt": 1i64},
+                },
+            )
+            .sort(doc! {"created_at": 1, "id": 1})
+            .return_document(ReturnDocument::After)
+            .await
+            .map_err(db_err("claim job"))?
+            .map(decode)
+            .transpose()
+    }
+
+    async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
+        let result = self
+            .coll(&self.inner.names.jobs)
+            .update_many(
+                doc! {"id": {"$in": ids}, "status": JobStatus::Running.as_str(), "locked_by": worker_id},
+                doc! {"$set": {"locked_at": now_epoch_seconds()}},
+            )
+            .await
+            .map_err(db_err("heartbeat jobs"))?;
+        Ok(result.matched_count)
+    }
+
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<Job> {
+        if !(status.is_terminal() || status == JobStatus::Paused) {
+            return Err(Error::invalid_input(format!(
+                "complete_job: status must be completed, failed, cancelled or paused, not {}",
+                status.as_str()
+            )));
+        }
+        let now = now_epoch_seconds();
+        let completed_at = if status.is_terminal() {
+            Bson::Int64(now)
+        } else {
+            Bson::Null
+        };
+        self.fenced_update(
+            id,
+            worker_id,
+            attempt,
+            doc! {"$set": {
+                "status": status.as_str(),
+                "error": opt(error.as_deref()),
+                "locked_by": Bson::Null,
+                "locked_at": Bson::Null,
+                "updated_at": now,
+                "completed_at": completed_at,
+            }},
+        )
+        .await
+    }
+
+    async fn retry_or_fail_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        error: Option<String>,
+        retry_delay_seconds: i64,
+    ) -> Result<Job> {
+        let now = now_epoch_seconds();
+        let retry = doc! {"$lt": ["$attempt", "$max_attempts"]};
+        // A pipeline update; `$literal` keeps a user-supplied error text from being read as
+        // a field path or an operator.
+        let update = vec![doc! {"$set": {
+            "error": {"$literal": opt(error.as_deref())},
+            "locked_by": Bson::Null,
+            "locked_at": Bson::Null,
+            "updated_at": now,
+            "status": {"$cond": [retry.clone(), JobStatus::Queued.as_str(), JobStatus::Failed.as_str()]},
+            "available_at": {"$cond": [retry.clone(), now + retry_delay_seconds.max(0), "$available_at"]},
+            "completed_at": {"$cond": [retry, "$completed_at", now]},
+        }}];
+        self.fenced_update(id, worker_id, attempt, update).await
+    }
+
+    async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let now = now_epoch_seconds();
+        let mut filter = doc! {
+            "id": id,
+            "status": {"$in": [JobStatus::Queued.as_str(), JobStatus::Paused.as_str()]},
+        };
+        scope(&mut filter, user_id);
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .update_one(
+                filter,
+                doc! {"$set": {"status": JobStatus::Cancelled.as_str(), "completed_at": now, "updated_at": now}},
+            )
+            .await
+            .map_err(db_err("cancel job"))?
+            .modified_count
+            > 0)
+    }
+
+    async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
+        let mut filter = doc! {"id": id};
+        scope(&mut filter, user_id);
+        self.coll(&self.inner.names.jobs)
+            .find_one(filter)
+            .await
+            .map_err(db_err("get job"))?
+            .map(decode)
+            .transpose()
+    }
+
+    async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
+        query.pagination.validate()?;
+        let mut filter = Document::new();
+        if let Some(s) = query.status {
+            filter.insert("status", s.as_str());
+        }
+        if let Some(s) = &query.session_id {
+            filter.insert("session_id", s);
+        }
+        scope(&mut filter, query.user_id.as_deref());
+        let rows = self
+            .coll(&self.inner.names.jobs)
+            .find(filter)
+            .sort(doc! {"created_at": -1, "id": -1})
+            .await
+            .map_err(db_err("list jobs"))?
+            .try_collect::<Vec<Document>>()
+            .await
+            .map_err(db_err("list jobs"))?
+            .into_iter()
+            .map(decode)
+            .collect::<Result<Vec<_>>>()?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
+        let cutoff = now_epoch_seconds() - older_than_seconds;
+        let terminal = [
+            JobStatus::Completed,
+            JobStatus::Failed,
+            JobStatus::Cancelled,
+        ]
+        .map(JobStatus::as_str);
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .delete_many(
+                doc! {"status": {"$in": terminal.to_vec()}, "completed_at": {"$lte": cutoff}},
+            )
+            .await
+            .map_err(db_err("cleanup jobs"))?
+            .deleted_count)
+    }
+}

@@ -1,0 +1,192 @@
+//! The conformance suite against MongoDB, one fresh database per case.
+//!
+//! The server comes from `AGNO_TEST_MONGODB_URL` (SecantusDB from `scripts/test.sh`, or a
+//! real `mongod`). Without it the suite is skipped, except under `CI=true`, where a
+//! missing or unreachable server fails the run.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::{
+    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
+};
+use agno_storage_mongo::mongodb::bson::{self, doc, Document};
+use agno_storage_mongo::mongodb::{Client, Database};
+use agno_storage_mongo::{CollectionNames, MongoDb};
+use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use serde_json::Value;
+
+const DB_PREFIX: &str = "agno_ct_";
+
+fn mongo_err(e: agno_storage_mongo::mongodb::error::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, e.to_string())
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+struct Mongo {
+    url: String,
+    client: tokio::sync::OnceCell<Client>,
+}
+
+impl Mongo {
+    /// One client for every case, created on the suite's runtime.
+    async fn client(&self) -> Result<&Client> {
+        self.client
+            .get_or_try_init(|| async { Client::with_uri_str(&self.url).await.map_err(mongo_err) })
+            .await
+    }
+
+    /// `agno_ct_<epoch>_<case>`: the epoch lets a later run drop databases left behind.
+    /// MongoDB caps database names at 63 bytes.
+    async fn database(&self, case: &str) -> Result<Database> {
+        let short: String = case
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(24)
+            .collect();
+        let name = format!(
+            "{DB_PREFIX}{}_{short}_{}",
+            now_epoch_seconds(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        Ok(self.client().await?.database(&name))
+    }
+}
+
+/// Writes sessions as agno 2.9.0's `MongoDb.upsert_session` did: the whole session dict,
+/// runs included as a BSON array, no stamps.
+struct Writer {
+    db: Database,
+}
+
+#[async_trait]
+impl LegacyWriter for Writer {
+    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+        // 2.9.0 on MongoDB stored BSON arrays, never encoded JSON; a string that is not
+        // JSON stays a string: a corrupt blob.
+        let runs = match runs_blob {
+            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            other => other,
+        };
+        let mut d: Document =
+            bson::serialize_to_document(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
+        d.insert(
+            "runs",
+            bson::serialize_to_bson(&runs).map_err(|e| Error::invalid_input(e.to_string()))?,
+        );
+        self.db
+            .collection::<Document>("agno_sessions")
+            .insert_one(d)
+            .await
+            .map_err(mongo_err)?;
+        Ok(())
+    }
+}
+
+/// agno 2.9.0's indexes that 3.x changes: the global unique schedule name and the
+/// per-day metrics key, plus the sessions collection itself.
+async fn create_legacy_layout(db: &Database) -> Result<()> {
+    for (coll, key, name) in [
+        ("agno_sessions", doc! {"session_id": 1}, "session_id_1"),
+        ("agno_schedules", doc! {"name": 1}, "name_1"),
+        (
+            "agno_metrics",
+            doc! {"date": 1, "aggregation_period": 1},
+            "date_1_aggregation_period_1",
+        ),
+    ] {
+        db.run_command(
+            doc! {"createIndexes": coll, "indexes": [{"key": key, "name": name, "unique": true}]},
+        )
+        .await
+        .map_err(mongo_err)?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Harness for Mongo {
+    fn name(&self) -> &str {
+        "mongodb"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn open(&self, case: &str) -> Result<AgnoDb> {
+        Ok(
+            MongoDb::open(self.database(case).await?, CollectionNames::default())
+                .await?
+                .agno_db(),
+        )
+    }
+
+    async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
+        let db = self.database(case).await?;
+        create_legacy_layout(&db).await?;
+        let store = MongoDb::open(db.clone(), CollectionNames::default()).await?;
+        Ok(LegacyDb {
+            db: store.agno_db(),
+            writer: Arc::new(Writer { db }),
+        })
+    }
+}
+
+/// Drops databases earlier runs left behind (older than three hours), never a running one's.
+async fn drop_stale_databases(
+    client: &Client,
+) -> std::result::Result<(), agno_storage_mongo::mongodb::error::Error> {
+    let cutoff = now_epoch_seconds() - 3 * 3600;
+    for name in client.list_database_names().await? {
+        let Some(rest) = name.strip_prefix(DB_PREFIX) else {
+            continue;
+        };
+        let epoch = rest.split('_').next().and_then(|e| e.parse::<i64>().ok());
+        if epoch.is_some_and(|e| e < cutoff) {
+            client.database(&name).drop().await?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let Ok(url) = std::env::var("AGNO_TEST_MONGODB_URL") else {
+        if ci() {
+            eprintln!("error: CI=true but AGNO_TEST_MONGODB_URL is not set; run ./scripts/test.sh");
+            return ExitCode::FAILURE;
+        }
+        eprintln!("note: AGNO_TEST_MONGODB_URL is not set; skipping the MongoDB suite (./scripts/test.sh sets it)");
+        return ExitCode::SUCCESS;
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checked = runtime.block_on(async {
+        let client = Client::with_uri_str(&url).await?;
+        client
+            .database("admin")
+            .run_command(doc! {"ping": 1})
+            .await?;
+        drop_stale_databases(&client).await
+    });
+    if let Err(e) = checked {
+        eprintln!("error: MongoDB at AGNO_TEST_MONGODB_URL is unreachable: {e}");
+        return ExitCode::FAILURE;
+    }
+    drop(runtime);
+    conformance_tests::main(Mongo {
+        url,
+        client: tokio::sync::OnceCell::new(),
+    })
+}
