@@ -1,12 +1,45 @@
 //! Key-value storage for agno-storage: Redis and Valkey.
 //!
-//! This crate will hold the Redis and Valkey backends, byte-compatible with the keys
-//! that Agno's Python `RedisDb` and `ValkeyDb` write, so that a Rust service and a
-//! Python agent can share one server. They store sessions, runs, memories, metrics,
-//! evals, knowledge, schedules, schedule runs, learnings, jobs and schema versions.
+//! Records are stored under the keys and in the JSON encoding agno 3.1.10's `RedisDb` and
+//! `ValkeyDb` use (`{prefix}:sessions:{id}`, one `{prefix}:runs:{id}` per run listed in
+//! `{prefix}:runs:by_session:{session_id}`, `{prefix}:agno_schema_versions:{table}`, the
+//! job queue under `{prefix}:jobs:`), so a Rust service and a Python agent share one
+//! server. Sessions, runs, memories, metrics, evals, knowledge, schedules, schedule runs,
+//! learnings, jobs and schema versions are all served, and every store of the core
+//! contract passes the `conformance-tests` suite on Redis and on Valkey.
 //!
-//! The backends implement the per-domain store traits of `agno-storage-core` and prove
-//! their behaviour by running the shared `conformance-tests` suite against each of them.
+//! ```no_run
+//! # async fn demo() -> agno_storage_core::Result<()> {
+//! use agno_storage_kv::{KvDb, KvOptions};
+//! let db = KvDb::connect("redis://127.0.0.1:6379", KvOptions::default()).await?.agno_db();
+//! # Ok(()) }
+//! ```
+//!
+//! # What differs from agno's adapters
+//!
+//! - **No scans on the request path.** agno lists with `SCAN` plus one `GET` per key, O(keys
+//!   in the database) per call. Here sorted sets (per owner, per component, per session, per
+//!   status, by due time) are written in the same atomic step as the record, so listing a
+//!   user's sessions costs O(log n + page). They live under `{prefix}:{table}:index:`,
+//!   which agno's scans skip. Records agno writes are not in them until
+//!   [`KvDb::rebuild_indexes`] (or the migration) indexes them; reads by id never need them.
+//! - **Atomic read-modify-writes.** Every write is a compare-and-set in one Lua script: the
+//!   owner guards, `run_index` assignment, schedule and job claims, fenced job transitions,
+//!   idempotency keys, metrics upserts and unique `(user_id, name)` schedule names.
+//! - **No TTL.** agno's `expire` lets a session, its runs and its index expire apart;
+//!   nothing here expires.
+//! - Legacy runs blobs survive renames; deleted runs are scrubbed from them; the v3.0.0
+//!   migration never overwrites a newer run with its legacy copy and stamps nothing after a
+//!   failed scan or a partial copy.
+//!
+//! # Durability
+//!
+//! Redis acknowledges a write once it is in memory. With the default RDB snapshots a crash
+//! loses what was written since the last snapshot; with `appendonly yes` and
+//! `appendfsync everysec` at most about a second; with `appendfsync always` nothing that was
+//! acknowledged. [`agno_storage_core::Capabilities::durable`] is set only when the server
+//! reports `appendonly yes`. For a job queue that must never lose an accepted job, keep the
+//! SQL adapter's queue as the record of truth.
 //!
 //! # Features
 //!
@@ -14,6 +47,187 @@
 //!
 //! - `redis`: Redis through the `redis` crate's tokio client (connection manager, Lua
 //!   scripts).
-//! - `valkey`: Valkey, which speaks the Redis protocol, through the same client.
+//! - `valkey`: Valkey, which speaks the Redis protocol: the same client and code.
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+
+#[cfg(feature = "redis")]
+mod cas;
+#[cfg(feature = "redis")]
+mod codec;
+#[cfg(feature = "redis")]
+mod evals;
+#[cfg(feature = "redis")]
+mod jobs;
+#[cfg(feature = "redis")]
+mod knowledge;
+#[cfg(feature = "redis")]
+mod learnings;
+#[cfg(feature = "redis")]
+mod legacy;
+#[cfg(feature = "redis")]
+mod memories;
+#[cfg(feature = "redis")]
+mod metrics;
+#[cfg(feature = "redis")]
+mod migrate;
+#[cfg(feature = "redis")]
+mod runs;
+#[cfg(feature = "redis")]
+mod schedules;
+#[cfg(feature = "redis")]
+mod sessions;
+#[cfg(feature = "redis")]
+mod store;
+
+#[cfg(feature = "redis")]
+pub use client::{IndexReport, KvDb, KvOptions};
+
+#[cfg(feature = "redis")]
+mod client {
+    use std::sync::Arc;
+
+    use agno_storage_core::{AgnoDb, Error, ErrorKind, Result, TableType};
+
+    use crate::migrate::KvMigrations;
+    use crate::store::{redis_err, KvStore};
+
+    /// How to lay out keys on the server.
+    #[derive(Debug, Clone)]
+    pub struct KvOptions {
+        /// The key prefix, agno's `db_prefix` (default `agno`): keys are `{prefix}:{table}:…`.
+        pub prefix: String,
+        /// Stamp every table `3.0.0` on connect when nothing lives under the prefix yet
+        /// (default true). A prefix holding agno 2.x data is never stamped this way: migrate
+        /// it with the migration manager.
+        pub stamp_new: bool,
+    }
+
+    impl Default for KvOptions {
+        fn default() -> Self {
+            KvOptions {
+                prefix: "agno".into(),
+                stamp_new: true,
+            }
+        }
+    }
+
+    /// Records indexed by [`KvDb::rebuild_indexes`], per table.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct IndexReport {
+        /// `(table, records indexed)`, in migration order, then `agno_jobs`. The sessions
+        /// table counts its sessions and their runs.
+        pub tables: Vec<(String, u64)>,
+    }
+
+    /// One Redis or Valkey database under one key prefix.
+    #[derive(Clone)]
+    pub struct KvDb {
+        store: Arc<KvStore>,
+        durable: bool,
+    }
+
+    impl std::fmt::Debug for KvDb {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("KvDb")
+                .field("server", &self.store.server)
+                .field("prefix", &self.store.prefix)
+                .field("durable", &self.durable)
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl KvDb {
+        /// Connects to `url` (`redis://[user:password@]host:port[/db]`, `rediss://` for
+        /// TLS when the client supports it) and uses `options.prefix`. Detects whether the
+        /// server is Redis or Valkey and whether it persists every write (AOF).
+        pub async fn connect(url: &str, options: KvOptions) -> Result<KvDb> {
+            if options.prefix.is_empty() {
+                return Err(Error::invalid_input(
+                    "the key prefix is empty; agno's default is `agno`",
+                ));
+            }
+            let client = redis::Client::open(url).map_err(|e| {
+                Error::new(ErrorKind::InvalidInput, format!("invalid Redis URL: {e}"))
+                    .with_source(e)
+            })?;
+            // Long enough for a large MGET or a script deleting a session with many runs;
+            // the client's 500 ms default is not.
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
+                .set_response_timeout(Some(std::time::Duration::from_secs(30)));
+            let conn = client
+                .get_connection_manager_with_config(config)
+                .await
+                .map_err(|e| redis_err(e).with_backend("redis"))?;
+            let mut probe = conn.clone();
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut probe)
+                .await
+                .map_err(|e| redis_err(e).with_backend("redis"))?;
+            let server = if info.contains("server_name:valkey") {
+                "valkey"
+            } else {
+                "redis"
+            };
+            // CONFIG may be disabled (managed services): then durability is unknown, so false.
+            let durable = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendonly")
+                .query_async::<Vec<String>>(&mut probe)
+                .await
+                .is_ok_and(|v| v.get(1).is_some_and(|s| s == "yes"));
+            let store = Arc::new(KvStore::new(conn, options.prefix, server));
+            if options.stamp_new {
+                store.stamp_if_new().await?;
+            }
+            Ok(KvDb { store, durable })
+        }
+
+        /// One handle over every store of this database.
+        pub fn agno_db(&self) -> AgnoDb {
+            let s = self.store.clone();
+            AgnoDb::builder(s.server)
+                .sessions(s.clone())
+                .runs(s.clone())
+                .memories(s.clone())
+                .metrics(s.clone())
+                .evals(s.clone())
+                .knowledge(s.clone())
+                .schedules(s.clone())
+                .learnings(s.clone())
+                .jobs(s.clone())
+                .legacy(s.clone())
+                .migrations(Arc::new(KvMigrations { store: s }))
+                .durable(self.durable)
+                .build()
+        }
+
+        /// `redis` or `valkey`, as the server reported itself.
+        pub fn server(&self) -> &'static str {
+            self.store.server
+        }
+
+        /// The key prefix.
+        pub fn prefix(&self) -> &str {
+            &self.store.prefix
+        }
+
+        /// Indexes every record under the prefix from a `SCAN` (O(keys)): run it after agno
+        /// (Python) wrote to the same prefix, so listings include its records. Additive and
+        /// safe to run while serving; entries of records deleted by agno are dropped when a
+        /// listing meets them.
+        pub async fn rebuild_indexes(&self) -> Result<IndexReport> {
+            let mut report = IndexReport::default();
+            for t in TableType::ALL {
+                let n = self.store.reindex(t).await?;
+                report.tables.push((t.default_name().to_owned(), n));
+            }
+            report
+                .tables
+                .push(("agno_jobs".into(), self.store.reindex_jobs().await?));
+            Ok(report)
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Value encoding: JSON text as agno's Redis adapters write it, and lenient field readers
+//! for records written by any agno version.
+
+use agno_storage_core::json::to_python_json;
+use agno_storage_core::{Error, ErrorKind, Result};
+use serde_json::{Map, Value};
+
+/// `value` as agno's `RedisDb`/`ValkeyDb` `serialize_data` writes it:
+/// `json.dumps(value, ensure_ascii=False)`. Python's default separators; only control
+/// characters are escaped, everything else (non-ASCII, DEL) is written as is.
+///
+/// Built on [`to_python_json`] (the `ensure_ascii=True` form) by turning its `\uXXXX`
+/// escapes of characters at or above U+007F back into the characters.
+pub(crate) fn encode(value: &Value) -> String {
+    unescape_non_ascii(&to_python_json(value))
+}
+
+/// `value` as `json.dumps(value)` writes it (ASCII-escaped): the job queue's tickets.
+pub(crate) fn encode_ascii(value: &Value) -> String {
+    to_python_json(value)
+}
+
+fn hex4(chars: &[char]) -> Option<u32> {
+    if chars.len() != 4 {
+        return None;
+    }
+    chars
+        .iter()
+        .try_fold(0u32, |acc, c| c.to_digit(16).map(|d| acc * 16 + d))
+}
+
+fn unescape_non_ascii(ascii: &str) -> String {
+    let chars: Vec<char> = ascii.chars().collect();
+    let mut out = String::with_capacity(ascii.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c != '\\' {
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        // An escape: `\X` or `\uXXXX` (a surrogate pair is two of them).
+        let Some(&next) = chars.get(i + 1) else {
+            out.push(c);
+            break;
+        };
+        if next != 'u' {
+            out.push(c);
+            out.push(next);
+            i += 2;
+            continue;
+        }
+        let unit = chars.get(i + 2..i + 6).and_then(hex4);
+        let decoded = match unit {
+            Some(u) if (0xD800..0xDC00).contains(&u) => {
+                let low = (chars.get(i + 6) == Some(&'\\') && chars.get(i + 7) == Some(&'u'))
+                    .then(|| chars.get(i + 8..i + 12).and_then(hex4))
+                    .flatten()
+                    .filter(|l| (0xDC00..0xE000).contains(l));
+                low.and_then(|l| char::from_u32(0x10000 + ((u - 0xD800) << 10) + (l - 0xDC00)))
+                    .map(|ch| (ch, 12))
+            }
+            Some(u) if u >= 0x7f => char::from_u32(u).map(|ch| (ch, 6)),
+            _ => None,
+        };
+        match decoded {
+            Some((ch, len)) => {
+                out.push(ch);
+                i += len;
+            }
+            None => {
+                out.extend(&chars[i..(i + 6).min(chars.len())]);
+                i += 6;
+            }
+        }
+    }
+    out
+}
+
+/// Parses a stored record; anything but a JSON object is a `Serialization` error naming
+/// the key.
+pub(crate) fn decode_object(key: &str, raw: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(Error::new(
+            ErrorKind::Serialization,
+            format!("{key} does not hold a JSON object (found {other:.40})"),
+        )),
+        Err(e) => Err(Error::serialization(key, e)),
+    }
+}
+
+/// A string field; `null`, absent and non-strings are `None`.
+pub(crate) fn text(map: &Map<String, Value>, field: &str) -> Option<String> {
+    map.get(field).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// An integer field; floats are truncated (Python may store `1.0`), anything else is `None`.
+pub(crate) fn int(map: &Map<String, Value>, field: &str) -> Option<i64> {
+    let v = map.get(field)?;
+    v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))
+}
+
+/// A JSON field; `null` and absent are `None`.
+pub(crate) fn json(map: &Map<String, Value>, field: &str) -> Option<Value> {
+    map.get(field).filter(|v| !v.is_null()).cloned()
+}
+
+/// A required string field, or a `Serialization` error naming the key and field.
+pub(crate) fn required(map: &Map<String, Value>, field: &str, key: &str) -> Result<String> {
+    text(map, field).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Serialization,
+            format!("{key} has no string `{field}`"),
+        )
+    })
+}
+
+/// `Some(s)` as a JSON string, `None` as `null`.
+pub(crate) fn opt_str(v: &Option<String>) -> Value {
+    v.as_ref().map_or(Value::Null, |s| Value::String(s.clone()))
+}
+
+/// `Some(n)` as a JSON number, `None` as `null`.
+pub(crate) fn opt_int(v: Option<i64>) -> Value {
+    v.map_or(Value::Null, Value::from)
+}
+
+/// `Some(v)` as itself, `None` as `null`.
+pub(crate) fn opt_json(v: &Option<Value>) -> Value {
+    v.clone().unwrap_or(Value::Null)
+}
+
+/// Builds a JSON object from fields in order (agno's key order).
+pub(crate) fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn writes_like_python_without_ascii_escapes() {
+        let v = json!({"a": "tä🍵\n\"q\"\u{7f}\u{1}", "b": [1, 2.5, null]});
+        assert_eq!(
+            encode(&v),
+            "{\"a\": \"tä🍵\\n\\\"q\\\"\u{7f}\\u0001\", \"b\": [1, 2.5, null]}"
+        );
+        assert_eq!(encode(&json!("\\u00e4")), "\"\\\\u00e4\"");
+        assert_eq!(encode_ascii(&json!({"x": "ü"})), "{\"x\": \"\\u00fc\"}");
+    }
+}

@@ -1,0 +1,299 @@
+//! What the Redis and Valkey test targets share: the conformance harness (a fresh key
+//! prefix per case), agno 2.9.0's session layout for legacy databases, and clean-up.
+
+#![allow(dead_code)]
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::json::to_python_json;
+use agno_storage_core::{
+    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session, SessionType,
+};
+use agno_storage_kv::{KvDb, KvOptions};
+use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use serde_json::{json, Value};
+
+/// Every test prefix starts with this, then `<epoch>_<run>_`: a later run drops prefixes
+/// older than [`STALE_AFTER`] that a crashed run left behind.
+pub const PREFIX: &str = "agno_ct_";
+pub const STALE_AFTER: i64 = 3 * 3600;
+
+/// Whether unreachable servers must fail the run instead of skipping it.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The server URL in `var`, or `None` (with a note) when unset. Under `CI=true` an unset
+/// variable is an error.
+pub fn url(var: &str) -> std::result::Result<Option<String>, String> {
+    match std::env::var(var) {
+        Ok(u) if !u.is_empty() => Ok(Some(u)),
+        _ if ci() => Err(format!(
+            "CI=true but {var} is not set; run ./scripts/test.sh"
+        )),
+        _ => {
+            eprintln!("note: {var} is not set; skipping (./scripts/test.sh sets it)");
+            Ok(None)
+        }
+    }
+}
+
+/// A key-safe name for a case.
+pub fn slug(case: &str) -> String {
+    case.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(32)
+        .collect()
+}
+
+/// `agno_ct_<epoch>_<8 hex>`: this process's prefix stem.
+pub fn run_stem() -> String {
+    format!(
+        "{PREFIX}{}_{}",
+        now_epoch_seconds(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+fn kv_err(e: redis::RedisError) -> Error {
+    Error::new(ErrorKind::Unavailable, e.to_string())
+}
+
+pub async fn connection(url: &str) -> Result<redis::aio::ConnectionManager> {
+    let client = redis::Client::open(url).map_err(kv_err)?;
+    client.get_connection_manager().await.map_err(kv_err)
+}
+
+/// Deletes every key matching `pattern` (a SCAN glob). Returns how many went.
+pub async fn delete_matching(
+    conn: &mut redis::aio::ConnectionManager,
+    pattern: &str,
+) -> Result<u64> {
+    let mut cursor: u64 = 0;
+    let mut deleted = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(kv_err)?;
+        if !keys.is_empty() {
+            deleted += redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async::<u64>(conn)
+                .await
+                .map_err(kv_err)?;
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
+}
+
+/// Drops the keys of test prefixes older than [`STALE_AFTER`] (left by crashed runs).
+pub async fn drop_stale_prefixes(conn: &mut redis::aio::ConnectionManager) -> Result<u64> {
+    let cutoff = now_epoch_seconds() - STALE_AFTER;
+    let mut cursor: u64 = 0;
+    let mut stale = std::collections::BTreeSet::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{PREFIX}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(kv_err)?;
+        for key in keys {
+            let epoch = key
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.split('_').next())
+                .and_then(|e| e.parse::<i64>().ok());
+            if epoch.is_some_and(|e| e < cutoff) {
+                if let Some(stem) = key.strip_prefix(PREFIX).and_then(|r| r.split('_').next()) {
+                    stale.insert(format!("{PREFIX}{stem}_*"));
+                }
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let mut deleted = 0;
+    for pattern in stale {
+        deleted += delete_matching(conn, &pattern).await?;
+    }
+    Ok(deleted)
+}
+
+/// Writes sessions as agno 2.9.0's `RedisDb.upsert_session` did: one JSON record per
+/// session with the runs inline (`runs` right after `user_id`), no indexes, no stamps.
+pub struct Writer {
+    conn: redis::aio::ConnectionManager,
+    prefix: String,
+}
+
+impl Writer {
+    pub fn new(conn: redis::aio::ConnectionManager, prefix: String) -> Self {
+        Writer { conn, prefix }
+    }
+}
+
+/// The record agno 2.9.0 wrote for `s` with `runs` as its runs field.
+pub fn legacy_record(s: &Session, runs: Value) -> Value {
+    let o = |v: &Option<Value>| v.clone().unwrap_or(Value::Null);
+    match s.session_type {
+        SessionType::Agent => json!({
+            "session_id": s.session_id, "session_type": "agent", "agent_id": s.agent_id,
+            "team_id": s.team_id, "workflow_id": s.workflow_id, "user_id": s.user_id, "runs": runs,
+            "agent_data": o(&s.agent_data), "team_data": o(&s.team_data), "workflow_data": o(&s.workflow_data),
+            "session_data": o(&s.session_data), "summary": o(&s.summary), "metadata": o(&s.metadata),
+            "created_at": s.created_at, "updated_at": s.updated_at.unwrap_or(s.created_at),
+        }),
+        SessionType::Team => json!({
+            "session_id": s.session_id, "session_type": "team", "agent_id": null,
+            "team_id": s.team_id, "workflow_id": null, "user_id": s.user_id, "runs": runs,
+            "team_data": o(&s.team_data), "agent_data": null, "workflow_data": null,
+            "session_data": o(&s.session_data), "summary": o(&s.summary), "metadata": o(&s.metadata),
+            "created_at": s.created_at, "updated_at": s.updated_at.unwrap_or(s.created_at),
+        }),
+        SessionType::Workflow => json!({
+            "session_id": s.session_id, "session_type": "workflow", "workflow_id": s.workflow_id,
+            "user_id": s.user_id, "runs": runs, "workflow_data": o(&s.workflow_data),
+            "session_data": o(&s.session_data), "metadata": o(&s.metadata),
+            "created_at": s.created_at, "updated_at": s.updated_at.unwrap_or(s.created_at),
+            "agent_id": null, "team_id": null, "agent_data": null, "team_data": null, "summary": null,
+        }),
+    }
+}
+
+#[async_trait]
+impl LegacyWriter for Writer {
+    async fn write_legacy_session(&self, session: Session, runs_blob: Value) -> Result<()> {
+        let key = format!("{}:sessions:{}", self.prefix, session.session_id);
+        let record = to_python_json(&legacy_record(&session, runs_blob));
+        redis::cmd("SET")
+            .arg(key)
+            .arg(record)
+            .query_async::<()>(&mut self.conn.clone())
+            .await
+            .map_err(kv_err)
+    }
+}
+
+/// The conformance harness for one server.
+pub struct Kv {
+    pub name: &'static str,
+    pub url: String,
+    pub stem: String,
+    pub durable: bool,
+}
+
+impl Kv {
+    fn prefix(&self, case: &str) -> String {
+        format!("{}_{}", self.stem, slug(case))
+    }
+}
+
+#[async_trait]
+impl Harness for Kv {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            durable: self.durable,
+            ..Capabilities::all()
+        }
+    }
+
+    async fn open(&self, case: &str) -> Result<AgnoDb> {
+        let options = KvOptions {
+            prefix: self.prefix(case),
+            stamp_new: true,
+        };
+        Ok(KvDb::connect(&self.url, options).await?.agno_db())
+    }
+
+    async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
+        let prefix = self.prefix(case);
+        let options = KvOptions {
+            prefix: prefix.clone(),
+            stamp_new: false,
+        };
+        let db = KvDb::connect(&self.url, options).await?.agno_db();
+        let writer = Writer::new(connection(&self.url).await?, prefix);
+        Ok(LegacyDb {
+            db,
+            writer: Arc::new(writer),
+        })
+    }
+}
+
+/// Runs the whole suite against the server in `var`, as harness `name`: drops stale test
+/// prefixes first, this run's keys afterwards.
+pub fn run_suite(name: &'static str, var: &str) -> ExitCode {
+    let url = match url(var) {
+        Ok(Some(url)) => url,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start a tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stem = run_stem();
+    let durable = match rt.block_on(async {
+        let mut conn = connection(&url).await?;
+        drop_stale_prefixes(&mut conn).await?;
+        let db = KvDb::connect(
+            &url,
+            KvOptions {
+                prefix: format!("{stem}_probe"),
+                stamp_new: false,
+            },
+        )
+        .await?;
+        Ok::<_, Error>(db.agno_db().capabilities().durable)
+    }) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {var}={url} is not reachable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = conformance_tests::main(Kv {
+        name,
+        url: url.clone(),
+        stem: stem.clone(),
+        durable,
+    });
+    if std::env::var_os("AGNO_TEST_KEEP_KEYS").is_none() {
+        let cleaned = rt.block_on(async {
+            let mut conn = connection(&url).await?;
+            delete_matching(&mut conn, &format!("{stem}_*")).await
+        });
+        if let Err(e) = cleaned {
+            eprintln!("warning: could not delete this run's keys ({stem}_*): {e}");
+        }
+    }
+    code
+}

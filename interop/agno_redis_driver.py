@@ -1,0 +1,82 @@
+"""Drives the real agno package (2.9.0 or 3.1.10, whichever venv runs it) against a Redis or
+Valkey server the Rust tests also use, through agno's own RedisDb, under one key prefix.
+
+    python agno_redis_driver.py COMMAND redis:URL#PREFIX
+
+Commands (the workloads and the dump are agno_driver.py's, so SQL and Redis are checked
+the same way):
+    write-v2    (agno 2.9.0) write a pre-v3 workload: sessions with runs inline, memories, an eval, knowledge
+    write-v3    (agno 3.1.10) write sessions, runs (one key each), memories
+    migrate-v3  (agno 3.1.10) MigrationManager(db).up()
+    dump-v3     (agno 3.1.10) print everything agno reads back, as JSON on stdout
+    jobs-enqueue  (agno 3.1.10) enqueue job py-j1 for carol with idempotency key k1; print the outcome
+    jobs-work     (agno 3.1.10) claim one job as worker py-worker and complete it; print the claimed job
+    jobs-dump     (agno 3.1.10) print every job agno lists, by id
+    check-bytes   (agno 3.1.10) re-encode every string value under the prefix as agno would
+                  (records: serialize_data; job tickets: json.dumps) and print the keys whose
+                  stored bytes differ, as a JSON list
+"""
+
+import json
+import sys
+
+from agno_driver import COMMANDS
+
+
+def jobs_enqueue(db):
+    from agno.db.schemas.jobs import QueuedJob
+
+    job = QueuedJob(id="py-j1", component_type="agent", component_id="agent-py", session_id="py-s1",
+                    user_id="carol", payload={"input": "from python ü"}, idempotency_key="k1")
+    print(json.dumps(db.enqueue_job(job.to_dict())))
+
+
+def jobs_work(db):
+    job = db.claim_job("py-worker", 60)
+    if job is not None:
+        assert db.complete_job(job["id"], "py-worker", job["attempt"], "completed")
+    print(json.dumps(job))
+
+
+def jobs_dump(db):
+    jobs, _ = db.list_jobs(limit=1000)
+    print(json.dumps(sorted(jobs, key=lambda j: j["id"])))
+
+
+def check_bytes(db):
+    from agno.db.redis.utils import serialize_data
+
+    differ = []
+    for key in db.redis_client.scan_iter(match=f"{db.db_prefix}:*", count=1000):
+        if db.redis_client.type(key) != "string" or ":index:" in key or ":agno_schema_versions:" in key:
+            continue
+        raw = db.redis_client.get(key)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        again = json.dumps(value) if ":jobs:job:" in key else serialize_data(value)
+        if again != raw:
+            differ.append(key)
+    print(json.dumps(sorted(differ)))
+
+
+COMMANDS = {**COMMANDS, "check-bytes": check_bytes, "jobs-enqueue": jobs_enqueue, "jobs-work": jobs_work, "jobs-dump": jobs_dump}
+
+
+def open_db(target):
+    kind, _, rest = target.partition(":")
+    if kind != "redis":
+        raise SystemExit(f"unknown target {target!r}: expected redis:URL#PREFIX")
+    from agno.db.redis import RedisDb
+
+    url, _, prefix = rest.partition("#")
+    return RedisDb(db_url=url, db_prefix=prefix or "agno")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in COMMANDS:
+        raise SystemExit(__doc__)
+    COMMANDS[sys.argv[1]](open_db(sys.argv[2]))
