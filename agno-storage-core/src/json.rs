@@ -6,39 +6,91 @@
 
 use serde_json::Value;
 
+/// The `json.dumps` options agno's stores use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PythonJson {
+    /// `ensure_ascii`: non-ASCII as `\uXXXX` escapes (agno's SQL and file stores) or raw
+    /// (agno's Redis store).
+    pub ensure_ascii: bool,
+    /// `indent`: one item per line, indented by this many spaces (agno's JSON files use 2).
+    pub indent: Option<usize>,
+}
+
+impl Default for PythonJson {
+    /// `json.dumps` defaults: `ensure_ascii=True`, no indent.
+    fn default() -> Self {
+        PythonJson {
+            ensure_ascii: true,
+            indent: None,
+        }
+    }
+}
+
 /// `value` as Python's `json.dumps(value)` renders it.
 pub fn to_python_json(value: &Value) -> String {
+    to_python_json_with(value, PythonJson::default())
+}
+
+/// `value` as Python's `json.dumps(value, ensure_ascii=…, indent=…)` renders it.
+pub fn to_python_json_with(value: &Value, options: PythonJson) -> String {
     let mut out = String::new();
-    write_value(&mut out, value);
+    write_value(&mut out, value, options, 0);
     out
 }
 
-fn write_value(out: &mut String, value: &Value) {
+/// A list of values as Python renders the list (`json.dump(rows, f, …)`), without first
+/// building a `Value::Array` of them.
+pub fn list_to_python_json_with(items: &[Value], options: PythonJson) -> String {
+    let mut out = String::new();
+    write_list(&mut out, items, options, 0);
+    out
+}
+
+fn write_list(out: &mut String, items: &[Value], options: PythonJson, level: usize) {
+    if items.is_empty() {
+        out.push_str("[]");
+        return;
+    }
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(if options.indent.is_some() { "," } else { ", " });
+        }
+        newline(out, options, level + 1);
+        write_value(out, item, options, level + 1);
+    }
+    newline(out, options, level);
+    out.push(']');
+}
+
+fn newline(out: &mut String, options: PythonJson, level: usize) {
+    if let Some(indent) = options.indent {
+        out.push('\n');
+        out.extend(std::iter::repeat_n(' ', indent * level));
+    }
+}
+
+fn write_value(out: &mut String, value: &Value, options: PythonJson, level: usize) {
+    let item_separator = if options.indent.is_some() { "," } else { ", " };
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => write_number(out, n),
-        Value::String(s) => write_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_value(out, item);
-            }
-            out.push(']');
-        }
+        Value::String(s) => write_string(out, s, options.ensure_ascii),
+        Value::Array(items) => write_list(out, items, options, level),
+        Value::Object(map) if map.is_empty() => out.push_str("{}"),
         Value::Object(map) => {
             out.push('{');
             for (i, (k, v)) in map.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(item_separator);
                 }
-                write_string(out, k);
+                newline(out, options, level + 1);
+                write_string(out, k, options.ensure_ascii);
                 out.push_str(": ");
-                write_value(out, v);
+                write_value(out, v, options, level + 1);
             }
+            newline(out, options, level);
             out.push('}');
         }
     }
@@ -74,12 +126,17 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     }
 }
 
-fn write_string(out: &mut String, s: &str) {
+fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
-    // Copy runs of plain printable ASCII in one go; escape the rest one char at a time.
+    // Copy runs of characters that need no escape in one go; escape the rest one at a time.
     let mut plain_from = 0;
     for (i, c) in s.char_indices() {
-        if (' '..='~').contains(&c) && c != '"' && c != '\\' {
+        let plain = if ensure_ascii {
+            (' '..='~').contains(&c)
+        } else {
+            c >= ' '
+        };
+        if plain && c != '"' && c != '\\' {
             continue;
         }
         out.push_str(&s[plain_from..i]);
@@ -118,5 +175,37 @@ mod tests {
         );
         assert_eq!(to_python_json(&json!("likes tea")), r#""likes tea""#);
         assert_eq!(to_python_json(&json!({})), "{}");
+    }
+
+    #[test]
+    fn matches_python_indent_2() {
+        // python3 -c 'import json; print(json.dumps([{"a": [1, {}], "b": {"c": "ü"}, "d": []}, 2.0], indent=2))'
+        let rows = json!([{"a": [1, {}], "b": {"c": "ü"}, "d": []}, 2.0]);
+        let options = PythonJson {
+            ensure_ascii: true,
+            indent: Some(2),
+        };
+        assert_eq!(
+            to_python_json_with(&rows, options),
+            "[\n  {\n    \"a\": [\n      1,\n      {}\n    ],\n    \"b\": {\n      \"c\": \"\\u00fc\"\n    },\n    \"d\": []\n  },\n  2.0\n]"
+        );
+        assert_eq!(to_python_json_with(&json!([]), options), "[]");
+    }
+
+    #[test]
+    fn matches_python_without_ascii_escapes() {
+        let options = PythonJson {
+            ensure_ascii: false,
+            indent: None,
+        };
+        let v = json!({"a": "tä🍵\n\"q\"\u{7f}\u{1}", "b": [1, 2.5, null]});
+        assert_eq!(
+            to_python_json_with(&v, options),
+            "{\"a\": \"tä🍵\\n\\\"q\\\"\u{7f}\\u0001\", \"b\": [1, 2.5, null]}"
+        );
+        assert_eq!(
+            to_python_json_with(&json!("\\u00e4"), options),
+            "\"\\\\u00e4\""
+        );
     }
 }

@@ -25,7 +25,7 @@ use object_store::{
 };
 use serde_json::Value;
 
-use crate::pyjson::rows_to_python_json;
+use agno_storage_core::json::{list_to_python_json_with, PythonJson};
 
 /// The table files this crate reads and writes, named as agno 3.1.10 names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -271,7 +271,7 @@ impl Files {
 
 /// Rows as agno writes a table: `json.dump(rows, indent=2)` with ASCII escapes.
 fn payload(rows: &[Value]) -> PutPayload {
-    PutPayload::from(rows_to_python_json(rows).into_bytes())
+    PutPayload::from(list_to_python_json_with(rows, PythonJson { ensure_ascii: true, indent: Some(2) }).into_bytes())
 }
 
 fn parse_table(table: Table, bytes: &[u8]) -> Result<Vec<Value>> {

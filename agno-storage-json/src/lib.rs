@@ -70,7 +70,6 @@ with_a_store! {
     mod memories;
     mod metrics;
     mod migrate;
-    mod pyjson;
     mod runs;
     mod schedules;
     mod sessions;

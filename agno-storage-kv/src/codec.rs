@@ -1,81 +1,26 @@
 //! Value encoding: JSON text as agno's Redis adapters write it, and lenient field readers
 //! for records written by any agno version.
 
-use agno_storage_core::json::to_python_json;
+use agno_storage_core::json::{to_python_json, to_python_json_with, PythonJson};
 use agno_storage_core::{Error, ErrorKind, Result};
 use serde_json::{Map, Value};
 
 /// `value` as agno's `RedisDb`/`ValkeyDb` `serialize_data` writes it:
 /// `json.dumps(value, ensure_ascii=False)`. Python's default separators; only control
 /// characters are escaped, everything else (non-ASCII, DEL) is written as is.
-///
-/// Built on [`to_python_json`] (the `ensure_ascii=True` form) by turning its `\uXXXX`
-/// escapes of characters at or above U+007F back into the characters.
 pub(crate) fn encode(value: &Value) -> String {
-    unescape_non_ascii(&to_python_json(value))
+    to_python_json_with(
+        value,
+        PythonJson {
+            ensure_ascii: false,
+            indent: None,
+        },
+    )
 }
 
-/// `value` as `json.dumps(value)` writes it (ASCII-escaped): the job queue's tickets.
+/// `value` as `json.dumps(value)` with its default `ensure_ascii=True` (agno's job tickets).
 pub(crate) fn encode_ascii(value: &Value) -> String {
     to_python_json(value)
-}
-
-fn hex4(chars: &[char]) -> Option<u32> {
-    if chars.len() != 4 {
-        return None;
-    }
-    chars
-        .iter()
-        .try_fold(0u32, |acc, c| c.to_digit(16).map(|d| acc * 16 + d))
-}
-
-fn unescape_non_ascii(ascii: &str) -> String {
-    let chars: Vec<char> = ascii.chars().collect();
-    let mut out = String::with_capacity(ascii.len());
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c != '\\' {
-            out.push(c);
-            i += 1;
-            continue;
-        }
-        // An escape: `\X` or `\uXXXX` (a surrogate pair is two of them).
-        let Some(&next) = chars.get(i + 1) else {
-            out.push(c);
-            break;
-        };
-        if next != 'u' {
-            out.push(c);
-            out.push(next);
-            i += 2;
-            continue;
-        }
-        let unit = chars.get(i + 2..i + 6).and_then(hex4);
-        let decoded = match unit {
-            Some(u) if (0xD800..0xDC00).contains(&u) => {
-                let low = (chars.get(i + 6) == Some(&'\\') && chars.get(i + 7) == Some(&'u'))
-                    .then(|| chars.get(i + 8..i + 12).and_then(hex4))
-                    .flatten()
-                    .filter(|l| (0xDC00..0xE000).contains(l));
-                low.and_then(|l| char::from_u32(0x10000 + ((u - 0xD800) << 10) + (l - 0xDC00)))
-                    .map(|ch| (ch, 12))
-            }
-            Some(u) if u >= 0x7f => char::from_u32(u).map(|ch| (ch, 6)),
-            _ => None,
-        };
-        match decoded {
-            Some((ch, len)) => {
-                out.push(ch);
-                i += len;
-            }
-            None => {
-                out.extend(&chars[i..(i + 6).min(chars.len())]);
-                i += 6;
-            }
-        }
-    }
-    out
 }
 
 /// Parses a stored record; anything but a JSON object is a `Serialization` error naming
