@@ -3,9 +3,10 @@ the Rust tests also use, so both sides write and read the same tables.
 
     python agno_driver.py COMMAND TARGET
 
-TARGET is `sqlite:PATH` or `postgres:URL#SCHEMA`. Commands:
+TARGET is `sqlite:PATH`, `postgres:URL#SCHEMA` or `mysql:URL#DATABASE`. Commands:
     write-v2    (agno 2.9.0) write a pre-v3 workload: sessions with runs blobs, memories, an eval, knowledge
     write-v3    (agno 3.1.10) write sessions, runs (one row each), memories
+    create-v3   (agno 3.1.10) create every table the adapter has
     migrate-v3  (agno 3.1.10) MigrationManager(db).up()
     dump-v3     (agno 3.1.10) print everything agno reads back, as JSON on stdout
 """
@@ -27,6 +28,12 @@ def open_db(target):
         url, _, schema = rest.partition("#")
         url = url.replace("postgres://", "postgresql+psycopg://", 1)
         return PostgresDb(db_url=url, db_schema=schema or "ai")
+    if kind == "mysql":
+        from agno.db.mysql import MySQLDb
+
+        url, _, schema = rest.partition("#")
+        url = url.replace("mysql://", "mysql+pymysql://", 1)
+        return MySQLDb(db_url=url, db_schema=schema or "ai")
     raise SystemExit(f"unknown target {target!r}")
 
 
@@ -83,6 +90,10 @@ def write_v3(db):
                                      topics=["interop"], created_at=1710000100))
 
 
+def create_v3(db):
+    db._create_all_tables()
+
+
 def migrate_v3(db):
     from agno.db.migrations.manager import MigrationManager
 
@@ -126,9 +137,26 @@ def dump_v3(db):
     print(json.dumps(out, sort_keys=True))
 
 
-COMMANDS = {"write-v2": write_v2, "write-v3": write_v3, "migrate-v3": migrate_v3, "dump-v3": dump_v3}
+def declare_mysql_tables(db):
+    """agno reflects the tables it did not create in this process, and MariaDB reports JSON
+    columns as LONGTEXT (MySQL 8 reports JSON), so on MariaDB agno would bind dicts to text
+    columns and read JSON back as strings. Declare the existing tables from agno's own
+    schema instead, exactly as agno does for a table it creates, so it behaves as on MySQL 8.
+    """
+    tables = [(db.session_table_name, "sessions"), (db.runs_table_name, "runs"), (db.memory_table_name, "memories"),
+              (db.metrics_table_name, "metrics"), (db.eval_table_name, "evals"), (db.knowledge_table_name, "knowledge"),
+              (db.versions_table_name, "versions")]
+    for name, table_type in tables:
+        if db.table_exists(name):
+            db._store_resolved_table(table_type, name, db._create_table(name, table_type))
+
+
+COMMANDS = {"write-v2": write_v2, "write-v3": write_v3, "create-v3": create_v3, "migrate-v3": migrate_v3, "dump-v3": dump_v3}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in COMMANDS:
         raise SystemExit(__doc__)
-    COMMANDS[sys.argv[1]](open_db(sys.argv[2]))
+    db = open_db(sys.argv[2])
+    if sys.argv[2].startswith("mysql:") and sys.argv[1] in ("write-v3", "dump-v3"):
+        declare_mysql_tables(db)
+    COMMANDS[sys.argv[1]](db)

@@ -261,3 +261,43 @@ ensure_mariadb() {
   export AGNO_TEST_MYSQL_URL="${AGNO_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306}"
   log "mariadb: $AGNO_TEST_MYSQL_URL"
 }
+
+DYNAMODB_PORT=58000
+dynamodb_up() {
+  curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$DYNAMODB_PORT/" \
+    -H 'X-Amz-Target: DynamoDB_20120810.ListTables' -H 'Content-Type: application/x-amz-json-1.0' \
+    -H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \
+    -d '{}' 2>/dev/null | grep -q 200
+}
+
+# ensure_dynamodb: AWS's DynamoDB Local 1.25.1 (the jar bundled in the npm package
+# amplify-dynamodb-simulator@2.9.30, fetched with `npm pack`; only its emulator folder is
+# kept) on port 58000, in memory, on Java 17. DynamoDB Local has no bind-address option;
+# the tests reach it on loopback. Exports AGNO_TEST_DYNAMODB_URL.
+ensure_dynamodb() {
+  local cache="${AGNO_TEST_CACHE:-$HOME/.cache/agno-storage}"
+  local home="$cache/dynamodb-local" npm_pkg="amplify-dynamodb-simulator@2.9.30"
+  ensure_curl || return 1
+  mkdir -p "$cache/dynamodb" "$cache/logs"
+  if ! dynamodb_up; then
+    if [[ ! -f "$home/DynamoDBLocal.jar" ]]; then
+      log "fetching DynamoDB Local (npm pack $npm_pkg)"
+      local dl="$cache/dynamodb/dl" tgz
+      rm -rf "$dl" && mkdir -p "$dl"
+      tgz=$(cd "$dl" && npm pack --silent "$npm_pkg" | tail -n1) || return 1
+      tar xzf "$dl/$tgz" -C "$dl" package/emulator || return 1
+      rm -rf "$home" && mv "$dl/package/emulator" "$home" && rm -rf "$dl" || return 1
+    fi
+    if ! command -v java >/dev/null; then
+      log "installing openjdk-17-jre-headless (Debian)"
+      apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null
+    fi
+    log "starting DynamoDB Local on 127.0.0.1:$DYNAMODB_PORT"
+    start_detached "$cache/dynamodb/server.pid" "$cache/logs/dynamodb.log" java -Xmx512m \
+      -Djava.library.path="$home/DynamoDBLocal_lib" -jar "$home/DynamoDBLocal.jar" \
+      -port "$DYNAMODB_PORT" -inMemory -disableTelemetry
+    wait_for dynamodb-local 90 dynamodb_up || return 1
+  fi
+  export AGNO_TEST_DYNAMODB_URL="http://127.0.0.1:$DYNAMODB_PORT"
+  log "dynamodb: $AGNO_TEST_DYNAMODB_URL"
+}

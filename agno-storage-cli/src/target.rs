@@ -285,8 +285,20 @@ pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
         }
         #[cfg(feature = "postgres")]
         BackendUrl::Postgres { url } => {
-            let (url, schema) = postgres_schema(url);
+            let (url, schema) = split_schema(url);
             let db = agno_storage_sql::SqlDb::connect_postgres(
+                &url,
+                &schema,
+                agno_storage_sql::TableNames::default(),
+            )
+            .await
+            .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
+        #[cfg(feature = "mysql")]
+        BackendUrl::MySql { url } => {
+            let (url, schema) = split_schema(url);
+            let db = agno_storage_sql::SqlDb::connect_mysql(
                 &url,
                 &schema,
                 agno_storage_sql::TableNames::default(),
@@ -299,9 +311,11 @@ pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
     }
 }
 
-/// Splits agno's PostgreSQL schema (`?schema=NAME`, default `ai`) off a connection URL.
-#[cfg(feature = "postgres")]
-fn postgres_schema(url: &str) -> (String, String) {
+/// Splits agno's schema (`?schema=NAME`, default `ai`) off a connection URL: the PostgreSQL
+/// schema, or the MySQL database the tables live in (agno's `db_schema`; the URL's own
+/// database only serves the connection, as with agno).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn split_schema(url: &str) -> (String, String) {
     let Some((base, query)) = url.split_once('?') else {
         return (url.to_owned(), "ai".to_owned());
     };
@@ -530,16 +544,20 @@ mod tests {
         assert!(!err("postgres://ai:s3cret@host:bad/ai").contains("s3cret"));
     }
 
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     #[test]
-    fn postgres_schema_comes_from_the_query() {
+    fn schema_comes_from_the_query() {
         assert_eq!(
-            postgres_schema("postgres://h/db"),
+            split_schema("postgres://h/db"),
             ("postgres://h/db".into(), "ai".into())
         );
         assert_eq!(
-            postgres_schema("postgres://h/db?sslmode=disable&schema=app"),
+            split_schema("postgres://h/db?sslmode=disable&schema=app"),
             ("postgres://h/db?sslmode=disable".into(), "app".into())
+        );
+        assert_eq!(
+            split_schema("mysql://root@h:3306?schema=agno"),
+            ("mysql://root@h:3306".into(), "agno".into())
         );
     }
 
@@ -551,8 +569,7 @@ mod tests {
         rt.block_on(async {
             let db = open(&BackendUrl::Memory).await.unwrap();
             assert_eq!(db.backend(), "memory");
-            let cases = [
-                ("mysql://localhost/db", "mysql"),
+            let mut cases = vec![
                 ("mongodb://localhost", "mongo"),
                 ("redis://localhost", "redis"),
                 ("valkey://localhost", "redis"),
@@ -562,6 +579,9 @@ mod tests {
                 ("file://./d", "json"),
                 ("gs://bucket/p", "json"),
             ];
+            if cfg!(not(feature = "mysql")) {
+                cases.push(("mysql://localhost/db", "mysql"));
+            }
             for (input, feature) in cases {
                 let message = open(&ok(input)).await.unwrap_err().to_string();
                 assert!(

@@ -39,25 +39,38 @@ impl MongoDb {
             .map_err(db_err("next run index"))?
             .and_then(|d| d.get("run_index").and_then(as_i64))
             .unwrap_or(-1);
-        let counter = self
-            .coll(&self.inner.names.meta)
-            .find_one_and_update(
-                doc! {"_id": counter_id(session_id)},
-                vec![doc! {"$set": {"next": {"$add": [{"$max": [{"$ifNull": ["$next", 0]}, highest + 1]}, 1]}}}],
-            )
-            .upsert(true)
-            .return_document(ReturnDocument::After)
-            .await
-            .map_err(db_err("next run index"))?;
-        counter
-            .and_then(|d| d.get("next").and_then(as_i64))
-            .map(|n| n - 1)
-            .ok_or_else(|| {
-                Error::new(
-                    agno_storage_core::ErrorKind::Unexpected,
-                    "run index counter missing after update",
+        // Create the counter first (racing creators: the loser sees a duplicate key, which
+        // is fine), then take the next index with a plain atomic update, so no upsert race
+        // can skip or repeat an index.
+        let meta = self.coll(&self.inner.names.meta);
+        let id = counter_id(session_id);
+        for _ in 0..8 {
+            match meta
+                .update_one(doc! {"_id": &id}, doc! {"$setOnInsert": {"next": 0_i64}})
+                .upsert(true)
+                .await
+                .map_err(db_err("next run index"))
+            {
+                Ok(_) => {}
+                Err(e) if e.kind() == agno_storage_core::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            let counter = meta
+                .find_one_and_update(
+                    doc! {"_id": &id},
+                    vec![doc! {"$set": {"next": {"$add": [{"$max": [{"$ifNull": ["$next", 0]}, highest + 1]}, 1]}}}],
                 )
-            })
+                .return_document(ReturnDocument::After)
+                .await
+                .map_err(db_err("next run index"))?;
+            if let Some(next) = counter.and_then(|d| d.get("next").and_then(as_i64)) {
+                return Ok(next - 1);
+            }
+        }
+        Err(Error::new(
+            agno_storage_core::ErrorKind::Conflict,
+            format!("could not take the next run_index of session {session_id}: its counter kept disappearing; retry the write"),
+        ))
     }
 
     async fn session_exists(&self, session_id: &str) -> Result<bool> {

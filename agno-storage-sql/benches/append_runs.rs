@@ -1,11 +1,13 @@
-//! Append-runs benchmark, run on demand (`cargo bench -p agno-storage-sql --features sqlite,postgres`).
+//! Append-runs benchmark, run on demand (`cargo bench -p agno-storage-sql --features sqlite,postgres`,
+//! plus `mysql` for the MySQL rows).
 //!
 //! Appends N runs of ~2 KB to one session and reads the session back, for N = 10, 1,000 and
 //! 10,000 (override with `BENCH_N=10,1000`), on SQLite and PostgreSQL, side by side with:
 //! a bare prepared rusqlite upsert / bare sqlx insert under the same settings, agno 3.1.10
 //! (`upsert_run` from the venv in `AGNO_TEST_PYTHON_V3`, skipped when unset), and 8
 //! concurrent writers (group commit). Prints per-run wall and CPU time and the ratios the
-//! SQL issue sets. Needs `AGNO_TEST_POSTGRES_URL` for the PostgreSQL rows. Files go to
+//! SQL issue sets. Needs `AGNO_TEST_POSTGRES_URL` for the PostgreSQL rows and
+//! `AGNO_TEST_MYSQL_URL` (with the `mysql` feature) for the MySQL ones. Files go to
 //! `BENCH_DIR` (default: the system temp dir) — put it on the disk you want to measure.
 
 use std::path::{Path, PathBuf};
@@ -203,6 +205,49 @@ async fn bare_pg_concurrent(url: &str, schema: &str, writers: usize, per_writer:
     (writers * per_writer) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Bare sqlx inserts into MySQL from `writers` tasks; returns runs per second.
+#[cfg(feature = "mysql")]
+async fn bare_mysql_concurrent(
+    url: &str,
+    database: &str,
+    writers: usize,
+    per_writer: usize,
+) -> f64 {
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(8)
+        .connect(url)
+        .await
+        .unwrap();
+    let sql = format!(
+        "INSERT INTO `{database}`.agno_runs (run_id, session_id, run_type, agent_id, user_id, status, run_index, run_data, created_at, updated_at) \
+         VALUES (?, ?, 'agent', 'a', 'u', 'COMPLETED', ?, ?, ?, ?) ON DUPLICATE KEY UPDATE run_data = VALUES(run_data)"
+    );
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let (pool, sql) = (pool.clone(), sql.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per_writer {
+                let at = 1_700_000_000 + i as i64;
+                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(format!("bare-c{w}-{i}"))
+                    .bind(format!("c{w}"))
+                    .bind(i as i64)
+                    .bind(serde_json::to_string(&run_data(i)).unwrap())
+                    .bind(at)
+                    .bind(at)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (writers * per_writer) as f64 / start.elapsed().as_secs_f64()
+}
+
 fn agno(target: &str, n: usize) -> Option<Sample> {
     let python = std::env::var("AGNO_TEST_PYTHON_V3").ok()?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/bench_agno.py");
@@ -219,7 +264,9 @@ fn agno(target: &str, n: usize) -> Option<Sample> {
         );
         return None;
     }
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    // agno may log to stdout first (MySQLDb does); the figures are the last line.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(stdout.lines().last()?).ok()?;
     Some(Sample {
         wall_per_run: v["wall_per_run_s"].as_f64()?,
         cpu_per_run: v["cpu_per_run_s"].as_f64()?,
@@ -262,6 +309,8 @@ fn main() {
         .build()
         .unwrap();
     let pg_url = std::env::var("AGNO_TEST_POSTGRES_URL").ok();
+    #[cfg(feature = "mysql")]
+    let my_url = std::env::var("AGNO_TEST_MYSQL_URL").ok();
     println!(
         "append N runs of ~2 KB to one session, then read it back (dir {})",
         dir.display()
@@ -303,6 +352,32 @@ fn main() {
                 print("postgres agno 3.1.10", n, &a);
             }
         }
+        #[cfg(feature = "mysql")]
+        if let Some(url) = &my_url {
+            let database = format!(
+                "agno_ct_{}_bench_{}",
+                agno_storage_core::now_epoch_seconds(),
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            );
+            let db = rt
+                .block_on(SqlDb::connect_mysql(url, &database, TableNames::default()))
+                .unwrap()
+                .agno_db();
+            let o = rt.block_on(ours(&db, n));
+            print("mysql ours", n, &o);
+            println!(
+                "    last/first append {:.2} (<= 1.2 wanted)",
+                o.last10 / o.first10.max(1e-9)
+            );
+            if let Some(a) = agno(&format!("mysql:{url}#{database}_agno"), n) {
+                print("mysql agno 3.1.10", n, &a);
+                println!(
+                    "    agno/ours cpu per run {:.1}x; read {:.1}x",
+                    a.cpu_per_run / o.cpu_per_run,
+                    a.read / o.read.max(1e-9)
+                );
+            }
+        }
     }
     let per = 200;
     let path = fresh(&dir, "conc");
@@ -326,5 +401,20 @@ fn main() {
         let ours8 = rt.block_on(concurrent(&db, 8, per));
         let bare8 = rt.block_on(bare_pg_concurrent(url, &schema, 8, per));
         println!("postgres 8 writers: ours {ours8:.0} runs/s, bare sqlx {bare8:.0} runs/s = bare/ours {:.2}x (<= 1.3 wanted)", bare8 / ours8);
+    }
+    #[cfg(feature = "mysql")]
+    if let Some(url) = &my_url {
+        let database = format!(
+            "agno_ct_{}_benchc_{}",
+            agno_storage_core::now_epoch_seconds(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let db = rt
+            .block_on(SqlDb::connect_mysql(url, &database, TableNames::default()))
+            .unwrap()
+            .agno_db();
+        let ours8 = rt.block_on(concurrent(&db, 8, per));
+        let bare8 = rt.block_on(bare_mysql_concurrent(url, &database, 8, per));
+        println!("mysql 8 writers: ours {ours8:.0} runs/s, bare sqlx {bare8:.0} runs/s = bare/ours {:.2}x", bare8 / ours8);
     }
 }

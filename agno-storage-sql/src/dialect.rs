@@ -7,6 +7,8 @@ pub(crate) enum Dialect {
     Sqlite,
     #[cfg(feature = "postgres")]
     Postgres,
+    #[cfg(feature = "mysql")]
+    MySql,
 }
 
 /// Column types as agno declares them, rendered per dialect.
@@ -29,37 +31,101 @@ impl Dialect {
             Dialect::Sqlite => "sqlite",
             #[cfg(feature = "postgres")]
             Dialect::Postgres => "postgres",
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => "mysql",
         }
     }
 
     pub(crate) fn quote(self, ident: &str) -> String {
-        format!("\"{}\"", ident.replace('"', "\"\""))
-    }
-
-    pub(crate) fn col_type(self, t: ColType) -> &'static str {
-        match (self, t) {
-            (_, ColType::Str(_)) => "VARCHAR",
-            #[cfg(feature = "sqlite")]
-            (Dialect::Sqlite, ColType::LongText) => "VARCHAR",
-            #[cfg(feature = "postgres")]
-            (Dialect::Postgres, ColType::LongText) => "TEXT",
-            (_, ColType::BigInt) => "BIGINT",
-            #[cfg(feature = "sqlite")]
-            (Dialect::Sqlite, ColType::Json) => "JSON",
-            #[cfg(feature = "postgres")]
-            (Dialect::Postgres, ColType::Json) => "JSONB",
-            (_, ColType::Bool) => "BOOLEAN",
-            (_, ColType::Date) => "DATE",
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("`{}`", ident.replace('`', "``")),
+            #[allow(unreachable_patterns)]
+            _ => format!("\"{}\"", ident.replace('"', "\"\"")),
         }
     }
 
-    /// Case-insensitive `LIKE`.
-    pub(crate) fn ilike(self) -> &'static str {
+    #[allow(unreachable_patterns)] // the catch-all arms, in builds with one dialect
+    pub(crate) fn col_type(self, t: ColType) -> String {
+        match (self, t) {
+            #[cfg(feature = "mysql")]
+            (Dialect::MySql, ColType::Str(n)) => format!("VARCHAR({n})"),
+            #[cfg(feature = "mysql")]
+            (Dialect::MySql, ColType::Bool) => "BOOL".into(),
+            (_, ColType::Str(_)) => "VARCHAR".into(),
+            #[cfg(feature = "sqlite")]
+            (Dialect::Sqlite, ColType::LongText) => "VARCHAR".into(),
+            (_, ColType::LongText) => "TEXT".into(),
+            (_, ColType::BigInt) => "BIGINT".into(),
+            #[cfg(feature = "postgres")]
+            (Dialect::Postgres, ColType::Json) => "JSONB".into(),
+            (_, ColType::Json) => "JSON".into(),
+            (_, ColType::Bool) => "BOOLEAN".into(),
+            (_, ColType::Date) => "DATE".into(),
+        }
+    }
+
+    /// A case-insensitive `LIKE` of `expr` against one bound pattern made by
+    /// [`like_pattern`]. MySQL's JSON text compares case-sensitively, so both sides are
+    /// lowered there.
+    pub(crate) fn ilike(self, expr: &str) -> String {
         match self {
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => "LIKE",
+            Dialect::Sqlite => format!("{expr} LIKE ? ESCAPE '\\'"),
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => "ILIKE",
+            Dialect::Postgres => format!("{expr} ILIKE ? ESCAPE '\\'"),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("LOWER({expr}) LIKE LOWER(?) ESCAPE '\\'"),
+        }
+    }
+
+    /// The incoming row's `column` in an upsert's update list.
+    pub(crate) fn excluded(self, column: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("VALUES({})", self.quote(column)),
+            #[allow(unreachable_patterns)]
+            _ => format!("excluded.{}", self.quote(column)),
+        }
+    }
+
+    /// The stored row's `column` in an upsert's update list (the table is aliased `t`).
+    pub(crate) fn stored(self, column: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => self.quote(column),
+            #[allow(unreachable_patterns)]
+            _ => format!("t.{}", self.quote(column)),
+        }
+    }
+
+    /// `a = b`, exactly: MySQL's default collation ignores case, so owners are compared as
+    /// bytes there.
+    pub(crate) fn same(self, a: &str, b: &str) -> String {
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("CAST({a} AS BINARY) = CAST({b} AS BINARY)"),
+            #[allow(unreachable_patterns)]
+            _ => format!("{a} = {b}"),
+        }
+    }
+
+    /// agno's owner guard on upserts: the stored row is unowned or owned by the writer.
+    pub(crate) fn owner_guard(self) -> String {
+        let stored = self.stored("user_id");
+        format!(
+            "{stored} IS NULL OR {}",
+            self.same(&stored, &self.excluded("user_id"))
+        )
+    }
+
+    /// ` FOR UPDATE SKIP LOCKED` where the dialect has row locks (SQLite serializes writers).
+    pub(crate) fn skip_locked(self) -> &'static str {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => "",
+            #[allow(unreachable_patterns)]
+            _ => " FOR UPDATE SKIP LOCKED",
         }
     }
 
@@ -73,12 +139,21 @@ impl Dialect {
             ),
             #[cfg(feature = "postgres")]
             Dialect::Postgres => format!("COALESCE({column}->>'{field}', '')"),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!(
+                "COALESCE(JSON_UNQUOTE(JSON_EXTRACT({column}, '$.{field}')), '')"
+            ),
         }
     }
 
     /// A JSON column rendered as text.
     pub(crate) fn json_as_text(self, column: &str) -> String {
-        format!("CAST({column} AS TEXT)")
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => format!("CAST({column} AS CHAR)"),
+            #[allow(unreachable_patterns)]
+            _ => format!("CAST({column} AS TEXT)"),
+        }
     }
 }
 

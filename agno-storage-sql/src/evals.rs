@@ -48,7 +48,7 @@ impl EvalStore for SqlStore {
         let sql = format!(
             "INSERT INTO {} (run_id, eval_type, eval_data, eval_input, name, agent_id, team_id, workflow_id, model_id, \
              model_provider, evaluated_component_name, user_id, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             self.t(Tbl::Evals)
         );
         let params = vec![
@@ -67,9 +67,9 @@ impl EvalStore for SqlStore {
             SqlValue::int(run.created_at),
             SqlValue::int(run.updated_at.unwrap_or(run.created_at)),
         ];
+        let read = self.select_by(Tbl::Evals, "run_id", &run.run_id);
         let rows = self
-            .exec
-            .query(&sql, params)
+            .write_returning((sql, params), read)
             .await
             .map_err(|e| match e.kind() {
                 ErrorKind::AlreadyExists => Error::new(
@@ -159,14 +159,14 @@ impl EvalStore for SqlStore {
         w.eq("run_id", Some(run_id));
         w.eq("user_id", user_id);
         let sql = format!(
-            "UPDATE {} SET name = ?, updated_at = ?{} RETURNING *",
+            "UPDATE {} SET name = ?, updated_at = ?{}",
             self.t(Tbl::Evals),
             w.sql()
         );
         let mut params = vec![SqlValue::text(name), SqlValue::int(now_epoch_seconds())];
         params.extend(w.params);
-        self.exec
-            .query(&sql, params)
+        let read = self.select_by(Tbl::Evals, "run_id", run_id);
+        self.write_returning((sql, params), read)
             .await?
             .first()
             .map(eval_from_row)

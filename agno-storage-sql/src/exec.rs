@@ -1,6 +1,8 @@
 //! The executor seam: each dialect runs SQL text with typed parameters and returns rows.
 
 use agno_storage_core::migration::MigrationLock;
+#[cfg(feature = "mysql")]
+use agno_storage_core::Error;
 use agno_storage_core::{async_trait, Result};
 
 use crate::value::{Row, SqlValue};
@@ -9,19 +11,67 @@ use crate::value::{Row, SqlValue};
 /// numbers them.
 pub(crate) type Statement = (String, Vec<SqlValue>);
 
+#[cfg(feature = "mysql")]
+/// A server-wide named lock (MySQL `GET_LOCK`) called `prefix` followed by the MD5 of `key`
+/// in hex, as agno names its run_index lock.
+#[derive(Debug, Clone)]
+pub(crate) struct NamedLock {
+    pub(crate) prefix: &'static str,
+    pub(crate) key: String,
+}
+
+#[cfg(feature = "mysql")]
+impl NamedLock {
+    /// agno's lock serializing run_index backfills of one session:
+    /// `agno_run_index_` + md5(session_id).
+    pub(crate) fn run_index(session_id: &str) -> Self {
+        NamedLock {
+            prefix: "agno_run_index_",
+            key: session_id.to_owned(),
+        }
+    }
+}
+
 /// Runs SQL against one database.
 #[async_trait]
 pub(crate) trait Executor: Send + Sync {
     /// Rows of a query (or of a statement with `RETURNING`).
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>>;
 
-    /// Rows affected by a statement.
+    /// Rows affected by a statement (rows matched, for updates).
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64>;
 
     /// Runs the statements in one transaction (a writer transaction on SQLite) and returns
     /// the rows of each. Any error rolls everything back.
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>>;
 
+    #[cfg(feature = "mysql")]
+    /// An interactive transaction on one connection, holding `lock` from before it begins
+    /// until after it ends. Only dialects without `RETURNING` and `UPDATE … FROM (SELECT …)`
+    /// on the target table (MySQL) need one.
+    async fn begin(&self, lock: Option<NamedLock>) -> Result<Box<dyn Tx>> {
+        let _ = lock;
+        Err(Error::unsupported(
+            "this SQL executor",
+            "interactive transactions",
+        ))
+    }
+
     /// Serializes migrations across handles and processes until the guard is dropped.
     async fn migration_lock(&self) -> Result<MigrationLock>;
+}
+
+#[cfg(feature = "mysql")]
+/// An open transaction. Dropping it without [`Tx::commit`] rolls it back (and releases its
+/// lock).
+#[async_trait]
+pub(crate) trait Tx: Send {
+    /// Rows of a query inside the transaction.
+    async fn query(&mut self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>>;
+
+    /// Rows affected (matched, for updates) by a statement inside the transaction.
+    async fn execute(&mut self, sql: &str, params: Vec<SqlValue>) -> Result<u64>;
+
+    /// Commits, then releases the lock.
+    async fn commit(self: Box<Self>) -> Result<()>;
 }

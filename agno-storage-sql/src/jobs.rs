@@ -6,6 +6,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
+#[cfg(feature = "mysql")]
 use crate::dialect::Dialect;
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, SqlStore, Where};
@@ -110,7 +111,7 @@ impl JobStore for SqlStore {
         let sql = format!(
             "INSERT INTO {table} (id, component_type, job_type, deployment_id, component_id, session_id, user_id, payload, status, \
              attempt, max_attempts, idempotency_key, available_at, locked_by, locked_at, error, created_at, updated_at, completed_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, NULL, NULL, NULL, ?, ?, NULL) ON CONFLICT DO NOTHING RETURNING *"
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, NULL, NULL, NULL, ?, ?, NULL)"
         );
         let params = vec![
             SqlValue::text(&job.id),
@@ -127,7 +128,24 @@ impl JobStore for SqlStore {
             SqlValue::int(job.created_at),
             SqlValue::Int(job.updated_at),
         ];
-        if let Some(row) = self.exec.query(&sql, params).await?.first() {
+        let inserted = match self.dialect {
+            // A key collision is an error there (no DO NOTHING); the race is sorted out below.
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let read = self.select_by(Tbl::Jobs, "id", &job.id);
+                match self.write_returning((sql, params), read).await {
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => Vec::new(),
+                    other => other?,
+                }
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                self.exec
+                    .query(&format!("{sql} ON CONFLICT DO NOTHING RETURNING *"), params)
+                    .await?
+            }
+        };
+        if let Some(row) = inserted.first() {
             return Ok(EnqueueOutcome {
                 rejection: None,
                 job: Some(job_from_row(row)?),
@@ -159,17 +177,6 @@ impl JobStore for SqlStore {
         let table = self.t(Tbl::Jobs);
         let claimable = "available_at <= ? AND (deployment_id IS NULL OR deployment_id = ?) AND \
              (status = 'queued' OR (status = 'running' AND locked_at <= ? AND attempt < max_attempts))";
-        let skip_locked = match self.dialect {
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => "",
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
-        };
-        let sql = format!(
-            "UPDATE {table} SET status = 'running', locked_by = ?, locked_at = ?, attempt = attempt + 1, updated_at = ? \
-             WHERE {claimable} AND id = (SELECT id FROM {table} WHERE {claimable} ORDER BY created_at ASC, id ASC LIMIT 1{skip_locked}) \
-             RETURNING *"
-        );
         let claim_params = || {
             [
                 SqlValue::int(now),
@@ -177,11 +184,41 @@ impl JobStore for SqlStore {
                 SqlValue::int(now - lock_grace_seconds),
             ]
         };
-        let mut params = vec![
-            SqlValue::text(worker_id),
-            SqlValue::int(now),
-            SqlValue::int(now),
-        ];
+        let candidate = format!(
+            "SELECT id FROM {table} WHERE {claimable} ORDER BY created_at ASC, id ASC LIMIT 1{}",
+            self.dialect.skip_locked()
+        );
+        let set = "status = 'running', locked_by = ?, locked_at = ?, attempt = attempt + 1, updated_at = ?";
+        let set_params = || {
+            vec![
+                SqlValue::text(worker_id),
+                SqlValue::int(now),
+                SqlValue::int(now),
+            ]
+        };
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            // MySQL cannot name the updated table in the UPDATE's subquery: the candidate is
+            // locked first, then updated, in one transaction.
+            let mut tx = self.exec.begin(None).await?;
+            let rows = tx.query(&candidate, claim_params().to_vec()).await?;
+            let Some(id) = rows.first().map(|r| r.str("id")).transpose()? else {
+                tx.commit().await?;
+                return Ok(None);
+            };
+            let mut params = set_params();
+            params.push(SqlValue::text(&id));
+            tx.execute(&format!("UPDATE {table} SET {set} WHERE id = ?"), params)
+                .await?;
+            let (read, key) = self.select_by(Tbl::Jobs, "id", &id);
+            let row = tx.query(&read, key).await?.into_iter().next();
+            tx.commit().await?;
+            return row.as_ref().map(job_from_row).transpose();
+        }
+        let sql = format!(
+            "UPDATE {table} SET {set} WHERE {claimable} AND id = ({candidate}) RETURNING *"
+        );
+        let mut params = set_params();
         params.extend(claim_params());
         params.extend(claim_params());
         self.exec
@@ -222,7 +259,7 @@ impl JobStore for SqlStore {
         }
         let now = now_epoch_seconds();
         let sql = format!(
-            "UPDATE {} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE {FENCE} RETURNING *",
+            "UPDATE {} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE {FENCE}",
             self.t(Tbl::Jobs)
         );
         let mut params = vec![
@@ -232,7 +269,8 @@ impl JobStore for SqlStore {
             SqlValue::int(now),
         ];
         params.extend(fence_params(id, worker_id, attempt));
-        match self.exec.query(&sql, params).await?.first() {
+        let read = self.select_by(Tbl::Jobs, "id", id);
+        match self.write_returning((sql, params), read).await?.first() {
             Some(row) => job_from_row(row),
             None => Err(lease_lost(id, worker_id, attempt)),
         }
@@ -252,7 +290,7 @@ impl JobStore for SqlStore {
             "UPDATE {} SET status = CASE WHEN attempt < max_attempts THEN 'queued' ELSE 'failed' END, \
              available_at = CASE WHEN attempt < max_attempts THEN ? ELSE available_at END, \
              completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ? END, \
-             error = ?, locked_by = NULL, locked_at = NULL, updated_at = ? WHERE {FENCE} RETURNING *",
+             error = ?, locked_by = NULL, locked_at = NULL, updated_at = ? WHERE {FENCE}",
             self.t(Tbl::Jobs)
         );
         let mut params = vec![
@@ -262,7 +300,8 @@ impl JobStore for SqlStore {
             SqlValue::int(now),
         ];
         params.extend(fence_params(id, worker_id, attempt));
-        match self.exec.query(&sql, params).await?.first() {
+        let read = self.select_by(Tbl::Jobs, "id", id);
+        match self.write_returning((sql, params), read).await?.first() {
             Some(row) => job_from_row(row),
             None => Err(lease_lost(id, worker_id, attempt)),
         }

@@ -5,7 +5,7 @@ use agno_storage_core::{
 };
 
 use crate::schema::Tbl;
-use crate::store::{limit_offset, order_by, SqlStore, Where};
+use crate::store::{limit_offset, order_by, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
 fn knowledge_from_row(row: &Row) -> Result<KnowledgeContent> {
@@ -94,24 +94,44 @@ impl KnowledgeStore for SqlStore {
                 c.user_id.is_some(),
             ),
         ];
-        let columns: Vec<String> = fields.iter().map(|(n, _, _)| self.q(n)).collect();
-        let set: Vec<String> = fields
-            .iter()
-            .filter(|(_, _, set)| *set)
-            .map(|(n, _, _)| format!("{0} = excluded.{0}", self.q(n)))
-            .collect();
-        let sql = format!(
-            "INSERT INTO {} AS t (id, {}) VALUES (?, {}) ON CONFLICT (id) DO UPDATE SET {} \
-             WHERE excluded.user_id IS NULL OR t.user_id = excluded.user_id RETURNING *",
-            self.t(Tbl::Knowledge),
-            columns.join(", "),
-            vec!["?"; fields.len()].join(", "),
-            set.join(", ")
-        );
+        let d = self.dialect;
+        let mut columns = vec!["id"];
+        columns.extend(fields.iter().map(|(n, _, _)| *n));
+        let sql = self.upsert_sql(&Upsert {
+            table: Tbl::Knowledge,
+            columns: &columns,
+            values: format!("({})", vec!["?"; columns.len()].join(", ")),
+            conflict: "id",
+            set: fields
+                .iter()
+                .filter(|(_, _, set)| *set)
+                .map(|(n, _, _)| (*n, d.excluded(n)))
+                .collect(),
+            // Unlike the other stores, agno lets a write without an owner through.
+            guard: Some(format!(
+                "{} IS NULL OR {}",
+                d.excluded("user_id"),
+                d.same(&d.stored("user_id"), &d.excluded("user_id"))
+            )),
+        });
+        let writer = c.user_id.clone();
         let mut params = vec![SqlValue::text(&c.id)];
         params.extend(fields.into_iter().map(|(_, v, _)| v));
-        match self.exec.query(&sql, params).await?.first() {
-            Some(row) => knowledge_from_row(row),
+        let refused = |row: &Row| -> Result<bool> {
+            Ok(writer.is_some() && row.opt_str("user_id")? != writer)
+        };
+        let stored = self
+            .upsert_returning(
+                Tbl::Knowledge,
+                sql,
+                params,
+                "*",
+                ("id", SqlValue::text(&c.id)),
+                &refused,
+            )
+            .await?;
+        match stored {
+            Some(row) => knowledge_from_row(&row),
             None => Err(Error::not_found(format!(
                 "Knowledge content {} not found",
                 c.id

@@ -7,7 +7,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::schema::Tbl;
-use crate::store::{limit_offset, order_by, SqlStore, Where};
+use crate::store::{limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
 fn learning_from_row(row: &Row) -> Result<Learning> {
@@ -33,13 +33,34 @@ fn learning_from_row(row: &Row) -> Result<Learning> {
 impl LearningStore for SqlStore {
     async fn upsert_learning(&self, l: Learning) -> Result<Learning> {
         self.check(Tbl::Learnings)?;
-        let sql = format!(
-            "INSERT INTO {} AS t (learning_id, learning_type, namespace, user_id, agent_id, team_id, workflow_id, session_id, \
-             entity_id, entity_type, content, metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (learning_id) DO UPDATE SET content = excluded.content, metadata = excluded.metadata, updated_at = ? \
-             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id RETURNING *",
-            self.t(Tbl::Learnings)
-        );
+        let d = self.dialect;
+        let sql = self.upsert_sql(&Upsert {
+            table: Tbl::Learnings,
+            columns: &[
+                "learning_id",
+                "learning_type",
+                "namespace",
+                "user_id",
+                "agent_id",
+                "team_id",
+                "workflow_id",
+                "session_id",
+                "entity_id",
+                "entity_type",
+                "content",
+                "metadata",
+                "created_at",
+                "updated_at",
+            ],
+            values: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
+            conflict: "learning_id",
+            set: vec![
+                ("content", d.excluded("content")),
+                ("metadata", d.excluded("metadata")),
+                ("updated_at", "?".into()),
+            ],
+            guard: Some(d.owner_guard()),
+        });
         let now = now_epoch_seconds();
         let params = vec![
             SqlValue::text(&l.learning_id),
@@ -58,8 +79,18 @@ impl LearningStore for SqlStore {
             SqlValue::int(l.updated_at.unwrap_or(now)),
             SqlValue::int(now),
         ];
-        match self.exec.query(&sql, params).await?.first() {
-            Some(row) => learning_from_row(row),
+        let stored = self
+            .upsert_returning(
+                Tbl::Learnings,
+                sql,
+                params,
+                "*",
+                ("learning_id", SqlValue::text(&l.learning_id)),
+                &owned_by_other(l.user_id.as_deref()),
+            )
+            .await?;
+        match stored {
+            Some(row) => learning_from_row(&row),
             None => Err(owned_by_another_user("learning", &l.learning_id)),
         }
     }

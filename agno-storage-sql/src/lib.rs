@@ -1,4 +1,4 @@
-//! SQL storage for agno-storage: SQLite (rusqlite) and PostgreSQL (sqlx).
+//! SQL storage for agno-storage: SQLite (rusqlite), PostgreSQL and MySQL/MariaDB (sqlx).
 //!
 //! Tables, columns, indexes, JSON encodings and schema stamps are agno 3.1.10's, so a Rust
 //! service and a Python AgentOS can share one database, and a database written by agno 2.x
@@ -24,7 +24,19 @@
 //!
 //! - `sqlite`: SQLite through `rusqlite`, with SQLite itself compiled in (`bundled`).
 //! - `postgres`: PostgreSQL through `sqlx` on the tokio runtime.
-//! - `mysql`: reserved for the MySQL dialect (not implemented yet).
+//! - `mysql`: MySQL 8 and MariaDB 10.6+ through `sqlx` on the tokio runtime.
+//!
+//! # MySQL
+//!
+//! Tables, column types (`VARCHAR(n)`, `JSON`, `BOOL`), index names and the default
+//! database `ai` are those of agno's `MySQLDb`; the tables agno's MySQL adapter lacks
+//! (schedules, schedule runs, learnings, jobs) are added in the same style. MySQL has no
+//! partial indexes, so the per-owner unique keys of schedules and jobs run over a stored
+//! generated column `owner_key = COALESCE(user_id, '')`. Runs get their `run_index` under
+//! agno's own named lock (`GET_LOCK('agno_run_index_' + md5(session_id))`), so Rust and
+//! Python writers of one session never collide. agno's tables use the server's default
+//! collation, which on MySQL ignores case: user ids differing only in case share reads
+//! there, as they do with agno itself (owner guards on writes compare exactly).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
 
@@ -41,6 +53,8 @@ mod learnings;
 mod memories;
 mod metrics;
 mod migrate;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod runs;
@@ -95,6 +109,23 @@ impl SqlDb {
         Self::init(
             Arc::new(exec),
             dialect::Dialect::Postgres,
+            Some(schema.to_owned()),
+            tables,
+        )
+        .await
+    }
+
+    /// Connects to MySQL or MariaDB at `url` and uses the database `schema` (agno's default
+    /// is `ai`), creating it and the tables it lacks. The URL's own database, if any, only
+    /// serves the connection.
+    #[cfg(feature = "mysql")]
+    pub async fn connect_mysql(url: &str, schema: &str, tables: TableNames) -> Result<Self> {
+        schema::validate_identifier("MySQL database name", schema)?;
+        tables.validate()?;
+        let exec = mysql::MySqlExecutor::connect(url, schema.to_owned()).await?;
+        Self::init(
+            Arc::new(exec),
+            dialect::Dialect::MySql,
             Some(schema.to_owned()),
             tables,
         )

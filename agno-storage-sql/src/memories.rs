@@ -1,5 +1,6 @@
 //! User memories (`agno_memories`).
 
+#[cfg(feature = "sqlite")]
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, MemoryQuery, MemoryStats, MemoryStore,
@@ -9,7 +10,7 @@ use serde_json::Value;
 
 use crate::dialect::{like_pattern, Dialect};
 use crate::schema::Tbl;
-use crate::store::{in_list, limit_offset, order_by, SqlStore, Where};
+use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
 fn memory_from_row(row: &Row) -> Result<UserMemory> {
@@ -52,13 +53,32 @@ fn escaped_text(s: &str) -> String {
 impl MemoryStore for SqlStore {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
         self.check(Tbl::Memories)?;
-        let sql = format!(
-            "INSERT INTO {} AS t (memory_id, memory, input, agent_id, team_id, user_id, topics, feedback, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (memory_id) DO UPDATE SET memory = excluded.memory, \
-             topics = excluded.topics, input = excluded.input, agent_id = excluded.agent_id, team_id = excluded.team_id, \
-             feedback = excluded.feedback, updated_at = ? WHERE t.user_id IS NULL OR t.user_id = excluded.user_id RETURNING *",
-            self.t(Tbl::Memories)
-        );
+        let d = self.dialect;
+        let sql = self.upsert_sql(&Upsert {
+            table: Tbl::Memories,
+            columns: &[
+                "memory_id",
+                "memory",
+                "input",
+                "agent_id",
+                "team_id",
+                "user_id",
+                "topics",
+                "feedback",
+                "created_at",
+                "updated_at",
+            ],
+            values: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
+            conflict: "memory_id",
+            set: [
+                "memory", "topics", "input", "agent_id", "team_id", "feedback",
+            ]
+            .into_iter()
+            .map(|c| (c, d.excluded(c)))
+            .chain([("updated_at", "?".to_owned())])
+            .collect(),
+            guard: Some(d.owner_guard()),
+        });
         let topics = memory.topics.as_ref().map(|t| Value::from(t.clone()));
         let params = vec![
             SqlValue::text(&memory.memory_id),
@@ -73,8 +93,18 @@ impl MemoryStore for SqlStore {
             SqlValue::int(memory.updated_at.unwrap_or(memory.created_at)),
             SqlValue::int(now_epoch_seconds()),
         ];
-        match self.exec.query(&sql, params).await?.first() {
-            Some(row) => memory_from_row(row),
+        let stored = self
+            .upsert_returning(
+                Tbl::Memories,
+                sql,
+                params,
+                "*",
+                ("memory_id", SqlValue::text(&memory.memory_id)),
+                &owned_by_other(memory.user_id.as_deref()),
+            )
+            .await?;
+        match stored {
+            Some(row) => memory_from_row(&row),
             None => Err(owned_by_another_user("memory", &memory.memory_id)),
         }
     }
@@ -121,6 +151,11 @@ impl MemoryStore for SqlStore {
                     "topics @> ?",
                     [SqlValue::Json(Some(Value::from(vec![topic.clone()])))],
                 ),
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => w.push(
+                    "JSON_CONTAINS(topics, ?)",
+                    [SqlValue::Json(Some(Value::String(topic.clone())))],
+                ),
             }
         }
         if let Some(search) = &query.search_content {
@@ -133,6 +168,11 @@ impl MemoryStore for SqlStore {
                 #[cfg(feature = "postgres")]
                 Dialect::Postgres => w.push(
                     "(memory #>> '{}') ILIKE ? ESCAPE '\\'",
+                    [SqlValue::text(like_pattern(search))],
+                ),
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => w.push(
+                    self.dialect.ilike("JSON_UNQUOTE(memory)"),
                     [SqlValue::text(like_pattern(search))],
                 ),
             }

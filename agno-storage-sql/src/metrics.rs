@@ -5,8 +5,9 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
+use crate::exec::Statement;
 use crate::schema::Tbl;
-use crate::store::{SqlStore, Where};
+use crate::store::{SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
 const COUNTS: [&str; 7] = [
@@ -44,20 +45,32 @@ fn metrics_from_row(row: &Row) -> Result<MetricsRecord> {
 impl MetricsStore for SqlStore {
     async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
         self.check(Tbl::Metrics)?;
-        let updated: Vec<String> = COUNTS
-            .iter()
-            .chain(&["token_metrics", "model_metrics", "completed", "updated_at"])
-            .map(|c| format!("{c} = excluded.{c}"))
-            .collect();
-        let sql = format!(
-            "INSERT INTO {} (id, {}, token_metrics, model_metrics, date, aggregation_period, user_id, created_at, updated_at, completed) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (user_id, date, aggregation_period) DO UPDATE SET {} RETURNING *",
-            self.t(Tbl::Metrics),
-            COUNTS.join(", "),
-            updated.join(", ")
-        );
-        let statements = records
+        let d = self.dialect;
+        let mut columns = vec!["id"];
+        columns.extend(COUNTS);
+        columns.extend([
+            "token_metrics",
+            "model_metrics",
+            "date",
+            "aggregation_period",
+            "user_id",
+            "created_at",
+            "updated_at",
+            "completed",
+        ]);
+        let sql = self.upsert_sql(&Upsert {
+            table: Tbl::Metrics,
+            columns: &columns,
+            values: format!("({})", vec!["?"; columns.len()].join(", ")),
+            conflict: "user_id, date, aggregation_period",
+            set: COUNTS
+                .iter()
+                .chain(&["token_metrics", "model_metrics", "completed", "updated_at"])
+                .map(|c| (*c, d.excluded(c)))
+                .collect(),
+            guard: None,
+        });
+        let statements: Vec<Statement> = records
             .iter()
             .map(|r| {
                 let mut params = vec![SqlValue::text(&r.id)];
@@ -87,6 +100,32 @@ impl MetricsStore for SqlStore {
             })
             .collect();
         let mut out = Vec::with_capacity(records.len());
+        #[cfg(feature = "mysql")]
+        if d == crate::dialect::Dialect::MySql {
+            // No RETURNING: each row is read back by its key in the same transaction.
+            let read = format!(
+                "SELECT * FROM {} WHERE user_id = ? AND date = ? AND aggregation_period = ?",
+                self.t(Tbl::Metrics)
+            );
+            let mut tx = self.exec.begin(None).await?;
+            for ((sql, params), r) in statements.into_iter().zip(&records) {
+                tx.execute(&sql, params).await?;
+                let key = vec![
+                    SqlValue::text(r.stored_user_id()),
+                    SqlValue::Date(Some(r.date)),
+                    SqlValue::text(&r.aggregation_period),
+                ];
+                for row in tx.query(&read, key).await? {
+                    out.push(metrics_from_row(&row)?);
+                }
+            }
+            tx.commit().await?;
+            return Ok(out);
+        }
+        let statements = statements
+            .into_iter()
+            .map(|(sql, params)| (format!("{sql} RETURNING *"), params))
+            .collect();
         for rows in self.exec.transaction(statements).await? {
             for row in rows {
                 out.push(metrics_from_row(&row)?);

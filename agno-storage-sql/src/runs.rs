@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::dialect::{like_pattern, Dialect};
 use crate::schema::Tbl;
-use crate::store::{in_list, limit_offset, order_by, SqlStore, Where};
+use crate::store::{in_list, limit_offset, order_by, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
 fn run_type(s: &str) -> Result<RunType> {
@@ -48,6 +48,10 @@ pub(crate) fn run_from_row(row: &Row) -> Result<RunRecord> {
 const RUN_COLUMNS: &str =
     "run_id, session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, run_data, created_at, updated_at";
 
+/// The columns an upsert hands back (everything but `run_data`, which the caller has).
+const RETURNED: &str =
+    "session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, created_at, updated_at";
+
 fn run_params(run: &RunRecord) -> Vec<SqlValue> {
     vec![
         SqlValue::text(&run.run_id),
@@ -68,42 +72,88 @@ impl RunStore for SqlStore {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
         self.check(Tbl::Runs)?;
         let now = now_epoch_seconds();
+        let d = self.dialect;
         let runs = self.t(Tbl::Runs);
-        let sql = format!(
-            "INSERT INTO {runs} AS t ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, \
-             COALESCE(?, (SELECT COALESCE(MAX(run_index) + 1, 0) FROM {runs} WHERE session_id = ?)), ?, ?, ?) \
-             ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, run_data = excluded.run_data, \
-             user_id = COALESCE(excluded.user_id, t.user_id), parent_run_id = excluded.parent_run_id, \
-             updated_at = excluded.updated_at, run_index = COALESCE(t.run_index, excluded.run_index) \
-             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id \
-             RETURNING session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, created_at, updated_at"
-        );
-        let mut params = run_params(&run);
-        params.extend([
-            SqlValue::text(&run.session_id),
+        let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
+        let next_index =
+            format!("(SELECT COALESCE(MAX(run_index) + 1, 0) FROM {runs} WHERE session_id = ?)");
+        let upsert = Upsert {
+            table: Tbl::Runs,
+            columns: &columns,
+            // MySQL cannot read the table it inserts into: it computes the index first.
+            values: match d {
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
+                #[allow(unreachable_patterns)]
+                _ => format!("(?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {next_index}), ?, ?, ?)"),
+            },
+            conflict: "run_id",
+            set: vec![
+                ("status", d.excluded("status")),
+                ("run_data", d.excluded("run_data")),
+                (
+                    "user_id",
+                    format!(
+                        "COALESCE({}, {})",
+                        d.excluded("user_id"),
+                        d.stored("user_id")
+                    ),
+                ),
+                ("parent_run_id", d.excluded("parent_run_id")),
+                ("updated_at", d.excluded("updated_at")),
+                (
+                    "run_index",
+                    format!(
+                        "COALESCE({}, {})",
+                        d.stored("run_index"),
+                        d.excluded("run_index")
+                    ),
+                ),
+            ],
+            guard: Some(d.owner_guard()),
+        };
+        let sql = self.upsert_sql(&upsert);
+        let tail = [
             SqlValue::json(Some(&run.run_data)),
             SqlValue::int(run.created_at),
             SqlValue::int(now),
-        ]);
-        let result = match self.dialect {
+        ];
+        let result = match d {
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => self.exec.query(&sql, params).await,
-            // An explicit run_index needs no lock: the statement is atomic on its own.
+            Dialect::Sqlite => {
+                let mut params = run_params(&run);
+                params.push(SqlValue::text(&run.session_id));
+                params.extend(tail);
+                self.exec
+                    .query(&format!("{sql} RETURNING {RETURNED}"), params)
+                    .await
+            }
             #[cfg(feature = "postgres")]
-            Dialect::Postgres if run.run_index.is_some() => self.exec.query(&sql, params).await,
-            // agno's lock: concurrent appends to one session read MAX(run_index) one at a time.
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => self
-                .exec
-                .transaction(vec![
-                    (
-                        "SELECT pg_advisory_xact_lock(hashtext('agno_run_index'), hashtext(?)) AS locked".into(),
-                        vec![SqlValue::text(&run.session_id)],
-                    ),
-                    (sql, params),
-                ])
-                .await
-                .map(|mut r| r.pop().unwrap_or_default()),
+            Dialect::Postgres => {
+                let mut params = run_params(&run);
+                params.push(SqlValue::text(&run.session_id));
+                params.extend(tail);
+                let sql = format!("{sql} RETURNING {RETURNED}");
+                if run.run_index.is_some() {
+                    // An explicit run_index needs no lock: the statement is atomic on its own.
+                    self.exec.query(&sql, params).await
+                } else {
+                    // agno's lock: concurrent appends to one session read MAX(run_index) one
+                    // at a time.
+                    self.exec
+                        .transaction(vec![
+                            (
+                                "SELECT pg_advisory_xact_lock(hashtext('agno_run_index'), hashtext(?)) AS locked".into(),
+                                vec![SqlValue::text(&run.session_id)],
+                            ),
+                            (sql, params),
+                        ])
+                        .await
+                        .map(|mut r| r.pop().unwrap_or_default())
+                }
+            }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => self.upsert_run_mysql(&run, &sql, &next_index, tail).await,
         };
         let rows = result.map_err(|e| match e.kind() {
             ErrorKind::NotFound => Error::not_found(format!(
@@ -186,24 +236,69 @@ impl RunStore for SqlStore {
         w.eq("user_id", user_id);
         let deleted = self
             .exec
-            .query(
-                &format!(
-                    "DELETE FROM {}{} RETURNING run_id",
-                    self.t(Tbl::Runs),
-                    w.sql()
-                ),
+            .execute(
+                &format!("DELETE FROM {}{}", self.t(Tbl::Runs), w.sql()),
                 w.params,
             )
-            .await?
-            .len();
+            .await?;
         if self.has_legacy_runs_column() {
             self.scrub_legacy_blobs(run_ids, user_id).await?;
         }
-        Ok(deleted as u64)
+        Ok(deleted)
     }
 }
 
 impl SqlStore {
+    /// MySQL's upsert: without a run_index, agno's named lock of the session is held while
+    /// the next index is read and the row written (as agno's MySQLDb does, so Rust and
+    /// Python writers serialize); the row is read back in the same transaction.
+    #[cfg(feature = "mysql")]
+    async fn upsert_run_mysql(
+        &self,
+        run: &RunRecord,
+        sql: &str,
+        next_index: &str,
+        tail: [SqlValue; 3],
+    ) -> Result<Vec<Row>> {
+        let lock = run
+            .run_index
+            .is_none()
+            .then(|| crate::exec::NamedLock::run_index(&run.session_id));
+        let mut tx = self.exec.begin(lock).await?;
+        let mut params = run_params(run);
+        if run.run_index.is_none() {
+            let next = tx
+                .query(
+                    &format!("SELECT {next_index} AS next"),
+                    vec![SqlValue::text(&run.session_id)],
+                )
+                .await?
+                .first()
+                .map(|r| r.opt_i64("next"))
+                .transpose()?
+                .flatten()
+                .unwrap_or(0);
+            params[9] = SqlValue::int(next); // run_index, after the nine text columns
+        }
+        params.extend(tail);
+        tx.execute(sql, params).await?;
+        let rows = tx
+            .query(
+                &format!(
+                    "SELECT {RETURNED} FROM {} WHERE run_id = ?",
+                    self.t(Tbl::Runs)
+                ),
+                vec![SqlValue::text(&run.run_id)],
+            )
+            .await?;
+        tx.commit().await?;
+        let refused = crate::store::owned_by_other(run.user_id.as_deref());
+        Ok(match rows.into_iter().next() {
+            Some(row) if !refused(&row)? => vec![row],
+            _ => Vec::new(),
+        })
+    }
+
     /// Removes deleted runs from legacy blobs so the merge cannot bring them back.
     async fn scrub_legacy_blobs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<()> {
         let sessions = self.t(Tbl::Sessions);
@@ -297,36 +392,59 @@ impl LegacyRunsStore for SqlStore {
             return Ok(InsertedRuns::default());
         }
         let table = self.t(Tbl::Runs);
-        let sql = format!(
-            "INSERT INTO {table} ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
-        );
+        let values = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
         let ids: Vec<String> = rows.iter().map(|r| r.run_id.clone()).collect();
+        let params_of = |run: &RunRecord| {
+            let mut params = run_params(run);
+            params.extend([
+                SqlValue::json(Some(&run.run_data)),
+                SqlValue::int(run.created_at),
+                SqlValue::Int(run.updated_at),
+            ]);
+            params
+        };
+        let (list, id_params) = in_list(&ids);
+        let count = format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id IN {list}");
+        let n = |rows: &[Row]| -> Result<u64> {
+            Ok(rows
+                .first()
+                .map(|row| row.i64("n"))
+                .transpose()?
+                .unwrap_or(0)
+                .max(0) as u64)
+        };
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            // A no-op update keeps the stored row; with found-rows counting MySQL reports
+            // it like an insert, so the rows present before and after are counted instead.
+            let sql = format!(
+                "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON DUPLICATE KEY UPDATE run_id = run_id"
+            );
+            let mut tx = self.exec.begin(None).await?;
+            let before = n(&tx.query(&count, id_params.clone()).await?)?;
+            for run in &rows {
+                tx.execute(&sql, params_of(run)).await?;
+            }
+            let present = n(&tx.query(&count, id_params).await?)?;
+            tx.commit().await?;
+            return Ok(InsertedRuns {
+                inserted: present.saturating_sub(before),
+                present,
+            });
+        }
+        let sql = format!(
+            "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
+        );
         let mut statements: Vec<crate::exec::Statement> = rows
             .iter()
-            .map(|run| {
-                let mut params = run_params(run);
-                params.extend([
-                    SqlValue::json(Some(&run.run_data)),
-                    SqlValue::int(run.created_at),
-                    SqlValue::Int(run.updated_at),
-                ]);
-                (sql.clone(), params)
-            })
+            .map(|run| (sql.clone(), params_of(run)))
             .collect();
-        let (list, params) = in_list(&ids);
-        statements.push((
-            format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id IN {list}"),
-            params,
-        ));
+        statements.push((count, id_params));
         let mut results = self.exec.transaction(statements).await?;
-        let present = results
-            .pop()
-            .and_then(|r| r.first().map(|row| row.i64("n")))
-            .transpose()?
-            .unwrap_or(0);
+        let present = n(&results.pop().unwrap_or_default())?;
         Ok(InsertedRuns {
             inserted: results.iter().map(|r| r.len() as u64).sum(),
-            present: present.max(0) as u64,
+            present,
         })
     }
 

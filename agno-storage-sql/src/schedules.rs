@@ -6,7 +6,9 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::dialect::{ColType, Dialect};
+use crate::dialect::ColType;
+#[cfg(feature = "mysql")]
+use crate::dialect::Dialect;
 use crate::schema::{spec, Tbl};
 use crate::store::{limit_offset, SqlStore, Where};
 use crate::value::{Row, SqlValue};
@@ -164,12 +166,16 @@ impl ScheduleStore for SqlStore {
     async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
         self.check(Tbl::Schedules)?;
         let sql = format!(
-            "INSERT INTO {} ({}) VALUES ({}) RETURNING *",
+            "INSERT INTO {} ({}) VALUES ({})",
             self.t(Tbl::Schedules),
             SCHEDULE_COLUMNS.join(", "),
             vec!["?"; SCHEDULE_COLUMNS.len()].join(", ")
         );
-        match self.exec.query(&sql, schedule_params(&schedule)).await {
+        let read = self.select_by(Tbl::Schedules, "id", &schedule.id);
+        match self
+            .write_returning((sql, schedule_params(&schedule)), read)
+            .await
+        {
             Ok(rows) => rows
                 .first()
                 .map(schedule_from_row)
@@ -275,13 +281,14 @@ impl ScheduleStore for SqlStore {
         w.eq("id", Some(id));
         w.eq("user_id", user_id);
         let sql = format!(
-            "UPDATE {} SET {}{} RETURNING *",
+            "UPDATE {} SET {}{}",
             self.t(Tbl::Schedules),
             sets.join(", "),
             w.sql()
         );
         params.extend(w.params);
-        match self.exec.query(&sql, params).await {
+        let read = self.select_by(Tbl::Schedules, "id", id);
+        match self.write_returning((sql, params), read).await {
             Ok(rows) => rows.first().map(schedule_from_row).transpose(),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 let name = update
@@ -306,16 +313,11 @@ impl ScheduleStore for SqlStore {
             self.t(Tbl::Schedules),
             w.sql()
         );
-        let schedule = format!(
-            "DELETE FROM {}{} RETURNING id",
-            self.t(Tbl::Schedules),
-            w.sql()
-        );
-        let results = self
-            .exec
-            .transaction(vec![(runs, w.params.clone()), (schedule, w.params)])
-            .await?;
-        Ok(results.last().is_some_and(|r| !r.is_empty()))
+        let schedule = format!("DELETE FROM {}{}", self.t(Tbl::Schedules), w.sql());
+        Ok(self
+            .transaction_count(vec![(runs, w.params.clone()), (schedule, w.params)])
+            .await?
+            > 0)
     }
 
     async fn claim_due_schedule(
@@ -327,19 +329,6 @@ impl ScheduleStore for SqlStore {
         let now = now_epoch_seconds();
         let table = self.t(Tbl::Schedules);
         let due = self.due_predicate();
-        let skip_locked = match self.dialect {
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => "",
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
-        };
-        // One statement: the candidate is chosen and locked, then re-checked, so two
-        // claimers never get the same schedule (SQLite serializes writers; PostgreSQL
-        // skips rows another claimer holds).
-        let sql = format!(
-            "UPDATE {table} SET locked_by = ?, locked_at = ? WHERE {due} AND id = \
-             (SELECT id FROM {table} WHERE {due} ORDER BY next_run_at ASC, id ASC LIMIT 1{skip_locked}) RETURNING *"
-        );
         let due_params = || {
             [
                 SqlValue::Bool(Some(true)),
@@ -347,6 +336,40 @@ impl ScheduleStore for SqlStore {
                 SqlValue::int(now - lock_grace_seconds),
             ]
         };
+        let candidate = format!(
+            "SELECT id FROM {table} WHERE {due} ORDER BY next_run_at ASC, id ASC LIMIT 1{}",
+            self.dialect.skip_locked()
+        );
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            // MySQL cannot name the updated table in the UPDATE's subquery: the candidate is
+            // locked first, then updated, in one transaction.
+            let mut tx = self.exec.begin(None).await?;
+            let rows = tx.query(&candidate, due_params().to_vec()).await?;
+            let Some(id) = rows.first().map(|r| r.str("id")).transpose()? else {
+                tx.commit().await?;
+                return Ok(None);
+            };
+            tx.execute(
+                &format!("UPDATE {table} SET locked_by = ?, locked_at = ? WHERE id = ?"),
+                vec![
+                    SqlValue::text(worker_id),
+                    SqlValue::int(now),
+                    SqlValue::text(&id),
+                ],
+            )
+            .await?;
+            let (read, key) = self.select_by(Tbl::Schedules, "id", &id);
+            let row = tx.query(&read, key).await?.into_iter().next();
+            tx.commit().await?;
+            return row.as_ref().map(schedule_from_row).transpose();
+        }
+        // One statement: the candidate is chosen and locked, then re-checked, so two
+        // claimers never get the same schedule (SQLite serializes writers; PostgreSQL
+        // skips rows another claimer holds).
+        let sql = format!(
+            "UPDATE {table} SET locked_by = ?, locked_at = ? WHERE {due} AND id = ({candidate}) RETURNING *"
+        );
         let mut params = vec![SqlValue::text(worker_id), SqlValue::int(now)];
         params.extend(due_params());
         params.extend(due_params());
@@ -392,7 +415,7 @@ impl ScheduleStore for SqlStore {
         let sql = format!(
             "INSERT INTO {} (id, schedule_id, attempt, triggered_at, completed_at, status, status_code, run_id, session_id, \
              error, input, output, requirements, created_at, user_id) \
-             SELECT ?, id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, user_id FROM {} WHERE id = ? RETURNING *",
+             SELECT ?, id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, user_id FROM {} WHERE id = ?",
             self.t(Tbl::ScheduleRuns),
             self.t(Tbl::Schedules)
         );
@@ -412,9 +435,9 @@ impl ScheduleStore for SqlStore {
             SqlValue::int(run.created_at),
             SqlValue::text(&run.schedule_id),
         ];
+        let read = self.select_by(Tbl::ScheduleRuns, "id", &run.id);
         let rows = self
-            .exec
-            .query(&sql, params)
+            .write_returning((sql, params), read)
             .await
             .map_err(|e| match e.kind() {
                 ErrorKind::AlreadyExists => Error::new(
@@ -443,7 +466,7 @@ impl ScheduleStore for SqlStore {
         w.eq("user_id", user_id);
         let sql = format!(
             "UPDATE {} SET attempt = ?, triggered_at = ?, completed_at = ?, status = ?, status_code = ?, run_id = ?, \
-             session_id = ?, error = ?, input = ?, output = ?, requirements = ?{} RETURNING *",
+             session_id = ?, error = ?, input = ?, output = ?, requirements = ?{}",
             self.t(Tbl::ScheduleRuns),
             w.sql()
         );
@@ -461,8 +484,8 @@ impl ScheduleStore for SqlStore {
             SqlValue::json(run.requirements.as_ref()),
         ];
         params.extend(w.params);
-        self.exec
-            .query(&sql, params)
+        let read = self.select_by(Tbl::ScheduleRuns, "id", &run.id);
+        self.write_returning((sql, params), read)
             .await?
             .first()
             .map(schedule_run_from_row)

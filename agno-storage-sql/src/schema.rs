@@ -154,7 +154,8 @@ use ColType::{BigInt, Bool, Date, Json, LongText, Str};
 pub(crate) struct TableSpec {
     pub(crate) columns: &'static [Column],
     pub(crate) primary_key: &'static str,
-    /// `(declared name, columns)`; physical name `idx_{table}_{cols}` on SQLite/PostgreSQL.
+    /// `(declared name, columns)`; physical name `idx_{table}_{cols}` on SQLite/PostgreSQL,
+    /// `{table}_{declared}` on MySQL.
     pub(crate) composite_indexes: &'static [(&'static str, &'static [&'static str])],
     /// `(declared name, columns)`; physical name `{table}_{declared}`.
     pub(crate) unique: &'static [(&'static str, &'static [&'static str])],
@@ -472,6 +473,82 @@ pub(crate) fn spec(t: Tbl) -> &'static TableSpec {
     }
 }
 
+/// What agno's MySQLDb does differently, and what MySQL lacks.
+#[cfg(feature = "mysql")]
+#[derive(Default)]
+pub(crate) struct MySqlSpec {
+    /// Physical column order, where agno's MySQL schema differs from the others.
+    pub(crate) order: Option<&'static [&'static str]>,
+    /// Indexes (column or declared composite name) agno's MySQL schema does not declare.
+    pub(crate) skip_indexes: &'static [&'static str],
+    /// MySQL has no partial indexes: these unique keys (`{table}_{declared}`) replace
+    /// `partial_unique`, over [`OWNER_KEY`] so the unowned rows form one bucket too.
+    pub(crate) owner_unique: &'static [(&'static str, &'static [&'static str])],
+}
+
+/// A stored generated column `COALESCE(user_id, '')` on MySQL tables with per-owner unique
+/// keys (NULLs never collide in a MySQL unique index).
+#[cfg(feature = "mysql")]
+pub(crate) const OWNER_KEY: &str = "owner_key";
+
+#[cfg(feature = "mysql")]
+pub(crate) fn mysql_spec(t: Tbl) -> MySqlSpec {
+    match t {
+        Tbl::Evals => MySqlSpec {
+            order: Some(&[
+                "run_id",
+                "eval_type",
+                "eval_data",
+                "eval_input",
+                "name",
+                "agent_id",
+                "team_id",
+                "workflow_id",
+                "model_id",
+                "model_provider",
+                "evaluated_component_name",
+                "created_at",
+                "updated_at",
+                "user_id",
+            ]),
+            ..Default::default()
+        },
+        Tbl::Knowledge => MySqlSpec {
+            order: Some(&[
+                "id",
+                "name",
+                "description",
+                "metadata",
+                "type",
+                "size",
+                "linked_to",
+                "access_count",
+                "created_at",
+                "updated_at",
+                "status",
+                "status_message",
+                "external_id",
+                "user_id",
+            ]),
+            skip_indexes: &["user_id_linked_to"],
+            ..Default::default()
+        },
+        Tbl::Metrics => MySqlSpec {
+            skip_indexes: &["aggregation_period"],
+            ..Default::default()
+        },
+        Tbl::Schedules => MySqlSpec {
+            owner_unique: &[("uq_user_name", &[OWNER_KEY, "name"])],
+            ..Default::default()
+        },
+        Tbl::Jobs => MySqlSpec {
+            owner_unique: &[("uq_jobs_idempotency_key", &["idempotency_key", OWNER_KEY])],
+            ..Default::default()
+        },
+        _ => MySqlSpec::default(),
+    }
+}
+
 /// Renders DDL for one database: a dialect, an optional schema and the table names.
 pub(crate) struct Ddl<'a> {
     pub(crate) dialect: Dialect,
@@ -505,11 +582,53 @@ impl Ddl<'_> {
         )
     }
 
+    /// The columns of a table in the dialect's physical order.
+    fn columns(&self, t: Tbl) -> Vec<&'static Column> {
+        let s = spec(t);
+        #[cfg(feature = "mysql")]
+        if let (Dialect::MySql, Some(order)) = (self.dialect, mysql_spec(t).order) {
+            return order
+                .iter()
+                .filter_map(|name| s.columns.iter().find(|c| c.name == *name))
+                .collect();
+        }
+        s.columns.iter().collect()
+    }
+
+    /// Whether agno declares the index (a column or a composite's declared name) on this
+    /// dialect.
+    fn declares_index(&self, t: Tbl, name: &str) -> bool {
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            return !mysql_spec(t).skip_indexes.contains(&name);
+        }
+        let _ = (t, name);
+        true
+    }
+
+    /// The generated owner column of a MySQL table with per-owner unique keys.
+    #[cfg(feature = "mysql")]
+    pub(crate) fn owner_key_def(&self) -> String {
+        format!(
+            "{} VARCHAR(128) GENERATED ALWAYS AS (COALESCE({}, '')) STORED",
+            self.dialect.quote(OWNER_KEY),
+            self.dialect.quote("user_id")
+        )
+    }
+
     pub(crate) fn create_table(&self, t: Tbl) -> String {
         let s = spec(t);
         let name = self.names.name(t);
         let q = |c: &str| self.dialect.quote(c);
-        let mut parts: Vec<String> = s.columns.iter().map(|c| self.column_def(c)).collect();
+        let mut parts: Vec<String> = self
+            .columns(t)
+            .into_iter()
+            .map(|c| self.column_def(c))
+            .collect();
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql && !mysql_spec(t).owner_unique.is_empty() {
+            parts.push(self.owner_key_def());
+        }
         parts.push(format!("PRIMARY KEY ({})", q(s.primary_key)));
         for (declared, cols) in s.unique {
             parts.push(format!(
@@ -533,41 +652,79 @@ impl Ddl<'_> {
         )
     }
 
-    /// `CREATE INDEX IF NOT EXISTS` for every index of the table whose columns all exist.
-    pub(crate) fn create_indexes(&self, t: Tbl, existing: &[String]) -> Vec<String> {
+    /// `(name, CREATE INDEX)` for every index of the table whose columns all exist.
+    /// SQLite and PostgreSQL say `IF NOT EXISTS`; MySQL cannot, so the caller checks the
+    /// name first. Composite names: `idx_{table}_{cols}` (SQLite, PostgreSQL) or
+    /// `{table}_{declared}` (MySQL), as agno names them.
+    pub(crate) fn create_indexes(&self, t: Tbl, existing: &[String]) -> Vec<(String, String)> {
         let s = spec(t);
         let name = self.names.name(t);
         let q = |c: &str| self.dialect.quote(c);
         let has = |c: &str| existing.iter().any(|e| e == c);
+        let if_not_exists = match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => "",
+            #[allow(unreachable_patterns)]
+            _ => "IF NOT EXISTS ",
+        };
         let mut out = Vec::new();
-        for c in s.columns.iter().filter(|c| c.index && has(c.name)) {
-            out.push(format!(
-                "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
-                q(&format!("idx_{name}_{}", c.name)),
+        for c in s
+            .columns
+            .iter()
+            .filter(|c| c.index && has(c.name) && self.declares_index(t, c.name))
+        {
+            let index = format!("idx_{name}_{}", c.name);
+            let sql = format!(
+                "CREATE INDEX {if_not_exists}{} ON {} ({})",
+                q(&index),
                 self.table(t),
                 q(c.name)
-            ));
+            );
+            out.push((index, sql));
         }
-        for (_, cols) in s
-            .composite_indexes
-            .iter()
-            .filter(|(_, cols)| cols.iter().all(|c| has(c)))
-        {
-            out.push(format!(
-                "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
-                q(&format!("idx_{name}_{}", cols.join("_"))),
+        for (_declared, cols) in s.composite_indexes.iter().filter(|(declared, cols)| {
+            cols.iter().all(|c| has(c)) && self.declares_index(t, declared)
+        }) {
+            let index = match self.dialect {
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => format!("{name}_{_declared}"),
+                #[allow(unreachable_patterns)]
+                _ => format!("idx_{name}_{}", cols.join("_")),
+            };
+            let sql = format!(
+                "CREATE INDEX {if_not_exists}{} ON {} ({})",
+                q(&index),
                 self.table(t),
                 cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
-            ));
+            );
+            out.push((index, sql));
         }
         out
     }
 
     /// The partial unique indexes (`{table}_{declared}`), as separate statements so a
-    /// duplicate can be reported per index.
+    /// duplicate can be reported per index; on MySQL the unique keys over the owner column
+    /// that replace them.
     pub(crate) fn partial_unique_indexes(&self, t: Tbl) -> Vec<(String, String)> {
         let name = self.names.name(t);
         let q = |c: &str| self.dialect.quote(c);
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            return mysql_spec(t)
+                .owner_unique
+                .iter()
+                .map(|(declared, cols)| {
+                    let index = format!("{name}_{declared}");
+                    let sql = format!(
+                        "CREATE UNIQUE INDEX {} ON {} ({})",
+                        q(&index),
+                        self.table(t),
+                        cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
+                    );
+                    (index, sql)
+                })
+                .collect();
+        }
         spec(t)
             .partial_unique
             .iter()

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::dialect::like_pattern;
 use crate::runs::run_from_row;
 use crate::schema::Tbl;
-use crate::store::{in_list, limit_offset, order_by, SqlStore, Where};
+use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
 pub(crate) fn session_from_row(row: &Row) -> Result<Session> {
@@ -114,15 +114,34 @@ impl SessionStore for SqlStore {
             ),
         };
         let now = now_epoch_seconds();
-        let sql = format!(
-            "INSERT INTO {} AS t (session_id, session_type, {component_col}, user_id, {data_col}, session_data, summary, metadata, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (session_id) DO UPDATE SET {component_col} = excluded.{component_col}, user_id = excluded.user_id, \
-             {data_col} = excluded.{data_col}, session_data = excluded.session_data, summary = excluded.summary, \
-             metadata = excluded.metadata, updated_at = ? \
-             WHERE t.user_id IS NULL OR t.user_id = excluded.user_id RETURNING session_id",
-            self.t(Tbl::Sessions)
-        );
+        let d = self.dialect;
+        let sql = self.upsert_sql(&Upsert {
+            table: Tbl::Sessions,
+            columns: &[
+                "session_id",
+                "session_type",
+                component_col,
+                "user_id",
+                data_col,
+                "session_data",
+                "summary",
+                "metadata",
+                "created_at",
+                "updated_at",
+            ],
+            values: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
+            conflict: "session_id",
+            set: vec![
+                (component_col, d.excluded(component_col)),
+                ("user_id", d.excluded("user_id")),
+                (data_col, d.excluded(data_col)),
+                ("session_data", d.excluded("session_data")),
+                ("summary", d.excluded("summary")),
+                ("metadata", d.excluded("metadata")),
+                ("updated_at", "?".into()),
+            ],
+            guard: Some(d.owner_guard()),
+        });
         let params = vec![
             SqlValue::text(&session.session_id),
             SqlValue::text(session.session_type.as_str()),
@@ -136,7 +155,17 @@ impl SessionStore for SqlStore {
             SqlValue::int(session.created_at),
             SqlValue::int(now),
         ];
-        if self.exec.query(&sql, params).await?.is_empty() {
+        let stored = self
+            .upsert_returning(
+                Tbl::Sessions,
+                sql,
+                params,
+                "session_id, user_id",
+                ("session_id", SqlValue::text(&session.session_id)),
+                &owned_by_other(session.user_id.as_deref()),
+            )
+            .await?;
+        if stored.is_none() {
             return Err(owned_by_another_user("session", &session.session_id));
         }
         let row = self
@@ -194,7 +223,7 @@ impl SessionStore for SqlStore {
         if let Some(name) = &query.session_name {
             let field = self.dialect.json_field_text("session_data", "session_name");
             w.push(
-                format!("{field} {} ? ESCAPE '\\'", self.dialect.ilike()),
+                self.dialect.ilike(&field),
                 [SqlValue::text(like_pattern(name))],
             );
         }
@@ -272,15 +301,8 @@ impl SessionStore for SqlStore {
             self.t(Tbl::Sessions),
             w.sql()
         );
-        let sessions = format!(
-            "DELETE FROM {}{} RETURNING session_id",
-            self.t(Tbl::Sessions),
-            w.sql()
-        );
-        let results = self
-            .exec
-            .transaction(vec![(runs, w.params.clone()), (sessions, w.params)])
-            .await?;
-        Ok(results.last().map_or(0, |rows| rows.len() as u64))
+        let sessions = format!("DELETE FROM {}{}", self.t(Tbl::Sessions), w.sql());
+        self.transaction_count(vec![(runs, w.params.clone()), (sessions, w.params)])
+            .await
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use agno_storage_core::{Error, ErrorKind, Result, SchemaVersion};
 
 use crate::dialect::Dialect;
-use crate::exec::Executor;
+use crate::exec::{Executor, Statement};
 use crate::schema::{spec, Ddl, TableNames, Tbl};
 use crate::value::{Row, SqlValue};
 
@@ -108,6 +108,15 @@ impl SqlStore {
                     )
                     .await?
             }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                self.exec
+                    .query(
+                        "SELECT column_name AS column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+                        vec![SqlValue::opt_text(self.schema.as_deref()), SqlValue::text(name)],
+                    )
+                    .await?
+            }
         };
         if rows.is_empty() {
             return Ok(None);
@@ -132,8 +141,71 @@ impl SqlStore {
                 }
             }
         }
+        #[cfg(feature = "mysql")]
+        if let (Dialect::MySql, Some(schema)) = (self.dialect, &self.schema) {
+            // A MySQL schema is a database, as agno's `create_schema` makes it; an existing
+            // one needs no CREATE privilege.
+            let exists = self
+                .exec
+                .query(
+                    "SELECT 1 AS present FROM information_schema.schemata WHERE schema_name = ?",
+                    vec![SqlValue::text(schema)],
+                )
+                .await?;
+            if exists.is_empty() {
+                let sql = format!("CREATE DATABASE IF NOT EXISTS {}", self.q(schema));
+                self.exec.execute(&sql, vec![]).await?;
+            }
+        }
         for t in Tbl::ALL {
             self.ensure_table(t).await?;
+        }
+        Ok(())
+    }
+
+    /// The index names of a table (MySQL, which has no `CREATE INDEX IF NOT EXISTS`).
+    #[cfg(feature = "mysql")]
+    pub(crate) async fn index_names(&self, t: Tbl) -> Result<Vec<String>> {
+        self.exec
+            .query(
+                "SELECT DISTINCT index_name AS index_name FROM information_schema.statistics WHERE table_schema = ? AND table_name = ?",
+                vec![
+                    SqlValue::opt_text(self.schema.as_deref()),
+                    SqlValue::text(self.names.name(t)),
+                ],
+            )
+            .await?
+            .iter()
+            .map(|r| r.str("index_name"))
+            .collect()
+    }
+
+    /// Creates indexes from `(name, sql)` pairs: SQLite and PostgreSQL skip existing ones
+    /// themselves (`IF NOT EXISTS`); on MySQL existing names are skipped here, and an index
+    /// another process created meanwhile counts as created.
+    pub(crate) async fn create_indexes(
+        &self,
+        t: Tbl,
+        indexes: Vec<(String, String)>,
+    ) -> Result<()> {
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            let present = self.index_names(t).await?;
+            for (name, sql) in indexes.into_iter().filter(|(n, _)| !present.contains(n)) {
+                match self.exec.execute(&sql, vec![]).await {
+                    Err(e)
+                        if e.kind() == ErrorKind::AlreadyExists
+                            && self.index_names(t).await?.contains(&name) => {}
+                    other => {
+                        other?;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let _ = t;
+        for (_, sql) in indexes {
+            self.exec.execute(&sql, vec![]).await?;
         }
         Ok(())
     }
@@ -182,11 +254,16 @@ impl SqlStore {
             }
         }
         let ddl = self.ddl();
-        for sql in ddl.create_indexes(t, &existing) {
-            self.exec.execute(&sql, vec![]).await?;
+        self.create_indexes(t, ddl.create_indexes(t, &existing))
+            .await?;
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql && !existing.iter().any(|c| c == crate::schema::OWNER_KEY)
+        {
+            // The owner column arrives with the migration.
+            return Ok(());
         }
-        for (_, sql) in ddl.partial_unique_indexes(t) {
-            if let Err(e) = self.exec.execute(&sql, vec![]).await {
+        for index in ddl.partial_unique_indexes(t) {
+            if let Err(e) = self.create_indexes(t, vec![index]).await {
                 // Duplicates in a pre-v3 table: the migration reports them; reads still work.
                 if e.kind() != ErrorKind::AlreadyExists {
                     return Err(e);
@@ -198,11 +275,18 @@ impl SqlStore {
 
     pub(crate) async fn stamp(&self, table_name: &str, version: SchemaVersion) -> Result<()> {
         let now = iso_now();
-        let sql = format!(
-            "INSERT INTO {} (table_name, version, created_at, updated_at) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (table_name) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at",
-            self.t(Tbl::Versions)
-        );
+        let d = self.dialect;
+        let sql = self.upsert_sql(&Upsert {
+            table: Tbl::Versions,
+            columns: &["table_name", "version", "created_at", "updated_at"],
+            values: "(?, ?, ?, ?)".into(),
+            conflict: "table_name",
+            set: vec![
+                ("version", d.excluded("version")),
+                ("updated_at", d.excluded("updated_at")),
+            ],
+            guard: None,
+        });
         self.exec
             .execute(
                 &sql,
@@ -308,4 +392,191 @@ pub(crate) fn in_list(values: &[String]) -> (String, Vec<SqlValue>) {
         format!("({marks})"),
         values.iter().map(|v| SqlValue::text(v.clone())).collect(),
     )
+}
+
+/// One upsert: `INSERT … ON CONFLICT (…) DO UPDATE SET … WHERE guard` on SQLite and
+/// PostgreSQL, `INSERT … ON DUPLICATE KEY UPDATE col = IF(guard, new, col)` on MySQL.
+pub(crate) struct Upsert<'a> {
+    pub(crate) table: Tbl,
+    /// Inserted columns, unquoted.
+    pub(crate) columns: &'a [&'a str],
+    /// The `VALUES` tuple, e.g. `(?, ?, ?)`.
+    pub(crate) values: String,
+    /// The conflict target (SQLite, PostgreSQL); MySQL updates on whichever unique key
+    /// collides.
+    pub(crate) conflict: &'a str,
+    /// `(column, expression)`: expressions name the incoming row with
+    /// [`Dialect::excluded`] and the stored one with [`Dialect::stored`].
+    pub(crate) set: Vec<(&'a str, String)>,
+    /// The condition the stored row must meet to be updated, in the same terms. MySQL tests
+    /// it in every assignment and assigns `user_id` last, so the guard reads the stored
+    /// owner throughout (MySQL assigns left to right, each seeing the ones before).
+    pub(crate) guard: Option<String>,
+}
+
+impl SqlStore {
+    /// `SELECT * FROM {t} WHERE {column} = ?`, to read back what a write touched.
+    pub(crate) fn select_by(&self, t: Tbl, column: &str, value: &str) -> Statement {
+        (
+            format!("SELECT * FROM {} WHERE {} = ?", self.t(t), self.q(column)),
+            vec![SqlValue::text(value)],
+        )
+    }
+
+    pub(crate) fn upsert_sql(&self, u: &Upsert<'_>) -> String {
+        let d = self.dialect;
+        let columns = u
+            .columns
+            .iter()
+            .map(|c| d.quote(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let table = self.t(u.table);
+        match d {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let mut set: Vec<&(&str, String)> = u.set.iter().collect();
+                set.sort_by_key(|(c, _)| *c == "user_id");
+                let set: Vec<String> = set
+                    .into_iter()
+                    .map(|(c, e)| match &u.guard {
+                        Some(g) => format!("{0} = IF({g}, {e}, {0})", d.quote(c)),
+                        None => format!("{} = {e}", d.quote(c)),
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO {table} ({columns}) VALUES {} ON DUPLICATE KEY UPDATE {}",
+                    u.values,
+                    set.join(", ")
+                )
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let set: Vec<String> = u
+                    .set
+                    .iter()
+                    .map(|(c, e)| format!("{} = {e}", d.quote(c)))
+                    .collect();
+                format!(
+                    "INSERT INTO {table} AS t ({columns}) VALUES {} ON CONFLICT ({}) DO UPDATE SET {}{}",
+                    u.values,
+                    u.conflict,
+                    set.join(", "),
+                    u.guard
+                        .as_ref()
+                        .map(|g| format!(" WHERE {g}"))
+                        .unwrap_or_default()
+                )
+            }
+        }
+    }
+
+    /// Runs an upsert made by [`SqlStore::upsert_sql`] and returns the stored row, or
+    /// `None` when its guard kept the stored row. SQLite and PostgreSQL say
+    /// `RETURNING {returning}`; MySQL reads the row back by `key` in the same transaction
+    /// and asks `refused` whether the guard held it back.
+    pub(crate) async fn upsert_returning(
+        &self,
+        table: Tbl,
+        sql: String,
+        params: Vec<SqlValue>,
+        returning: &str,
+        key: (&str, SqlValue),
+        refused: &(dyn Fn(&Row) -> Result<bool> + Sync),
+    ) -> Result<Option<Row>> {
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let read = format!(
+                    "SELECT {returning} FROM {} WHERE {} = ?",
+                    self.t(table),
+                    self.q(key.0)
+                );
+                let mut tx = self.exec.begin(None).await?;
+                tx.execute(&sql, params).await?;
+                let row = tx.query(&read, vec![key.1]).await?.into_iter().next();
+                tx.commit().await?;
+                match row {
+                    Some(row) if !refused(&row)? => Ok(Some(row)),
+                    _ => Ok(None),
+                }
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = (table, key, refused);
+                Ok(self
+                    .exec
+                    .query(&format!("{sql} RETURNING {returning}"), params)
+                    .await?
+                    .into_iter()
+                    .next())
+            }
+        }
+    }
+
+    /// Runs `write` (an `INSERT` or `UPDATE`) and returns the rows it wrote: `RETURNING *`
+    /// on SQLite and PostgreSQL; on MySQL, `read` in the same transaction when the write
+    /// touched a row.
+    pub(crate) async fn write_returning(
+        &self,
+        write: Statement,
+        read: Statement,
+    ) -> Result<Vec<Row>> {
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let mut tx = self.exec.begin(None).await?;
+                let rows = if tx.execute(&write.0, write.1).await? > 0 {
+                    tx.query(&read.0, read.1).await?
+                } else {
+                    Vec::new()
+                };
+                tx.commit().await?;
+                Ok(rows)
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = read;
+                self.exec
+                    .query(&format!("{} RETURNING *", write.0), write.1)
+                    .await
+            }
+        }
+    }
+
+    /// Runs the statements in one transaction and returns the rows the last one (a
+    /// `DELETE` or `UPDATE`) affected.
+    pub(crate) async fn transaction_count(&self, mut statements: Vec<Statement>) -> Result<u64> {
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let mut tx = self.exec.begin(None).await?;
+                let mut last = 0;
+                for (sql, params) in statements {
+                    last = tx.execute(&sql, params).await?;
+                }
+                tx.commit().await?;
+                Ok(last)
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                if let Some(last) = statements.last_mut() {
+                    last.0.push_str(" RETURNING 1");
+                }
+                let results = self.exec.transaction(statements).await?;
+                Ok(results.last().map_or(0, |rows| rows.len() as u64))
+            }
+        }
+    }
+}
+
+/// Whether a row read back after an upsert shows agno's owner guard refused the writer
+/// `user_id`: the stored owner is someone else. (When the guard lets a write through, the
+/// stored owner is unset or the writer.)
+pub(crate) fn owned_by_other(user_id: Option<&str>) -> impl Fn(&Row) -> Result<bool> + Sync + '_ {
+    move |row| {
+        Ok(row
+            .opt_str("user_id")?
+            .is_some_and(|u| Some(u.as_str()) != user_id))
+    }
 }

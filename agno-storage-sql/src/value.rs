@@ -138,6 +138,15 @@ impl Row {
         }
     }
 
+    /// A date cell, `None` when NULL.
+    #[cfg(feature = "mysql")]
+    pub(crate) fn opt_date(&self, column: &str) -> Result<Option<NaiveDate>> {
+        match self.cell(column) {
+            None | Some(SqlValue::Date(None) | SqlValue::Text(None)) => Ok(None),
+            Some(_) => self.date(column).map(Some),
+        }
+    }
+
     pub(crate) fn date(&self, column: &str) -> Result<NaiveDate> {
         match self.cell(column) {
             Some(SqlValue::Date(Some(d))) => Ok(*d),

@@ -1,6 +1,7 @@
 //! Interop with the real agno package from PyPI: agno 2.9.0 writes a legacy database, we
 //! migrate it and agno 3.1.10 reads it back exactly as its own migration of a copy; agno
-//! 3.1.10 reads what we write; we read what it writes. On SQLite and PostgreSQL.
+//! 3.1.10 reads what we write; we read what it writes. On SQLite, PostgreSQL and (with the
+//! `mysql` feature and `AGNO_TEST_MYSQL_URL`) MySQL/MariaDB.
 //!
 //! Needs `AGNO_TEST_PYTHON_V2` and `AGNO_TEST_PYTHON_V3` (python executables of venvs with
 //! agno 2.9.0 and 3.1.10; `./scripts/test.sh` builds them). Without them the tests are
@@ -70,7 +71,15 @@ fn temp_db(name: &str) -> PathBuf {
 /// A database reachable from both sides: our handle and the driver's target string.
 enum Target {
     Sqlite(PathBuf),
-    Postgres { url: String, schema: String },
+    Postgres {
+        url: String,
+        schema: String,
+    },
+    #[cfg(feature = "mysql")]
+    MySql {
+        url: String,
+        database: String,
+    },
 }
 
 impl Target {
@@ -78,6 +87,8 @@ impl Target {
         match self {
             Target::Sqlite(p) => format!("sqlite:{}", p.display()),
             Target::Postgres { url, schema } => format!("postgres:{url}#{schema}"),
+            #[cfg(feature = "mysql")]
+            Target::MySql { url, database } => format!("mysql:{url}#{database}"),
         }
     }
 
@@ -86,6 +97,10 @@ impl Target {
             Target::Sqlite(p) => SqlDb::open_sqlite(p, TableNames::default()).await,
             Target::Postgres { url, schema } => {
                 SqlDb::connect_postgres(url, schema, TableNames::default()).await
+            }
+            #[cfg(feature = "mysql")]
+            Target::MySql { url, database } => {
+                SqlDb::connect_mysql(url, database, TableNames::default()).await
             }
         }
         .expect("open the database")
@@ -104,6 +119,22 @@ fn postgres_target(name: &str) -> Option<Target> {
             ),
         }),
         Err(_) if common::ci() => panic!("CI=true but AGNO_TEST_POSTGRES_URL is not set"),
+        Err(_) => None,
+    }
+}
+
+#[cfg(feature = "mysql")]
+fn mysql_target(name: &str) -> Option<Target> {
+    match std::env::var("AGNO_TEST_MYSQL_URL") {
+        Ok(url) => Some(Target::MySql {
+            url,
+            database: format!(
+                "agno_ct_{}_{}",
+                agno_storage_core::now_epoch_seconds(),
+                common::slug(name)
+            ),
+        }),
+        Err(_) if common::ci() => panic!("CI=true but AGNO_TEST_MYSQL_URL is not set"),
         Err(_) => None,
     }
 }
@@ -344,4 +375,101 @@ fn postgres_we_read_what_agno_writes() {
     if let Some(t) = postgres_target("theirs") {
         we_read_what_agno_writes(t);
     }
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_v2_database_migrates_like_agno() {
+    if let (Some(a), Some(b)) = (mysql_target("v2a"), mysql_target("v2b")) {
+        v2_migrates_like_agno(a, b);
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_agno_reads_what_we_write() {
+    if let Some(t) = mysql_target("ours") {
+        agno_reads_what_we_write(t);
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_we_read_what_agno_writes() {
+    if let Some(t) = mysql_target("theirs") {
+        we_read_what_agno_writes(t);
+    }
+}
+
+/// Column definitions and indexes of one MySQL table, as `information_schema` lists them.
+#[cfg(feature = "mysql")]
+async fn mysql_layout(
+    pool: &sqlx::MySqlPool,
+    database: &str,
+    table: &str,
+) -> (Vec<String>, Vec<String>) {
+    let columns: Vec<(String,)> = sqlx::query_as(
+        "SELECT CAST(CONCAT_WS(' ', ordinal_position, column_name, column_type, is_nullable, \
+         COALESCE(column_default, '-'), extra) AS CHAR) FROM information_schema.columns \
+         WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+    )
+    .bind(database)
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .expect("columns");
+    let indexes: Vec<(String,)> = sqlx::query_as(
+        "SELECT CAST(CONCAT_WS(' ', index_name, non_unique, GROUP_CONCAT(column_name ORDER BY seq_in_index)) AS CHAR) \
+         FROM information_schema.statistics WHERE table_schema = ? AND table_name = ? \
+         GROUP BY index_name, non_unique ORDER BY index_name",
+    )
+    .bind(database)
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .expect("indexes");
+    (
+        columns.into_iter().map(|(c,)| c).collect(),
+        indexes.into_iter().map(|(i,)| i).collect(),
+    )
+}
+
+/// The tables both create have the same columns, types, nullability and indexes (by
+/// name and columns) as agno 3.1.10's MySQLDb creates.
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_tables_match_agno() {
+    let (Some(ours), Some(theirs)) = (mysql_target("layout_ours"), mysql_target("layout_agno"))
+    else {
+        return;
+    };
+    let Some(v3) = python("AGNO_TEST_PYTHON_V3") else {
+        return;
+    };
+    agno(&v3, "create-v3", &theirs.for_python());
+    let (Target::MySql { url, database: a }, Target::MySql { database: b, .. }) = (&ours, &theirs)
+    else {
+        unreachable!("MySQL targets");
+    };
+    runtime().block_on(async {
+        ours.open().await;
+        let pool = sqlx::MySqlPool::connect(url).await.expect("connect");
+        for table in [
+            "agno_sessions",
+            "agno_runs",
+            "agno_memories",
+            "agno_metrics",
+            "agno_eval_runs",
+            "agno_knowledge",
+            "agno_schema_versions",
+        ] {
+            let layout = mysql_layout(&pool, a, table).await;
+            assert!(!layout.0.is_empty(), "{table} was not created");
+            assert_eq!(
+                layout,
+                mysql_layout(&pool, b, table).await,
+                "{table}: ours (left) differs from agno's (right)"
+            );
+        }
+    });
 }

@@ -47,6 +47,57 @@ pub fn legacy_ddl(json: &str, text: &str, schema_prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// agno 2.9.0's MySQL tables as its `MySQLDb` created them (`VARCHAR(n)`, `JSON`, `BOOL`), with
+/// `{S}` for the database prefix. agno 2.9.0 had no schedules, schedule runs or learnings on
+/// MySQL; the last three tables are their 2.9.0 shape from the other adapters in MySQL types,
+/// so a legacy database has every table unstamped and the migration of those is exercised
+/// too.
+pub const LEGACY_MYSQL_DDL: &[&str] = &[
+    "CREATE TABLE {S}agno_sessions (session_id VARCHAR(128) NOT NULL, session_type VARCHAR(20) NOT NULL, agent_id VARCHAR(128), \
+     team_id VARCHAR(128), workflow_id VARCHAR(128), user_id VARCHAR(128), session_data JSON, agent_data JSON, team_data JSON, \
+     workflow_data JSON, metadata JSON, runs JSON, summary JSON, created_at BIGINT NOT NULL, updated_at BIGINT, PRIMARY KEY (session_id))",
+    "CREATE INDEX idx_agno_sessions_session_type ON {S}agno_sessions (session_type)",
+    "CREATE INDEX idx_agno_sessions_created_at ON {S}agno_sessions (created_at)",
+    "CREATE TABLE {S}agno_memories (memory_id VARCHAR(128) NOT NULL, memory JSON NOT NULL, input TEXT, agent_id VARCHAR(128), \
+     team_id VARCHAR(128), user_id VARCHAR(128), topics JSON, feedback TEXT, created_at BIGINT NOT NULL, updated_at BIGINT, \
+     PRIMARY KEY (memory_id))",
+    "CREATE INDEX idx_agno_memories_user_id ON {S}agno_memories (user_id)",
+    "CREATE TABLE {S}agno_metrics (id VARCHAR(128) NOT NULL, agent_runs_count BIGINT NOT NULL, team_runs_count BIGINT NOT NULL, \
+     workflow_runs_count BIGINT NOT NULL, agent_sessions_count BIGINT NOT NULL, team_sessions_count BIGINT NOT NULL, \
+     workflow_sessions_count BIGINT NOT NULL, users_count BIGINT NOT NULL, token_metrics JSON NOT NULL, model_metrics JSON NOT NULL, \
+     date DATE NOT NULL, aggregation_period VARCHAR(20) NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT, completed BOOL NOT NULL, \
+     PRIMARY KEY (id), CONSTRAINT agno_metrics_uq_metrics_date_period UNIQUE (date, aggregation_period))",
+    "CREATE INDEX idx_agno_metrics_date ON {S}agno_metrics (date)",
+    "CREATE TABLE {S}agno_eval_runs (run_id VARCHAR(128) NOT NULL, eval_type VARCHAR(50) NOT NULL, eval_data JSON NOT NULL, \
+     eval_input JSON NOT NULL, name VARCHAR(255), agent_id VARCHAR(128), team_id VARCHAR(128), workflow_id VARCHAR(128), \
+     model_id VARCHAR(128), model_provider VARCHAR(128), evaluated_component_name VARCHAR(255), created_at BIGINT NOT NULL, \
+     updated_at BIGINT, PRIMARY KEY (run_id))",
+    "CREATE INDEX idx_agno_eval_runs_created_at ON {S}agno_eval_runs (created_at)",
+    "CREATE TABLE {S}agno_knowledge (id VARCHAR(128) NOT NULL, name VARCHAR(255) NOT NULL, description TEXT NOT NULL, metadata JSON, \
+     type VARCHAR(50), size BIGINT, linked_to VARCHAR(128), access_count BIGINT, created_at BIGINT, updated_at BIGINT, \
+     status VARCHAR(50), status_message TEXT, external_id VARCHAR(128), PRIMARY KEY (id))",
+    "CREATE TABLE {S}agno_schedules (id VARCHAR(128) NOT NULL, name VARCHAR(255) NOT NULL, description TEXT, method VARCHAR(10) NOT NULL, \
+     endpoint VARCHAR(512) NOT NULL, payload JSON, cron_expr VARCHAR(128) NOT NULL, timezone VARCHAR(64) NOT NULL, \
+     timeout_seconds BIGINT NOT NULL, max_retries BIGINT NOT NULL, retry_delay_seconds BIGINT NOT NULL, enabled BOOL NOT NULL, \
+     next_run_at BIGINT, locked_by VARCHAR(128), locked_at BIGINT, created_at BIGINT NOT NULL, updated_at BIGINT, PRIMARY KEY (id))",
+    "CREATE TABLE {S}agno_schedule_runs (id VARCHAR(128) NOT NULL, schedule_id VARCHAR(128) NOT NULL, attempt BIGINT NOT NULL, \
+     triggered_at BIGINT, completed_at BIGINT, status VARCHAR(50) NOT NULL, status_code BIGINT, run_id VARCHAR(128), \
+     session_id VARCHAR(128), error TEXT, input JSON, output JSON, requirements JSON, created_at BIGINT NOT NULL, PRIMARY KEY (id), \
+     FOREIGN KEY(schedule_id) REFERENCES {S}agno_schedules (id) ON DELETE CASCADE)",
+    "CREATE TABLE {S}agno_learnings (learning_id VARCHAR(128) NOT NULL, learning_type VARCHAR(128) NOT NULL, namespace VARCHAR(128), \
+     user_id VARCHAR(128), agent_id VARCHAR(128), team_id VARCHAR(128), workflow_id VARCHAR(128), session_id VARCHAR(128), \
+     entity_id VARCHAR(128), entity_type VARCHAR(128), content JSON NOT NULL, metadata JSON, created_at BIGINT NOT NULL, \
+     updated_at BIGINT, PRIMARY KEY (learning_id))",
+];
+
+/// The legacy MySQL DDL for one database prefix (`` `db`. ``).
+pub fn legacy_mysql_ddl(database_prefix: &str) -> Vec<String> {
+    LEGACY_MYSQL_DDL
+        .iter()
+        .map(|s| s.replace("{S}", database_prefix))
+        .collect()
+}
+
 /// A table/schema-safe name for a case.
 pub fn slug(case: &str) -> String {
     let short: String = case

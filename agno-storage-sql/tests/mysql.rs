@@ -1,0 +1,191 @@
+//! The conformance suite against MySQL/MariaDB, one fresh database per case.
+//!
+//! The server comes from `AGNO_TEST_MYSQL_URL` (e.g. `mysql://root@127.0.0.1:3306`). Without
+//! it the suite is skipped, except under `CI=true`, where a missing or unreachable server
+//! fails the run.
+
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::json::to_python_json;
+use agno_storage_core::{
+    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
+};
+use agno_storage_sql::{SqlDb, TableNames};
+use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use serde_json::Value;
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::MySqlPool;
+
+const DATABASE_PREFIX: &str = "agno_ct_";
+
+struct MySql {
+    url: String,
+}
+
+fn my_err(e: sqlx::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, e.to_string())
+}
+
+impl MySql {
+    /// `agno_ct_<epoch>_<case>`: the epoch lets a later run drop databases left behind.
+    fn database(case: &str) -> String {
+        format!(
+            "{DATABASE_PREFIX}{}_{}",
+            now_epoch_seconds(),
+            common::slug(case)
+        )
+        .to_lowercase()
+    }
+
+    async fn pool(&self) -> Result<MySqlPool> {
+        MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect(&self.url)
+            .await
+            .map_err(my_err)
+    }
+}
+
+/// Writes sessions as agno 2.9.0's MySQLDb did: JSON text, never double-encoded.
+struct Writer {
+    pool: MySqlPool,
+    database: String,
+}
+
+#[async_trait]
+impl LegacyWriter for Writer {
+    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+        // A string that is not JSON stays a JSON string: a corrupt blob (MariaDB checks
+        // that JSON columns hold JSON).
+        let runs = match runs_blob {
+            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            other => other,
+        };
+        let json = |v: Option<Value>| to_python_json(&v.unwrap_or(Value::Null));
+        let sql = format!(
+            "INSERT INTO `{}`.agno_sessions (session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, agent_data, \
+             team_data, workflow_data, metadata, runs, summary, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self.database
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(s.session_id)
+            .bind(s.session_type.as_str())
+            .bind(s.agent_id)
+            .bind(s.team_id)
+            .bind(s.workflow_id)
+            .bind(s.user_id)
+            .bind(json(s.session_data))
+            .bind(json(s.agent_data))
+            .bind(json(s.team_data))
+            .bind(json(s.workflow_data))
+            .bind(json(s.metadata))
+            .bind(to_python_json(&runs))
+            .bind(json(s.summary))
+            .bind(s.created_at)
+            .bind(s.updated_at)
+            .execute(&self.pool)
+            .await
+            .map_err(my_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Harness for MySql {
+    fn name(&self) -> &str {
+        "mysql"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn open(&self, case: &str) -> Result<AgnoDb> {
+        Ok(
+            SqlDb::connect_mysql(&self.url, &Self::database(case), TableNames::default())
+                .await?
+                .agno_db(),
+        )
+    }
+
+    async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
+        let database = Self::database(case);
+        let pool = self.pool().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{database}`")))
+            .execute(&pool)
+            .await
+            .map_err(my_err)?;
+        for ddl in common::legacy_mysql_ddl(&format!("`{database}`.")) {
+            sqlx::query(sqlx::AssertSqlSafe(ddl))
+                .execute(&pool)
+                .await
+                .map_err(my_err)?;
+        }
+        let db = SqlDb::connect_mysql(&self.url, &database, TableNames::default())
+            .await?
+            .agno_db();
+        Ok(LegacyDb {
+            db,
+            writer: Arc::new(Writer { pool, database }),
+        })
+    }
+}
+
+/// Drops databases earlier runs left behind (older than three hours), never a running one's.
+async fn drop_stale_databases(url: &str) -> std::result::Result<(), sqlx::Error> {
+    let pool = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?;
+    let databases: Vec<(String,)> = sqlx::query_as(
+        "SELECT CAST(schema_name AS CHAR) FROM information_schema.schemata WHERE schema_name LIKE 'agno\\_ct\\_%'",
+    )
+    .fetch_all(&pool)
+    .await?;
+    let cutoff = now_epoch_seconds() - 3 * 3600;
+    for (database,) in databases {
+        let epoch = database
+            .trim_start_matches(DATABASE_PREFIX)
+            .split('_')
+            .next()
+            .and_then(|e| e.parse::<i64>().ok());
+        if epoch.is_some_and(|e| e < cutoff) {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS `{database}`"
+            )))
+            .execute(&pool)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let Ok(url) = std::env::var("AGNO_TEST_MYSQL_URL") else {
+        if common::ci() {
+            eprintln!("error: CI=true but AGNO_TEST_MYSQL_URL is not set; run ./scripts/test.sh");
+            return ExitCode::FAILURE;
+        }
+        eprintln!("note: AGNO_TEST_MYSQL_URL is not set; skipping the MySQL suite (./scripts/test.sh sets it)");
+        return ExitCode::SUCCESS;
+    };
+    let checked = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map(|rt| rt.block_on(drop_stale_databases(&url)));
+    match checked {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("error: MySQL at AGNO_TEST_MYSQL_URL is unreachable: {e}");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("error: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    conformance_tests::main(MySql { url })
+}
