@@ -19,5 +19,5 @@ ensure_gcs
 ensure_s3
 ensure_mongodb
 
-FEATURES="agno-storage-sql/sqlite,agno-storage-sql/postgres,agno-storage-cli/postgres,agno-storage-sql/mysql,agno-storage-cli/mysql,agno-storage-json/fs,agno-storage-json/memory,agno-storage-json/gcs,agno-storage-json/s3,agno-storage-mongo/mongodb,agno-storage-kv/redis"
+FEATURES="agno-storage-sql/sqlite,agno-storage-sql/postgres,agno-storage-sql/mysql,agno-storage-cli/full,agno-storage-json/fs,agno-storage-json/memory,agno-storage-json/gcs,agno-storage-json/s3,agno-storage-mongo/mongodb,agno-storage-kv/redis"
 cargo test --workspace --no-fail-fast --features "$FEATURES" "$@"

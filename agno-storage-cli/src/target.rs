@@ -110,7 +110,8 @@ impl BackendUrl {
             BackendUrl::DynamoDb { .. } => Some("dynamo"),
             BackendUrl::Firestore { .. } => Some("firestore"),
             BackendUrl::SurrealDb { .. } => Some("surreal"),
-            BackendUrl::JsonDir { .. } | BackendUrl::Gcs { .. } => Some("json"),
+            BackendUrl::JsonDir { .. } => Some("json"),
+            BackendUrl::Gcs { .. } => Some("gcs"),
         }
     }
 }
@@ -307,8 +308,83 @@ pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
             .map_err(|e| Error::new(e.to_string()))?;
             Ok(db.agno_db())
         }
+        #[cfg(feature = "json")]
+        BackendUrl::JsonDir { dir } => {
+            let db = agno_storage_json::JsonDb::open_local(dir)
+                .await
+                .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
+        #[cfg(feature = "gcs")]
+        BackendUrl::Gcs { bucket, prefix } => {
+            let db = agno_storage_json::JsonDb::open_gcs(bucket, prefix)
+                .await
+                .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
+        #[cfg(feature = "mongo")]
+        BackendUrl::MongoDb { url } => {
+            let db = agno_storage_mongo::MongoDb::connect(
+                url,
+                &mongo_database(url),
+                agno_storage_mongo::CollectionNames::default(),
+            )
+            .await
+            .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
+        #[cfg(feature = "redis")]
+        BackendUrl::Redis { url } | BackendUrl::Valkey { url } => {
+            let (url, prefix) = split_query_param(&url.replacen("valkey", "redis", 1), "prefix");
+            let options = agno_storage_kv::KvOptions {
+                prefix: prefix.unwrap_or_else(|| "agno".into()),
+                stamp_new: true,
+            };
+            let db = agno_storage_kv::KvDb::connect(&url, options)
+                .await
+                .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
         other => Err(not_compiled(other)),
     }
+}
+
+/// The database a MongoDB URL names (`mongodb://host/DB?…`), or agno's default `agno`.
+#[cfg(feature = "mongo")]
+fn mongo_database(url: &str) -> String {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = after_scheme.split_once('/').map_or("", |(_, path)| path);
+    let name = path.split(['?', '#']).next().unwrap_or_default();
+    if name.is_empty() {
+        "agno".into()
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Removes `name=VALUE` from a URL's query, returning the URL and the value.
+#[cfg(feature = "redis")]
+fn split_query_param(url: &str, name: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut value = None;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.split_once('=') {
+            Some((k, v)) if k == name => {
+                value = Some(v.to_owned());
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    (url, value)
 }
 
 /// Splits agno's schema (`?schema=NAME`, default `ai`) off a connection URL: the PostgreSQL
@@ -569,19 +645,22 @@ mod tests {
         rt.block_on(async {
             let db = open(&BackendUrl::Memory).await.unwrap();
             assert_eq!(db.backend(), "memory");
-            let mut cases = vec![
-                ("mongodb://localhost", "mongo"),
-                ("redis://localhost", "redis"),
-                ("valkey://localhost", "redis"),
-                ("dynamodb://us-east-1", "dynamo"),
-                ("firestore://p", "firestore"),
-                ("surrealdb://localhost", "surreal"),
-                ("file://./d", "json"),
-                ("gs://bucket/p", "json"),
+            let all = [
+                ("mysql://localhost/db", "mysql", cfg!(feature = "mysql")),
+                ("mongodb://localhost", "mongo", cfg!(feature = "mongo")),
+                ("redis://localhost", "redis", cfg!(feature = "redis")),
+                ("valkey://localhost", "redis", cfg!(feature = "redis")),
+                ("dynamodb://us-east-1", "dynamo", false),
+                ("firestore://p", "firestore", false),
+                ("surrealdb://localhost", "surreal", false),
+                ("file://./d", "json", cfg!(feature = "json")),
+                ("gs://bucket/p", "gcs", cfg!(feature = "gcs")),
             ];
-            if cfg!(not(feature = "mysql")) {
-                cases.push(("mysql://localhost/db", "mysql"));
-            }
+            let cases: Vec<(&str, &str)> = all
+                .iter()
+                .filter(|(_, _, compiled)| !compiled)
+                .map(|(u, f, _)| (*u, *f))
+                .collect();
             for (input, feature) in cases {
                 let message = open(&ok(input)).await.unwrap_err().to_string();
                 assert!(

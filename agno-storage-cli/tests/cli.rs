@@ -143,9 +143,9 @@ fn bad_url_is_one_error_line() {
 
 #[test]
 fn uncompiled_backend_names_its_feature() {
-    let err = one_error_line(&agno_storage(&["status", "mongodb://localhost/db"]));
+    let err = one_error_line(&agno_storage(&["status", "surrealdb://localhost"]));
     assert!(err.contains("not compiled"), "{err}");
-    assert!(err.contains("--features mongo"), "{err}");
+    assert!(err.contains("--features surreal"), "{err}");
 }
 
 #[test]
