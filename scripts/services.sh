@@ -293,11 +293,47 @@ ensure_dynamodb() {
       apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null
     fi
     log "starting DynamoDB Local on 127.0.0.1:$DYNAMODB_PORT"
-    start_detached "$cache/dynamodb/server.pid" "$cache/logs/dynamodb.log" java -Xmx512m \
-      -Djava.library.path="$home/DynamoDBLocal_lib" -jar "$home/DynamoDBLocal.jar" \
-      -port "$DYNAMODB_PORT" -inMemory -disableTelemetry
+    # From its own directory: DynamoDB Local writes dynamodb-local-metadata.json to the cwd.
+    (cd "$cache/dynamodb" && start_detached "$cache/dynamodb/server.pid" "$cache/logs/dynamodb.log" \
+      java -Xmx512m -Djava.library.path="$home/DynamoDBLocal_lib" -jar "$home/DynamoDBLocal.jar" \
+      -port "$DYNAMODB_PORT" -inMemory -disableTelemetry)
     wait_for dynamodb-local 90 dynamodb_up || return 1
   fi
   export AGNO_TEST_DYNAMODB_URL="http://127.0.0.1:$DYNAMODB_PORT"
   log "dynamodb: $AGNO_TEST_DYNAMODB_URL"
+}
+
+FIRESTORE_PORT=58080
+firestore_up() { curl -sf "http://127.0.0.1:$FIRESTORE_PORT/" -o /dev/null; }
+
+# ensure_firestore: Google's Cloud Firestore emulator (the jar of the
+# google-cloud-cli-firestore-emulator package, preinstalled on the image; it is not on any
+# reachable registry) on 127.0.0.1:58080, on Java 17, data and logs under
+# $AGNO_TEST_CACHE/firestore. Where the jar is missing this says so and exports nothing
+# (the other backends still run): the Firestore tests then skip with a note locally and
+# fail under CI=true. Exports FIRESTORE_EMULATOR_HOST and AGNO_TEST_FIRESTORE_URL.
+ensure_firestore() {
+  local cache="${AGNO_TEST_CACHE:-$HOME/.cache/agno-storage}"
+  local jar="${FIRESTORE_EMULATOR_JAR:-/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar}"
+  ensure_curl || return 1
+  mkdir -p "$cache/firestore/data" "$cache/firestore/logs"
+  if ! firestore_up; then
+    if [[ ! -f "$jar" ]]; then
+      log "firestore: NOT AVAILABLE - the Google Firestore emulator jar is missing ($jar); install google-cloud-cli-firestore-emulator or set FIRESTORE_EMULATOR_JAR. The Firestore tests are skipped (and fail under CI=true)."
+      return 0
+    fi
+    if ! command -v java >/dev/null; then
+      log "installing openjdk-17-jre-headless (Debian)"
+      apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null
+    fi
+    log "starting the Firestore emulator on 127.0.0.1:$FIRESTORE_PORT"
+    (cd "$cache/firestore/data" && start_detached "$cache/firestore/server.pid" "$cache/firestore/logs/firestore.log" \
+      java -Xmx1g -Duser.language=en -cp "$jar" \
+      com.google.cloud.datastore.emulator.firestore.CloudFirestore start \
+      --host=127.0.0.1 --port="$FIRESTORE_PORT")
+    wait_for firestore-emulator 90 firestore_up || return 1
+  fi
+  export FIRESTORE_EMULATOR_HOST="127.0.0.1:$FIRESTORE_PORT"
+  export AGNO_TEST_FIRESTORE_URL="http://127.0.0.1:$FIRESTORE_PORT"
+  log "firestore: $FIRESTORE_EMULATOR_HOST"
 }

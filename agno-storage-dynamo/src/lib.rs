@@ -1,12 +1,23 @@
-//! Amazon DynamoDB storage for agno-storage.
+//! Amazon DynamoDB storage for agno-storage, byte-compatible with agno 3.1.10's `DynamoDb`.
 //!
-//! This crate will hold the DynamoDB backend, byte-compatible with the tables that
-//! Agno's Python `DynamoDb` writes, so that a Rust service and a Python agent can share
-//! one set of tables. It stores sessions, runs, memories, metrics, evals, knowledge,
-//! schedules, schedule runs, learnings, jobs and schema versions.
+//! [`DynamoDb`] implements every store trait of `agno-storage-core` over the tables agno's
+//! Python `DynamoDb` uses (`agno_sessions`, `agno_runs`, `agno_memories`, `agno_metrics`,
+//! `agno_eval_runs`, `agno_knowledge`, `agno_schema_versions`), with agno's key schema,
+//! GSIs (provisioned 5/5, projection `ALL`) and attribute encoding (objects and arrays as
+//! `S` JSON, bools as `BOOL`, `None` omitted), so a Rust service and a Python agent can
+//! share one set of tables. Domains agno's `DynamoDb` lacks (schedules, schedule runs,
+//! learnings, jobs) get tables of their own, plus `agno_storage_meta` for bookkeeping.
+//! Tables are created on first use and described once per handle.
 //!
-//! The backend implements the per-domain store traits of `agno-storage-core` and proves
-//! its behaviour by running the shared `conformance-tests` suite against it.
+//! Differences from agno, all keeping its format: `limit` without `page` is honoured;
+//! `session_data` is replaced, not merged, so keys can be removed; eval `eval_input` and
+//! knowledge `external_id` are stored; `delete_sessions(user_id=…)` deletes only the runs
+//! of sessions it deleted; every scan follows `LastEvaluatedKey`.
+//!
+//! Every read-modify-write is a conditional write: a compare-and-set on the whole item
+//! (owner guards, claims, releases, fenced job settlements), or `TransactWriteItems` with a
+//! uniqueness item (schedule `(user_id, name)`, job idempotency keys). `run_index` comes
+//! from a per-session counter item.
 //!
 //! # Features
 //!
@@ -16,3 +27,31 @@
 //!   credentials and region, on tokio with the SDK's default HTTPS client.
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+
+#[cfg(feature = "dynamodb")]
+mod codec;
+#[cfg(feature = "dynamodb")]
+mod db;
+#[cfg(feature = "dynamodb")]
+mod evals;
+#[cfg(feature = "dynamodb")]
+mod jobs;
+#[cfg(feature = "dynamodb")]
+mod knowledge;
+#[cfg(feature = "dynamodb")]
+mod learnings;
+#[cfg(feature = "dynamodb")]
+mod memories;
+#[cfg(feature = "dynamodb")]
+mod metrics;
+#[cfg(feature = "dynamodb")]
+mod migrate;
+#[cfg(feature = "dynamodb")]
+mod schedules;
+#[cfg(feature = "dynamodb")]
+mod sessions;
+
+#[cfg(feature = "dynamodb")]
+pub use aws_sdk_dynamodb;
+#[cfg(feature = "dynamodb")]
+pub use db::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};

@@ -1,18 +1,61 @@
-//! Google Cloud Firestore storage for agno-storage.
+//! Google Cloud Firestore storage for agno-storage, byte-compatible with agno 3.1.10's
+//! `FirestoreDb`.
 //!
-//! This crate will hold the Firestore backend, byte-compatible with the collections
-//! that Agno's Python `FirestoreDb` writes, so that a Rust service and a Python agent
-//! can share one database. It stores sessions, runs, memories, metrics, evals,
-//! knowledge, schedules, schedule runs, learnings, jobs and schema versions.
+//! [`FirestoreDb`] implements every store trait of `agno-storage-core` over the collections
+//! agno's Python `FirestoreDb` uses (`agno_sessions`, `agno_runs`, `agno_memories`, …) with
+//! native Firestore maps and arrays, run documents keyed by `run_id`, agno's metrics document
+//! ids and the `agno_schema_versions` documents keyed by table name, so a Rust service and a
+//! Python agent can share one database.
 //!
-//! The backend implements the per-domain store traits of `agno-storage-core` and proves
-//! its behaviour by running the shared `conformance-tests` suite against it.
+//! Unlike agno it keeps no duplicates and no ghosts: sessions, memories, knowledge and eval
+//! runs get deterministic document ids (agno's auto ids let two concurrent creates make two
+//! documents), and deleting a run scrubs it from the right session's legacy `runs` field.
+//!
+//! Every read-modify-write is a compare-and-set: one atomic commit whose writes carry
+//! `update_time` / `exists` preconditions, retried on a lost race. Uniqueness (schedule
+//! names per owner, job idempotency keys) is a guard document created in the same commit as
+//! the record; `run_index` comes from server-side `maximum` + `increment` transforms on a
+//! per-session counter. No query needs a composite index: filters are equalities served by
+//! single-field indexes, ordering happens in the client. `firestore.indexes.json` in this
+//! crate declares the composite indexes agno itself creates, for projects that run both.
 //!
 //! # Features
 //!
 //! Nothing is compiled by default.
 //!
 //! - `firestore`: the `firestore` crate (gRPC over rustls with webpki roots, Google
-//!   application default credentials).
+//!   application default credentials, `FIRESTORE_EMULATOR_HOST`).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+
+#[cfg(feature = "firestore")]
+mod db;
+#[cfg(feature = "firestore")]
+mod doc;
+#[cfg(feature = "firestore")]
+mod evals;
+#[cfg(feature = "firestore")]
+mod jobs;
+#[cfg(feature = "firestore")]
+mod knowledge;
+#[cfg(feature = "firestore")]
+mod learnings;
+#[cfg(feature = "firestore")]
+mod legacy;
+#[cfg(feature = "firestore")]
+mod memories;
+#[cfg(feature = "firestore")]
+mod metrics;
+#[cfg(feature = "firestore")]
+mod migrate;
+#[cfg(feature = "firestore")]
+mod runs;
+#[cfg(feature = "firestore")]
+mod schedules;
+#[cfg(feature = "firestore")]
+mod sessions;
+
+#[cfg(feature = "firestore")]
+pub use db::{CollectionNames, FirestoreDb, FirestoreOptions};
+#[cfg(feature = "firestore")]
+pub use firestore;

@@ -1,0 +1,828 @@
+//! [`DynamoDb`]: the client, table names and specs, and the item operations every store
+//! shares (consistent reads, full scans that follow `LastEvaluatedKey`, conditional writes,
+//! transactions).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ProvisionedThroughput, ScalarAttributeType, TableStatus,
+    TransactWriteItem,
+};
+use aws_sdk_dynamodb::Client;
+use tokio::sync::Mutex;
+
+use crate::codec::{Item, BACKEND};
+
+/// Table names, as agno 3.1.10's `DynamoDb` names them by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableNames {
+    /// Sessions (`agno_sessions`).
+    pub sessions: String,
+    /// Runs, one item per run (`agno_runs`).
+    pub runs: String,
+    /// User memories (`agno_memories`).
+    pub memories: String,
+    /// Daily metrics (`agno_metrics`).
+    pub metrics: String,
+    /// Eval runs (`agno_eval_runs`).
+    pub evals: String,
+    /// Knowledge contents (`agno_knowledge`).
+    pub knowledge: String,
+    /// Schedules (`agno_schedules`; agno's `DynamoDb` has none, this is ours).
+    pub schedules: String,
+    /// Schedule runs (`agno_schedule_runs`; ours).
+    pub schedule_runs: String,
+    /// Learnings (`agno_learnings`; ours).
+    pub learnings: String,
+    /// The job queue (`agno_jobs`; ours).
+    pub jobs: String,
+    /// Per-table schema stamps (`agno_schema_versions`).
+    pub versions: String,
+    /// Our bookkeeping: run counters, schedule-name and idempotency-key uniqueness items, the
+    /// migration lock (`agno_storage_meta`; agno never reads it).
+    pub meta: String,
+}
+
+impl Default for TableNames {
+    fn default() -> Self {
+        TableNames::with_prefix("")
+    }
+}
+
+impl TableNames {
+    /// Default names with `prefix` in front of each (`{prefix}agno_sessions`, …): several
+    /// independent databases in one account and region.
+    pub fn with_prefix(prefix: &str) -> Self {
+        let n = |name: &str| format!("{prefix}{name}");
+        TableNames {
+            sessions: n("agno_sessions"),
+            runs: n("agno_runs"),
+            memories: n("agno_memories"),
+            metrics: n("agno_metrics"),
+            evals: n("agno_eval_runs"),
+            knowledge: n("agno_knowledge"),
+            schedules: n("agno_schedules"),
+            schedule_runs: n("agno_schedule_runs"),
+            learnings: n("agno_learnings"),
+            jobs: n("agno_jobs"),
+            versions: n("agno_schema_versions"),
+            meta: n("agno_storage_meta"),
+        }
+    }
+
+    /// Default names with a custom sessions table; runs follow it as `{sessions}_runs`, as
+    /// agno derives them.
+    pub fn with_sessions(sessions: impl Into<String>) -> Self {
+        let sessions = sessions.into();
+        TableNames {
+            runs: format!("{sessions}_runs"),
+            sessions,
+            ..Default::default()
+        }
+    }
+
+    /// The physical name of a migrated table type.
+    pub fn of(&self, table: TableType) -> &str {
+        match table {
+            TableType::Memories => &self.memories,
+            TableType::Sessions => &self.sessions,
+            TableType::Metrics => &self.metrics,
+            TableType::Evals => &self.evals,
+            TableType::Knowledge => &self.knowledge,
+            TableType::Schedules => &self.schedules,
+            TableType::ScheduleRuns => &self.schedule_runs,
+            TableType::Learnings => &self.learnings,
+        }
+    }
+}
+
+/// Static credentials (an access key pair), e.g. for DynamoDB Local.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticCredentials {
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret_access_key: String,
+}
+
+/// How to reach DynamoDB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamoOptions {
+    /// A custom endpoint (`http://127.0.0.1:8000` for DynamoDB Local); `None` for AWS.
+    pub endpoint: Option<String>,
+    /// The region (`us-east-1` by default).
+    pub region: String,
+    /// Static credentials; `None` uses the AWS SDK's default provider chain.
+    pub credentials: Option<StaticCredentials>,
+    /// The table names.
+    pub tables: TableNames,
+}
+
+impl Default for DynamoOptions {
+    fn default() -> Self {
+        DynamoOptions {
+            endpoint: None,
+            region: "us-east-1".into(),
+            credentials: None,
+            tables: TableNames::default(),
+        }
+    }
+}
+
+/// One GSI: `(name, hash attribute, its type, range attribute and type)`; types are `'S'`
+/// or `'N'`.
+type Gsi = (String, &'static str, char, Option<(&'static str, char)>);
+
+/// A condition's expression, names and values, as the request builders take them.
+type CondParts = (
+    Option<String>,
+    Option<HashMap<String, String>>,
+    Option<HashMap<String, AttributeValue>>,
+);
+
+/// The tables this crate uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Tbl {
+    Sessions,
+    Runs,
+    Memories,
+    Metrics,
+    Evals,
+    Knowledge,
+    Schedules,
+    ScheduleRuns,
+    Learnings,
+    Jobs,
+    Versions,
+    Meta,
+}
+
+impl Tbl {
+    /// The hash key attribute.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Tbl::Sessions => "session_id",
+            Tbl::Runs | Tbl::Evals => "run_id",
+            Tbl::Memories => "memory_id",
+            Tbl::Learnings => "learning_id",
+            Tbl::Versions => "table_name",
+            Tbl::Meta => "pk",
+            Tbl::Metrics | Tbl::Knowledge | Tbl::Schedules | Tbl::ScheduleRuns | Tbl::Jobs => "id",
+        }
+    }
+
+    /// agno's GSIs.
+    fn indexes(self) -> Vec<Gsi> {
+        let by = |hash: &'static str, ht: char, range: &'static str, rt: char| {
+            (format!("{hash}-{range}-index"), hash, ht, Some((range, rt)))
+        };
+        match self {
+            Tbl::Sessions => [
+                "session_type",
+                "user_id",
+                "agent_id",
+                "team_id",
+                "workflow_id",
+            ]
+            .into_iter()
+            .map(|h| by(h, 'S', "created_at", 'N'))
+            .collect(),
+            Tbl::Runs => [
+                "session_id",
+                "user_id",
+                "agent_id",
+                "team_id",
+                "workflow_id",
+                "status",
+            ]
+            .into_iter()
+            .map(|h| by(h, 'S', "created_at", 'N'))
+            .collect(),
+            Tbl::Memories => {
+                let mut v: Vec<_> = ["user_id", "agent_id", "team_id", "workflow_id"]
+                    .into_iter()
+                    .map(|h| by(h, 'S', "updated_at", 'S'))
+                    .collect();
+                v.push(by("workflow_id", 'S', "created_at", 'S'));
+                v
+            }
+            Tbl::Evals => ["eval_type", "agent_id", "team_id", "workflow_id"]
+                .into_iter()
+                .map(|h| by(h, 'S', "created_at", 'N'))
+                .collect(),
+            Tbl::Knowledge => ["user_id", "type", "status"]
+                .into_iter()
+                .map(|h| by(h, 'S', "created_at", 'N'))
+                .collect(),
+            Tbl::Metrics => vec![
+                by("date", 'S', "aggregation_period", 'S'),
+                ("created_at-index".into(), "created_at", 'N', None),
+            ],
+            _ => Vec::new(),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) names: TableNames,
+    ensured: Mutex<HashSet<Tbl>>,
+}
+
+/// One set of agno tables in DynamoDB. Cheap to clone.
+///
+/// Table names, key schema, GSIs, attribute encodings and the schema-version items are
+/// agno 3.1.10's, so Python agents and this crate share one set of tables.
+#[derive(Clone)]
+pub struct DynamoDb {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DynamoDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoDb")
+            .field("names", &self.inner.names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An SDK error as a storage error: transport failures and throttling are `Unavailable`
+/// (retryable), a failed condition `Conflict`, a missing table `NotFound`.
+pub(crate) fn sdk_err<E, R>(operation: &'static str) -> impl FnOnce(SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    move |e| {
+        let kind = match &e {
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => ErrorKind::Unavailable,
+            _ => match e.code() {
+                Some(
+                    "ProvisionedThroughputExceededException"
+                    | "ThrottlingException"
+                    | "RequestLimitExceeded"
+                    | "InternalServerError",
+                ) => ErrorKind::Unavailable,
+                Some("ConditionalCheckFailedException" | "TransactionConflictException") => {
+                    ErrorKind::Conflict
+                }
+                Some("ResourceNotFoundException") => ErrorKind::NotFound,
+                _ => ErrorKind::Unexpected,
+            },
+        };
+        Error::new(kind, DisplayErrorContext(&e).to_string())
+            .with_backend(BACKEND)
+            .with_operation(operation)
+            .with_source(e)
+    }
+}
+
+fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> Error {
+    Error::new(ErrorKind::Unexpected, e.to_string())
+        .with_backend(BACKEND)
+        .with_source(e)
+}
+
+/// A condition expression with its placeholders.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Cond {
+    parts: Vec<String>,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Cond {
+    fn name(&mut self, attr: &str) -> String {
+        let key = format!("#n{}", self.names.len());
+        self.names.insert(key.clone(), attr.to_owned());
+        key
+    }
+
+    fn val(&mut self, v: AttributeValue) -> String {
+        let key = format!(":v{}", self.values.len());
+        self.values.insert(key, v);
+        format!(":v{}", self.values.len() - 1)
+    }
+
+    /// The item does not exist (its key attribute is absent).
+    pub(crate) fn absent(key: &str) -> Self {
+        Cond::default().missing(key)
+    }
+
+    /// `attr` is absent.
+    pub(crate) fn missing(mut self, attr: &str) -> Self {
+        let n = self.name(attr);
+        self.parts.push(format!("attribute_not_exists({n})"));
+        self
+    }
+
+    /// `attr` exists.
+    pub(crate) fn exists(mut self, attr: &str) -> Self {
+        let n = self.name(attr);
+        self.parts.push(format!("attribute_exists({n})"));
+        self
+    }
+
+    /// `attr = v`.
+    pub(crate) fn eq(mut self, attr: &str, v: AttributeValue) -> Self {
+        let n = self.name(attr);
+        let v = self.val(v);
+        self.parts.push(format!("{n} = {v}"));
+        self
+    }
+
+    /// The stored item is exactly `old` (every attribute equal, none of `new`'s extra
+    /// attributes present), or absent when `old` is `None`: a compare-and-set on the whole
+    /// item.
+    pub(crate) fn unchanged(tbl: Tbl, old: Option<&Item>, new: &Item) -> Self {
+        let Some(old) = old else {
+            return Cond::absent(tbl.key());
+        };
+        let mut c = Cond::default();
+        for (k, v) in old {
+            c = match v {
+                AttributeValue::Null(_) => c.exists(k),
+                other => c.eq(k, other.clone()),
+            };
+        }
+        for k in new.keys().filter(|k| !old.contains_key(*k)) {
+            c = c.missing(k);
+        }
+        c
+    }
+
+    fn parts(self) -> CondParts {
+        if self.parts.is_empty() {
+            return (None, None, None);
+        }
+        let expr = self.parts.join(" AND ");
+        let names = (!self.names.is_empty()).then_some(self.names);
+        let values = (!self.values.is_empty()).then_some(self.values);
+        (Some(expr), names, values)
+    }
+}
+
+/// How a transaction ended.
+pub(crate) enum TxOutcome {
+    /// Every write applied.
+    Applied,
+    /// Cancelled; per item, whether its condition failed.
+    Cancelled(Vec<bool>),
+}
+
+/// Whether an SDK error is a failed condition.
+fn is_condition_failed<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+    e.code() == Some("ConditionalCheckFailedException")
+}
+
+impl DynamoDb {
+    /// Connects with `options`: a client for the endpoint, region and credentials given.
+    ///
+    /// Nothing is created here beyond the schema-version stamps of a new database: tables
+    /// are created on first use (described once per handle). A database where none of the
+    /// agno tables exists yet is new and its tables are stamped at the latest schema
+    /// version; an existing unstamped one is pre-v3 (agno 2.x): run
+    /// [`agno_storage_core::MigrationManager`] on it.
+    pub async fn connect(options: DynamoOptions) -> Result<Self> {
+        let client = match &options.credentials {
+            Some(c) => {
+                let mut conf = aws_sdk_dynamodb::Config::builder()
+                    .behavior_version(BehaviorVersion::latest())
+                    .region(Region::new(options.region.clone()))
+                    .credentials_provider(Credentials::new(
+                        c.access_key_id.clone(),
+                        c.secret_access_key.clone(),
+                        None,
+                        None,
+                        "agno-storage",
+                    ));
+                if let Some(e) = &options.endpoint {
+                    conf = conf.endpoint_url(e.clone());
+                }
+                Client::from_conf(conf.build())
+            }
+            None => {
+                let mut loader = aws_config::defaults(BehaviorVersion::latest())
+                    .region(Region::new(options.region.clone()));
+                if let Some(e) = &options.endpoint {
+                    loader = loader.endpoint_url(e.clone());
+                }
+                Client::new(&loader.load().await)
+            }
+        };
+        Self::open(client, options.tables).await
+    }
+
+    /// Opens the tables `names` with an existing client (see [`DynamoDb::connect`]).
+    pub async fn open(client: Client, names: TableNames) -> Result<Self> {
+        let mut existing = HashSet::new();
+        let mut start: Option<String> = None;
+        loop {
+            let out = client
+                .list_tables()
+                .set_exclusive_start_table_name(start.take())
+                .send()
+                .await
+                .map_err(sdk_err("list tables"))?;
+            existing.extend(out.table_names().iter().cloned());
+            match out.last_evaluated_table_name() {
+                Some(next) => start = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        let fresh = !TableType::ALL
+            .iter()
+            .any(|t| existing.contains(names.of(*t)));
+        let me = DynamoDb {
+            inner: Arc::new(Inner {
+                client,
+                names,
+                ensured: Mutex::new(HashSet::new()),
+            }),
+        };
+        if fresh {
+            for t in TableType::ALL {
+                me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
+                    .await?;
+            }
+        }
+        Ok(me)
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The table names in use.
+    pub fn names(&self) -> &TableNames {
+        &self.inner.names
+    }
+
+    /// One handle over every store of this database.
+    pub fn agno_db(&self) -> AgnoDb {
+        let me = Arc::new(self.clone());
+        AgnoDb::builder(BACKEND)
+            .sessions(me.clone())
+            .runs(me.clone())
+            .memories(me.clone())
+            .metrics(me.clone())
+            .evals(me.clone())
+            .knowledge(me.clone())
+            .schedules(me.clone())
+            .learnings(me.clone())
+            .jobs(me.clone())
+            .migrations(me.clone())
+            .legacy(me)
+            .durable(true)
+            .build()
+    }
+
+    pub(crate) fn name(&self, tbl: Tbl) -> &str {
+        let n = &self.inner.names;
+        match tbl {
+            Tbl::Sessions => &n.sessions,
+            Tbl::Runs => &n.runs,
+            Tbl::Memories => &n.memories,
+            Tbl::Metrics => &n.metrics,
+            Tbl::Evals => &n.evals,
+            Tbl::Knowledge => &n.knowledge,
+            Tbl::Schedules => &n.schedules,
+            Tbl::ScheduleRuns => &n.schedule_runs,
+            Tbl::Learnings => &n.learnings,
+            Tbl::Jobs => &n.jobs,
+            Tbl::Versions => &n.versions,
+            Tbl::Meta => &n.meta,
+        }
+    }
+
+    /// Makes sure `tbl` exists (created as agno creates it), once per handle.
+    pub(crate) async fn ensure(&self, tbl: Tbl) -> Result<&str> {
+        let name = self.name(tbl);
+        let mut ensured = self.inner.ensured.lock().await;
+        if ensured.contains(&tbl) {
+            return Ok(name);
+        }
+        let client = &self.inner.client;
+        let described = client.describe_table().table_name(name).send().await;
+        let mut active = match described {
+            Ok(out) => out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active),
+            Err(e) if e.code() == Some("ResourceNotFoundException") => {
+                self.create_table(tbl).await?;
+                false
+            }
+            Err(e) => return Err(sdk_err("describe table")(e)),
+        };
+        let mut waited = 0;
+        while !active {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            waited += 1;
+            let out = client
+                .describe_table()
+                .table_name(name)
+                .send()
+                .await
+                .map_err(sdk_err("describe table"))?;
+            active = out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active);
+            if waited > 600 && !active {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("table {name} did not become ACTIVE within 60 s"),
+                )
+                .with_backend(BACKEND));
+            }
+        }
+        ensured.insert(tbl);
+        Ok(name)
+    }
+
+    async fn create_table(&self, tbl: Tbl) -> Result<()> {
+        let throughput = || {
+            ProvisionedThroughput::builder()
+                .read_capacity_units(5)
+                .write_capacity_units(5)
+                .build()
+                .map_err(build_err)
+        };
+        let scalar = |t: char| {
+            if t == 'N' {
+                ScalarAttributeType::N
+            } else {
+                ScalarAttributeType::S
+            }
+        };
+        let key = |name: &str, kt: KeyType| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(kt)
+                .build()
+                .map_err(build_err)
+        };
+        let mut defs: Vec<(String, char)> = vec![(tbl.key().to_owned(), 'S')];
+        let mut gsis = Vec::new();
+        for (index, hash, ht, range) in tbl.indexes() {
+            let mut schema = vec![key(hash, KeyType::Hash)?];
+            defs.push((hash.to_owned(), ht));
+            if let Some((r, rt)) = range {
+                schema.push(key(r, KeyType::Range)?);
+                defs.push((r.to_owned(), rt));
+            }
+            gsis.push(
+                GlobalSecondaryIndex::builder()
+                    .index_name(index)
+                    .set_key_schema(Some(schema))
+                    .projection(
+                        Projection::builder()
+                            .projection_type(ProjectionType::All)
+                            .build(),
+                    )
+                    .provisioned_throughput(throughput()?)
+                    .build()
+                    .map_err(build_err)?,
+            );
+        }
+        let mut seen = HashSet::new();
+        let defs = defs
+            .into_iter()
+            .filter(|(n, _)| seen.insert(n.clone()))
+            .map(|(n, t)| {
+                AttributeDefinition::builder()
+                    .attribute_name(n)
+                    .attribute_type(scalar(t))
+                    .build()
+                    .map_err(build_err)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let created = self
+            .inner
+            .client
+            .create_table()
+            .table_name(self.name(tbl))
+            .set_attribute_definitions(Some(defs))
+            .key_schema(key(tbl.key(), KeyType::Hash)?)
+            .set_global_secondary_indexes((!gsis.is_empty()).then_some(gsis))
+            .billing_mode(BillingMode::Provisioned)
+            .provisioned_throughput(throughput()?)
+            .send()
+            .await;
+        match created {
+            Ok(_) => Ok(()),
+            // Another handle created it first: wait for it like for our own.
+            Err(e) if e.code() == Some("ResourceInUseException") => Ok(()),
+            Err(e) => Err(sdk_err("create table")(e)),
+        }
+    }
+
+    /// The item keyed `key`, read consistently.
+    pub(crate) async fn get(&self, tbl: Tbl, key: &str) -> Result<Option<Item>> {
+        let name = self.ensure(tbl).await?;
+        let out = self
+            .inner
+            .client
+            .get_item()
+            .table_name(name)
+            .key(tbl.key(), AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk_err("get item"))?;
+        Ok(out.item)
+    }
+
+    /// Every item of `tbl`, read consistently, following `LastEvaluatedKey` to the end.
+    pub(crate) async fn scan(&self, tbl: Tbl) -> Result<Vec<Item>> {
+        let name = self.ensure(tbl).await?;
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .inner
+                .client
+                .scan()
+                .table_name(name)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk_err("scan"))?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(items)
+    }
+
+    /// The items of `tbl` whose string attribute `attr` is `value` (a filtered consistent
+    /// scan, following `LastEvaluatedKey` through empty pages).
+    pub(crate) async fn scan_eq(&self, tbl: Tbl, attr: &str, value: &str) -> Result<Vec<Item>> {
+        let name = self.ensure(tbl).await?;
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .inner
+                .client
+                .scan()
+                .table_name(name)
+                .consistent_read(true)
+                .filter_expression("#a = :v")
+                .expression_attribute_names("#a", attr)
+                .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk_err("scan"))?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(items)
+    }
+
+    /// Writes `item` when `cond` holds; `false` when it does not.
+    pub(crate) async fn put(&self, tbl: Tbl, item: Item, cond: Option<Cond>) -> Result<bool> {
+        let name = self.ensure(tbl).await?;
+        let (expr, names, values) = cond.map(Cond::parts).unwrap_or((None, None, None));
+        let out = self
+            .inner
+            .client
+            .put_item()
+            .table_name(name)
+            .set_item(Some(item))
+            .set_condition_expression(expr)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk_err("put item")(e)),
+        }
+    }
+
+    /// Replaces `old` by `new` if the stored item is still `old` (see [`Cond::unchanged`]).
+    pub(crate) async fn cas(&self, tbl: Tbl, old: Option<&Item>, new: Item) -> Result<bool> {
+        let cond = Cond::unchanged(tbl, old, &new);
+        self.put(tbl, new, Some(cond)).await
+    }
+
+    /// Deletes the item keyed `key` when `cond` holds; `false` when it does not or when
+    /// nothing was there.
+    pub(crate) async fn delete(&self, tbl: Tbl, key: &str, cond: Option<Cond>) -> Result<bool> {
+        let name = self.ensure(tbl).await?;
+        let cond = cond.unwrap_or_default().exists(tbl.key());
+        let (expr, names, values) = cond.parts();
+        let out = self
+            .inner
+            .client
+            .delete_item()
+            .table_name(name)
+            .key(tbl.key(), AttributeValue::S(key.to_owned()))
+            .set_condition_expression(expr)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(e) if is_condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk_err("delete item")(e)),
+        }
+    }
+
+    /// A transactional put (for [`DynamoDb::transact`]).
+    pub(crate) async fn tx_put(
+        &self,
+        tbl: Tbl,
+        item: Item,
+        cond: Option<Cond>,
+    ) -> Result<TransactWriteItem> {
+        let name = self.ensure(tbl).await?;
+        let (expr, names, values) = cond.map(Cond::parts).unwrap_or((None, None, None));
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(name)
+            .set_item(Some(item))
+            .set_condition_expression(expr)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
+            .build()
+            .map_err(build_err)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// A transactional delete (for [`DynamoDb::transact`]).
+    pub(crate) async fn tx_delete(
+        &self,
+        tbl: Tbl,
+        key: &str,
+        cond: Option<Cond>,
+    ) -> Result<TransactWriteItem> {
+        let name = self.ensure(tbl).await?;
+        let (expr, names, values) = cond.map(Cond::parts).unwrap_or((None, None, None));
+        let delete = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(name)
+            .key(tbl.key(), AttributeValue::S(key.to_owned()))
+            .set_condition_expression(expr)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
+            .build()
+            .map_err(build_err)?;
+        Ok(TransactWriteItem::builder().delete(delete).build())
+    }
+
+    /// Runs `items` as one `TransactWriteItems`.
+    pub(crate) async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<TxOutcome> {
+        let out = self
+            .inner
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(TxOutcome::Applied),
+            Err(e) => {
+                if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
+                    let failed = c
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code() == Some("ConditionalCheckFailed"))
+                        .collect::<Vec<_>>();
+                    if failed.iter().any(|f| *f) {
+                        return Ok(TxOutcome::Cancelled(failed));
+                    }
+                    return Err(Error::new(
+                        ErrorKind::Conflict,
+                        "a concurrent transaction touched the same items; retry",
+                    )
+                    .with_backend(BACKEND));
+                }
+                Err(sdk_err("transact write items")(e))
+            }
+        }
+    }
+}
+
+/// How many times a compare-and-set loop retries after a concurrent change before giving
+/// up with `Conflict`.
+pub(crate) const MAX_ATTEMPTS: u32 = 100;
+
+/// `Conflict` after [`MAX_ATTEMPTS`] lost races.
+pub(crate) fn contention(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!("{what}: concurrent writers kept changing the item; retry"),
+    )
+    .with_backend(BACKEND)
+}

@@ -1,0 +1,445 @@
+//! Sessions (`agno_sessions`), runs (`agno_runs`) and the pre-v3 `runs` attribute.
+//!
+//! A session item is `session.to_dict(include_runs=False)` in agno's encoding; a legacy
+//! `runs` attribute (2.x: `S` holding the JSON list) is carried forward untouched on every
+//! write, as agno does, and merged into reads. Every read-modify-write is a compare-and-set
+//! on the whole item; `run_index` comes from a per-session counter item in the meta table.
+
+use agno_storage_core::legacy::{
+    decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session,
+    InsertedRuns, LegacyRunsStore, LegacySessionRuns,
+};
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
+    Error, Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery, SessionRead,
+    SessionStore,
+};
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::Value;
+
+use crate::codec::{self, from_item, from_json, n, nv, record, record_item, s, sv, Item};
+use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
+use crate::DynamoDb;
+
+const LEGACY: &str = "runs";
+/// The object fields of a session item (stored as `S` JSON).
+const SESSION_JSON: &[&str] = &[
+    "session_data",
+    "agent_data",
+    "team_data",
+    "workflow_data",
+    "metadata",
+    "summary",
+    LEGACY,
+];
+
+/// A session item as the session and its legacy `runs` blob (decoded when it is JSON).
+pub(crate) fn decode_session(item: &Item) -> Result<(Session, Option<Value>)> {
+    let mut map = from_item(item, SESSION_JSON);
+    let legacy = map.remove(LEGACY).filter(|v| !v.is_null());
+    Ok((from_json(map, "a session")?, legacy))
+}
+
+fn decode_run(item: &Item) -> Result<RunRecord> {
+    record(item, &["run_data"], "a run")
+}
+
+impl DynamoDb {
+    async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
+        self.scan_eq(Tbl::Runs, "session_id", session_id)
+            .await?
+            .iter()
+            .map(decode_run)
+            .collect()
+    }
+
+    async fn with_runs(
+        &self,
+        mut session: Session,
+        legacy: Option<&Value>,
+        runs_limit: Option<usize>,
+    ) -> Result<Session> {
+        let merged = merge_runs(legacy, self.session_runs(&session.session_id).await?);
+        session.runs = Some(match runs_limit {
+            Some(n) => last_context_runs(merged, n),
+            None => merged,
+        });
+        Ok(session)
+    }
+
+    /// The next free `run_index` of a session: a counter item advanced by compare-and-set,
+    /// never below the highest index stored.
+    async fn next_run_index(&self, session_id: &str) -> Result<i64> {
+        let pk = format!("run_index#{}#{session_id}", self.inner.names.runs);
+        for _ in 0..MAX_ATTEMPTS {
+            let counter = self.get(Tbl::Meta, &pk).await?;
+            let stored = counter.as_ref().and_then(|c| n(c, "next")).unwrap_or(0);
+            let highest = self
+                .session_runs(session_id)
+                .await?
+                .iter()
+                .filter_map(|r| r.run_index)
+                .max()
+                .map_or(0, |m| m + 1);
+            let next = stored.max(highest);
+            let mut item = Item::new();
+            item.insert("pk".into(), sv(&pk));
+            item.insert("next".into(), nv(next + 1));
+            if self.cas(Tbl::Meta, counter.as_ref(), item).await? {
+                return Ok(next);
+            }
+        }
+        Err(contention("allocate run_index"))
+    }
+}
+
+#[async_trait]
+impl SessionStore for DynamoDb {
+    async fn upsert_session(&self, mut session: Session) -> Result<Session> {
+        session.runs = None;
+        let id = session.session_id.clone();
+        for _ in 0..MAX_ATTEMPTS {
+            let old = self.get(Tbl::Sessions, &id).await?;
+            let mut next = session.clone();
+            let mut legacy = None;
+            match &old {
+                Some(item) => {
+                    let (stored, blob) = decode_session(item)?;
+                    if !writable_by(stored.user_id.as_deref(), next.user_id.as_deref()) {
+                        return Err(owned_by_another_user("session", &id));
+                    }
+                    next.created_at = stored.created_at;
+                    next.session_type = stored.session_type;
+                    next.updated_at = Some(now_epoch_seconds());
+                    legacy = blob;
+                }
+                None => next.updated_at = Some(next.created_at),
+            }
+            let mut item = record_item(&next, "a session")?;
+            if let Some(raw) = old.as_ref().and_then(|o| o.get(LEGACY)) {
+                item.insert(LEGACY.into(), raw.clone());
+            }
+            if self.cas(Tbl::Sessions, old.as_ref(), item).await? {
+                return self.with_runs(next, legacy.as_ref(), None).await;
+            }
+        }
+        Err(contention("upsert_session"))
+    }
+
+    async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
+        let Some(item) = self.get(Tbl::Sessions, session_id).await? else {
+            return Ok(None);
+        };
+        let (s, legacy) = decode_session(&item)?;
+        if !visible_to(s.user_id.as_deref(), read.user_id.as_deref())
+            || read.session_type.is_some_and(|t| t != s.session_type)
+        {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.with_runs(s, legacy.as_ref(), read.runs_limit).await?,
+        ))
+    }
+
+    async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
+        query.pagination.validate()?;
+        let name = query.session_name.as_ref().map(|n| n.to_lowercase());
+        let mut rows = Vec::new();
+        for item in self.scan(Tbl::Sessions).await? {
+            let (s, legacy) = decode_session(&item)?;
+            let keep = query.session_type.is_none_or(|t| t == s.session_type)
+                && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
+                && query
+                    .component_id
+                    .as_deref()
+                    .is_none_or(|c| match query.session_type {
+                        Some(_) => s.component_id() == Some(c),
+                        None => [&s.agent_id, &s.team_id, &s.workflow_id]
+                            .iter()
+                            .any(|id| id.as_deref() == Some(c)),
+                    })
+                && name.as_deref().is_none_or(|n| {
+                    s.session_name()
+                        .is_some_and(|sn| sn.to_lowercase().contains(n))
+                })
+                && query.start_timestamp.is_none_or(|t| s.created_at >= t)
+                && query.end_timestamp.is_none_or(|t| s.created_at <= t);
+            if keep {
+                rows.push((s, legacy));
+            }
+        }
+        let mut sessions: Vec<Session> = rows.iter().map(|(s, _)| s.clone()).collect();
+        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
+        let mut page = Page::paginate(sessions, &query.pagination)?;
+        if query.include_runs {
+            let mut with = Vec::with_capacity(page.items.len());
+            for s in page.items {
+                let legacy = rows
+                    .iter()
+                    .find(|(r, _)| r.session_id == s.session_id)
+                    .and_then(|(_, l)| l.clone());
+                with.push(self.with_runs(s, legacy.as_ref(), None).await?);
+            }
+            page.items = with;
+        }
+        Ok(page)
+    }
+
+    async fn rename_session(
+        &self,
+        session_id: &str,
+        session_name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Session>> {
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(old) = self.get(Tbl::Sessions, session_id).await? else {
+                return Ok(None);
+            };
+            let (mut s, legacy) = decode_session(&old)?;
+            if !visible_to(s.user_id.as_deref(), user_id) {
+                return Ok(None);
+            }
+            s.set_session_name(session_name);
+            s.updated_at = Some(now_epoch_seconds());
+            let mut item = record_item(&s, "a session")?;
+            if let Some(raw) = old.get(LEGACY) {
+                item.insert(LEGACY.into(), raw.clone());
+            }
+            if self.cas(Tbl::Sessions, Some(&old), item).await? {
+                return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?));
+            }
+        }
+        Err(contention("rename_session"))
+    }
+
+    async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let mut deleted = 0;
+        for id in session_ids {
+            let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
+            if !self.delete(Tbl::Sessions, id, cond).await? {
+                continue;
+            }
+            deleted += 1;
+            // Only the runs of sessions this call deleted (agno also deletes other users').
+            for run in self.scan_eq(Tbl::Runs, "session_id", id).await? {
+                if let Some(run_id) = s(&run, "run_id") {
+                    self.delete(Tbl::Runs, run_id, None).await?;
+                }
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+#[async_trait]
+impl RunStore for DynamoDb {
+    async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
+        if self.get(Tbl::Sessions, &run.session_id).await?.is_none() {
+            return Err(Error::not_found(format!(
+                "session {} does not exist: upsert the session before its runs",
+                run.session_id
+            )));
+        }
+        let id = run.run_id.clone();
+        for _ in 0..MAX_ATTEMPTS {
+            let now = now_epoch_seconds();
+            let old = self.get(Tbl::Runs, &id).await?;
+            let next = match &old {
+                Some(item) => {
+                    let mut stored = decode_run(item)?;
+                    if !writable_by(stored.user_id.as_deref(), run.user_id.as_deref()) {
+                        return Err(owned_by_another_user("run", &id));
+                    }
+                    stored.status = run.status.clone();
+                    stored.run_data = run.run_data.clone();
+                    if run.user_id.is_some() {
+                        stored.user_id = run.user_id.clone();
+                    }
+                    stored.parent_run_id = run.parent_run_id.clone();
+                    stored.updated_at = Some(now);
+                    stored.run_index = stored.run_index.or(run.run_index);
+                    stored
+                }
+                None => {
+                    let mut fresh = run.clone();
+                    if fresh.run_index.is_none() {
+                        fresh.run_index = Some(self.next_run_index(&run.session_id).await?);
+                    }
+                    fresh.updated_at = Some(now);
+                    fresh
+                }
+            };
+            let item = record_item(&next, "a run")?;
+            if self.cas(Tbl::Runs, old.as_ref(), item).await? {
+                return Ok(next);
+            }
+        }
+        Err(contention("upsert_run"))
+    }
+
+    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
+        match self.get(Tbl::Runs, run_id).await? {
+            Some(item) => {
+                let r = decode_run(&item)?;
+                Ok(visible_to(r.user_id.as_deref(), user_id).then_some(r))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
+        query.pagination.validate()?;
+        let items = match &query.session_id {
+            Some(sid) => self.scan_eq(Tbl::Runs, "session_id", sid).await?,
+            None => self.scan(Tbl::Runs).await?,
+        };
+        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let mut rows = Vec::new();
+        for item in &items {
+            let r = decode_run(item)?;
+            if visible_to(r.user_id.as_deref(), query.user_id.as_deref())
+                && eq(&query.agent_id, &r.agent_id)
+                && eq(&query.team_id, &r.team_id)
+                && eq(&query.workflow_id, &r.workflow_id)
+                && eq(&query.status, &r.status)
+            {
+                rows.push(r);
+            }
+        }
+        sort_runs_for_session(&mut rows);
+        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let mut deleted = 0;
+        for id in run_ids {
+            let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
+            if self.delete(Tbl::Runs, id, cond).await? {
+                deleted += 1;
+            }
+        }
+        // Scrub legacy blobs of sessions the caller may see, so a merge cannot resurrect them.
+        for item in self.scan(Tbl::Sessions).await? {
+            if !item.contains_key(LEGACY) {
+                continue;
+            }
+            let (session, legacy) = decode_session(&item)?;
+            if !visible_to(session.user_id.as_deref(), user_id) {
+                continue;
+            }
+            let list = legacy_runs_list(legacy.as_ref());
+            let kept: Vec<Value> = list
+                .iter()
+                .filter(|r| {
+                    r.get("run_id")
+                        .and_then(Value::as_str)
+                        .is_none_or(|id| !run_ids.iter().any(|d| d == id))
+                })
+                .cloned()
+                .collect();
+            if kept.len() != list.len() {
+                let mut next = item.clone();
+                next.insert(
+                    LEGACY.into(),
+                    AttributeValue::S(Value::Array(kept).to_string()),
+                );
+                // A concurrent writer wins; the scrub is retried by the next delete.
+                self.cas(Tbl::Sessions, Some(&item), next).await?;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+#[async_trait]
+impl LegacyRunsStore for DynamoDb {
+    async fn legacy_runs_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LegacySessionRuns>> {
+        let mut rows = Vec::new();
+        for item in self.scan(Tbl::Sessions).await? {
+            let Some(raw) = item.get(LEGACY) else {
+                continue;
+            };
+            if matches!(raw, AttributeValue::Null(_)) {
+                continue;
+            }
+            let Some(session_id) = s(&item, "session_id") else {
+                continue;
+            };
+            if after.is_some_and(|a| session_id <= a) {
+                continue;
+            }
+            rows.push(LegacySessionRuns {
+                session_id: session_id.to_owned(),
+                user_id: s(&item, "user_id").map(str::to_owned),
+                runs: codec::value(raw),
+            });
+        }
+        rows.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        rows.truncate(limit);
+        Ok(rows)
+    }
+
+    async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        let mut outcome = InsertedRuns::default();
+        for row in rows {
+            let item = record_item(&row, "a run")?;
+            if self
+                .put(Tbl::Runs, item, Some(Cond::absent("run_id")))
+                .await?
+            {
+                outcome.inserted += 1;
+            }
+            outcome.present += 1;
+        }
+        Ok(outcome)
+    }
+
+    async fn count_legacy_runs(&self) -> Result<u64> {
+        let mut pending = 0;
+        for item in self.scan(Tbl::Sessions).await? {
+            let Some(raw) = item.get(LEGACY) else {
+                continue;
+            };
+            let blob = codec::value(raw);
+            if decode_legacy_runs(Some(&blob)).map_or(true, |runs| !runs.is_empty()) {
+                pending += 1;
+            }
+        }
+        Ok(pending)
+    }
+
+    async fn drop_legacy_runs(&self) -> Result<u64> {
+        let mut changed = 0;
+        for item in self.scan(Tbl::Sessions).await? {
+            if !item.contains_key(LEGACY) {
+                continue;
+            }
+            let Some(id) = s(&item, "session_id").map(str::to_owned) else {
+                continue;
+            };
+            let out = self
+                .inner
+                .client
+                .update_item()
+                .table_name(self.name(Tbl::Sessions))
+                .key("session_id", sv(&id))
+                .update_expression("REMOVE #runs")
+                .condition_expression("attribute_exists(session_id)")
+                .expression_attribute_names("#runs", LEGACY)
+                .send()
+                .await;
+            match out {
+                Ok(_) => changed += 1,
+                Err(e) if e.code() == Some("ConditionalCheckFailedException") => {}
+                Err(e) => return Err(crate::db::sdk_err("remove legacy runs")(e)),
+            }
+        }
+        Ok(changed)
+    }
+}

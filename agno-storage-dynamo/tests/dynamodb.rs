@@ -1,0 +1,249 @@
+//! The conformance suite against DynamoDB, one fresh table-name prefix per case.
+//!
+//! The server comes from `AGNO_TEST_DYNAMODB_URL` (DynamoDB Local from `scripts/test.sh`).
+//! Without it the suite is skipped, except under `CI=true`, where a missing or unreachable
+//! server fails the run.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::{
+    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
+};
+use agno_storage_dynamo::aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use agno_storage_dynamo::aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ProvisionedThroughput, ScalarAttributeType, TableStatus,
+};
+use agno_storage_dynamo::aws_sdk_dynamodb::Client;
+use agno_storage_dynamo::{DynamoDb, TableNames};
+use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use serde_json::Value;
+
+const PREFIX: &str = "agno_ct_";
+
+fn ddb_err(e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Unavailable, e.to_string())
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// A client for DynamoDB Local with static test credentials (never a default profile).
+fn client(url: &str) -> Client {
+    let conf = agno_storage_dynamo::aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .build();
+    Client::from_conf(conf)
+}
+
+struct Dynamo {
+    url: String,
+    client: tokio::sync::OnceCell<Client>,
+}
+
+impl Dynamo {
+    async fn client(&self) -> &Client {
+        self.client
+            .get_or_init(|| async { client(&self.url) })
+            .await
+    }
+
+    /// `agno_ct_<epoch>_<random>_`: the epoch lets a later run drop tables left behind.
+    fn names(&self) -> TableNames {
+        TableNames::with_prefix(&format!(
+            "{PREFIX}{}_{}_",
+            now_epoch_seconds(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ))
+    }
+}
+
+/// Writes sessions as agno 2.9.0's `DynamoDb.upsert_session` did: the whole session dict
+/// with `runs` as an `S` holding the JSON list, no stamps, no runs table.
+struct Writer {
+    client: Client,
+    table: String,
+}
+
+#[async_trait]
+impl LegacyWriter for Writer {
+    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+        let mut item = std::collections::HashMap::new();
+        let v = serde_json::to_value(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
+        if let Value::Object(map) = v {
+            for (k, v) in map {
+                let a = match v {
+                    Value::Null => continue,
+                    Value::Bool(b) => AttributeValue::N(if b { "True" } else { "False" }.into()),
+                    Value::Number(n) => AttributeValue::N(n.to_string()),
+                    Value::String(s) => AttributeValue::S(s),
+                    other => AttributeValue::S(other.to_string()),
+                };
+                item.insert(k, a);
+            }
+        }
+        let runs = match runs_blob {
+            Value::String(text) => text,
+            other => other.to_string(),
+        };
+        item.insert("runs".into(), AttributeValue::S(runs));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(ddb_err)?;
+        Ok(())
+    }
+}
+
+/// agno 2.9.0's sessions table (its only table this suite needs), created before the
+/// store opens, so the store sees an existing unstamped (pre-v3) database.
+async fn create_legacy_sessions(client: &Client, table: &str) -> Result<()> {
+    let build = |e: agno_storage_dynamo::aws_sdk_dynamodb::error::BuildError| ddb_err(e);
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("session_id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(build)?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("session_id")
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(build)?,
+        )
+        .billing_mode(BillingMode::Provisioned)
+        .provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(5)
+                .write_capacity_units(5)
+                .build()
+                .map_err(build)?,
+        )
+        .send()
+        .await
+        .map_err(ddb_err)?;
+    for _ in 0..600 {
+        let out = client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(ddb_err)?;
+        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(ddb_err(format!("{table} did not become ACTIVE")))
+}
+
+#[async_trait]
+impl Harness for Dynamo {
+    fn name(&self) -> &str {
+        "dynamodb"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    async fn open(&self, _case: &str) -> Result<AgnoDb> {
+        let client = self.client().await.clone();
+        Ok(DynamoDb::open(client, self.names()).await?.agno_db())
+    }
+
+    async fn open_legacy(&self, _case: &str) -> Result<LegacyDb> {
+        let client = self.client().await.clone();
+        let names = self.names();
+        create_legacy_sessions(&client, &names.sessions).await?;
+        let table = names.sessions.clone();
+        let store = DynamoDb::open(client.clone(), names).await?;
+        Ok(LegacyDb {
+            db: store.agno_db(),
+            writer: Arc::new(Writer { client, table }),
+        })
+    }
+}
+
+/// Drops tables earlier runs left behind (older than three hours), never a running one's.
+async fn drop_stale_tables(client: &Client) -> std::result::Result<(), String> {
+    let cutoff = now_epoch_seconds() - 3 * 3600;
+    let mut start: Option<String> = None;
+    let mut stale = Vec::new();
+    loop {
+        let out = client
+            .list_tables()
+            .set_exclusive_start_table_name(start.take())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        for name in out.table_names() {
+            let epoch = name
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.split('_').next())
+                .and_then(|e| e.parse::<i64>().ok());
+            if epoch.is_some_and(|e| e < cutoff) {
+                stale.push(name.clone());
+            }
+        }
+        match out.last_evaluated_table_name() {
+            Some(next) => start = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    for name in stale {
+        client
+            .delete_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let Ok(url) = std::env::var("AGNO_TEST_DYNAMODB_URL") else {
+        if ci() {
+            eprintln!(
+                "error: CI=true but AGNO_TEST_DYNAMODB_URL is not set; run ./scripts/test.sh"
+            );
+            return ExitCode::FAILURE;
+        }
+        eprintln!("note: AGNO_TEST_DYNAMODB_URL is not set; skipping the DynamoDB suite (./scripts/test.sh sets it)");
+        return ExitCode::SUCCESS;
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checked = runtime.block_on(drop_stale_tables(&client(&url)));
+    if let Err(e) = checked {
+        eprintln!("error: DynamoDB at AGNO_TEST_DYNAMODB_URL is unreachable: {e}");
+        return ExitCode::FAILURE;
+    }
+    drop(runtime);
+    conformance_tests::main(Dynamo {
+        url,
+        client: tokio::sync::OnceCell::new(),
+    })
+}

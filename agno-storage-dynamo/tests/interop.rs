@@ -1,0 +1,301 @@
+//! Interop with the real agno 3.1.10 `DynamoDb` (boto3) on the same DynamoDB Local tables:
+//! agno reads what we write, we read what agno writes.
+//!
+//! Needs `AGNO_TEST_DYNAMODB_URL` and `AGNO_TEST_PYTHON_V3` (a venv with agno 3.1.10 and
+//! boto3; `scripts/test.sh` sets both). Without them the tests pass with a note, except
+//! under `CI=true`, where they fail.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use agno_storage_core::{
+    EvalRun, EvalType, KnowledgeContent, RunRecord, Session, SessionRead, SessionType, UserMemory,
+};
+use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
+use serde_json::{json, Value};
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// `(DynamoDB URL, python of the agno 2.9.0 venv)`, or `None` (skip) when unset.
+fn setup_v2() -> Option<(String, String)> {
+    let python = std::env::var("AGNO_TEST_PYTHON_V2").ok();
+    match (setup(), python) {
+        (Some((u, _)), Some(p)) => Some((u, p)),
+        (None, _) => None,
+        (Some(_), None) => {
+            assert!(
+                !ci(),
+                "CI=true but AGNO_TEST_PYTHON_V2 is not set; run ./scripts/test.sh"
+            );
+            eprintln!("note: AGNO_TEST_PYTHON_V2 not set; skipping the 2.9.0 DynamoDB interop");
+            None
+        }
+    }
+}
+
+/// `(DynamoDB URL, python of the agno 3.1.10 venv)`, or `None` (skip) when unset.
+fn setup() -> Option<(String, String)> {
+    let url = std::env::var("AGNO_TEST_DYNAMODB_URL").ok();
+    let python = std::env::var("AGNO_TEST_PYTHON_V3").ok();
+    match (url, python) {
+        (Some(u), Some(p)) => Some((u, p)),
+        _ => {
+            assert!(
+                !ci(),
+                "CI=true but AGNO_TEST_DYNAMODB_URL or AGNO_TEST_PYTHON_V3 is not set; run ./scripts/test.sh"
+            );
+            eprintln!("note: AGNO_TEST_DYNAMODB_URL / AGNO_TEST_PYTHON_V3 not set; skipping DynamoDB interop");
+            None
+        }
+    }
+}
+
+fn prefix() -> String {
+    format!(
+        "agno_it_{}_{}_",
+        agno_storage_core::now_epoch_seconds(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+fn agno(python: &str, command: &str, url: &str, prefix: &str) -> String {
+    let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_dynamo_driver.py");
+    let out = Command::new(python)
+        .arg(driver)
+        .arg(command)
+        .arg(format!("dynamodb:{url}#{prefix}"))
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .expect("run the agno driver");
+    assert!(
+        out.status.success(),
+        "agno {command} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn open(url: &str, prefix: &str) -> DynamoDb {
+    DynamoDb::connect(DynamoOptions {
+        endpoint: Some(url.to_owned()),
+        region: "us-east-1".into(),
+        credentials: Some(StaticCredentials {
+            access_key_id: "test".into(),
+            secret_access_key: "test".into(),
+        }),
+        tables: TableNames::with_prefix(prefix),
+    })
+    .await
+    .expect("connect")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn we_read_what_agno_writes() {
+    let Some((url, python)) = setup() else { return };
+    let p = prefix();
+    agno(&python, "write-v3", &url, &p);
+    runtime().block_on(async {
+        let db = open(&url, &p).await.agno_db();
+        let s = db
+            .sessions()
+            .unwrap()
+            .get_session("py-s1", SessionRead::for_user("carol"))
+            .await
+            .unwrap()
+            .expect("agno's session");
+        assert_eq!(s.session_type, SessionType::Agent);
+        assert_eq!(s.session_name(), Some("From Python"));
+        let runs = s.runs.unwrap_or_default();
+        let ids: Vec<_> = runs.iter().filter_map(|r| r["run_id"].as_str()).collect();
+        assert_eq!(ids, ["py-r0", "py-r1"]);
+        let run = db
+            .runs()
+            .unwrap()
+            .get_run("py-r1", None)
+            .await
+            .unwrap()
+            .expect("run");
+        assert_eq!(run.run_index, Some(1));
+        assert_eq!(run.run_data["content"], "python answer 1");
+        let m = db
+            .memories()
+            .unwrap()
+            .get_memory("py-m1", Some("carol"))
+            .await
+            .unwrap()
+            .expect("memory");
+        assert_eq!(m.memory, "written by python");
+        assert_eq!(m.topics, Some(vec!["interop".to_owned()]));
+        assert!(m.updated_at.is_some());
+    });
+}
+
+#[test]
+fn agno_reads_what_we_write() {
+    let Some((url, python)) = setup() else { return };
+    let p = prefix();
+    runtime().block_on(async {
+        let db = open(&url, &p).await.agno_db();
+        let mut s = Session::new("rs-s1", SessionType::Agent, "agent-rs").with_user("dave");
+        s.set_session_name("From Rust");
+        s.metadata = Some(json!({"k": [1, 2]}));
+        s.created_at = 1720000000;
+        db.sessions().unwrap().upsert_session(s).await.unwrap();
+        for i in 0..2 {
+            let data = json!({"run_id": format!("rs-r{i}"), "agent_id": "agent-rs", "session_id": "rs-s1",
+                              "user_id": "dave", "content": format!("rust answer {i}"), "status": "COMPLETED",
+                              "created_at": 1720000000 + i});
+            let run = RunRecord::from_run_data("rs-s1", Some("dave".into()), data).unwrap();
+            db.runs().unwrap().upsert_run(run).await.unwrap();
+        }
+        let mut m = UserMemory::new("rs-m1", Some("dave".into()), "written by rust");
+        m.topics = Some(vec!["interop".into()]);
+        m.created_at = 1720000100;
+        db.memories().unwrap().upsert_memory(m).await.unwrap();
+        db.evals()
+            .unwrap()
+            .create_eval_run(EvalRun {
+                run_id: "rs-e1".into(),
+                eval_type: EvalType::Accuracy,
+                eval_data: json!({"avg_score": 9}),
+                eval_input: Some(json!({"input": "2+2"})),
+                name: Some("math".into()),
+                agent_id: Some("agent-rs".into()),
+                team_id: None,
+                workflow_id: None,
+                model_id: None,
+                model_provider: None,
+                evaluated_component_name: None,
+                user_id: None,
+                created_at: 1720000200,
+                updated_at: Some(1720000200),
+            })
+            .await
+            .unwrap();
+        let mut k = KnowledgeContent::new("rs-k1", "doc.pdf", "a doc");
+        k.metadata = Some(json!({"pages": 3}));
+        db.knowledge().unwrap().upsert_knowledge_content(k).await.unwrap();
+    });
+    let dump: Value = serde_json::from_str(&agno(&python, "dump-v3", &url, &p)).expect("json");
+    let session = &dump["sessions"][0];
+    assert_eq!(session["session_id"], "rs-s1");
+    assert_eq!(session["user_id"], "dave");
+    assert_eq!(session["session_data"]["session_name"], "From Rust");
+    assert_eq!(session["metadata"], json!({"k": [1, 2]}));
+    let runs: Vec<_> = session["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].clone())
+        .collect();
+    assert_eq!(runs, [json!("rs-r0"), json!("rs-r1")]);
+    let table_runs = dump["runs"].as_array().unwrap();
+    assert_eq!(table_runs.len(), 2);
+    assert!(table_runs
+        .iter()
+        .all(|r| r["run_type"] == "agent" && r["user_id"] == "dave"));
+    let memory = &dump["memories"][0];
+    assert_eq!(memory["memory_id"], "rs-m1");
+    assert_eq!(memory["topics"], json!(["interop"]));
+    // agno's own encoding: a naive ISO string (we write UTC; agno reads naive as UTC).
+    assert_eq!(memory["created_at"], "2024-07-03T09:48:20");
+    assert_eq!(dump["evals"][0]["run_id"], "rs-e1");
+    assert_eq!(dump["evals"][0]["eval_data"], json!({"avg_score": 9}));
+    assert_eq!(dump["knowledge"][0]["metadata"], json!({"pages": 3}));
+}
+
+#[test]
+fn v2_tables_migrate_and_agno_reads_them() {
+    let Some((url, python_v2)) = setup_v2() else {
+        return;
+    };
+    let Some((_, python_v3)) = setup() else {
+        return;
+    };
+    let p = prefix();
+    agno(&python_v2, "write-v2", &url, &p);
+    runtime().block_on(async {
+        let store = open(&url, &p).await;
+        let db = store.agno_db();
+        let report = agno_storage_core::MigrationManager::new(&store)
+            .up()
+            .await
+            .expect("migration");
+        assert!(!report.applied.is_empty());
+        let s = db
+            .sessions()
+            .unwrap()
+            .get_session("v2-s-agent", SessionRead::for_user("alice"))
+            .await
+            .unwrap()
+            .expect("2.9.0 session");
+        let ids: Vec<_> = s
+            .runs
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(ids, ["v2-a0", "v2-a1", "v2-a2"]);
+        let run = db
+            .runs()
+            .unwrap()
+            .get_run("v2-a2", None)
+            .await
+            .unwrap()
+            .expect("copied run");
+        assert_eq!(run.run_index, Some(2));
+        assert_eq!(run.user_id.as_deref(), Some("alice"));
+        let m = db
+            .memories()
+            .unwrap()
+            .get_memory("v2-m1", None)
+            .await
+            .unwrap()
+            .expect("memory");
+        assert_eq!(m.topics, Some(vec!["drinks".to_owned(), "tea".to_owned()]));
+        assert!(db
+            .evals()
+            .unwrap()
+            .get_eval_run("v2-e1", None)
+            .await
+            .unwrap()
+            .is_some());
+        assert!(db
+            .knowledge()
+            .unwrap()
+            .get_knowledge_content("v2-k1", None)
+            .await
+            .unwrap()
+            .is_some());
+    });
+    let dump: Value = serde_json::from_str(&agno(&python_v3, "dump-v3", &url, &p)).expect("json");
+    let table_runs = dump["runs"].as_array().unwrap();
+    let team: Vec<_> = table_runs
+        .iter()
+        .filter(|r| r["session_id"] == "v2-s-team")
+        .map(|r| {
+            (
+                r["run_id"].clone(),
+                r["run_index"].clone(),
+                r["run_type"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        team,
+        [
+            (json!("v2-t0"), json!(0), json!("team")),
+            (json!("v2-t0-m1"), json!(1), json!("agent")),
+        ]
+    );
+    assert_eq!(table_runs.len(), 5);
+}

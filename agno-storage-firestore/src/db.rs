@@ -1,0 +1,218 @@
+//! [`FirestoreDb`]: the connection, collection names and options.
+
+use std::sync::Arc;
+
+use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+
+use crate::doc::BACKEND;
+
+/// Collection names, as agno 3.1.10's `FirestoreDb` names them by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectionNames {
+    /// Sessions (`agno_sessions`).
+    pub sessions: String,
+    /// Runs, one document per run, document id = `run_id` (`agno_runs`).
+    pub runs: String,
+    /// User memories (`agno_memories`).
+    pub memories: String,
+    /// Daily metrics (`agno_metrics`).
+    pub metrics: String,
+    /// Eval runs (`agno_eval_runs`).
+    pub evals: String,
+    /// Knowledge contents (`agno_knowledge`).
+    pub knowledge: String,
+    /// Schedules (`agno_schedules`; agno's `FirestoreDb` has none, the layout is Mongo's).
+    pub schedules: String,
+    /// Schedule runs (`agno_schedule_runs`).
+    pub schedule_runs: String,
+    /// Learnings (`agno_learnings`; agno's `FirestoreDb` raises `NotImplementedError`).
+    pub learnings: String,
+    /// The job queue (`agno_jobs`; ours).
+    pub jobs: String,
+    /// Per-table schema stamps, document id = table name (`agno_schema_versions`).
+    pub versions: String,
+    /// Our bookkeeping: run-index counters, uniqueness guards, the migration lock
+    /// (`agno_storage_meta`; agno never reads it).
+    pub meta: String,
+}
+
+impl Default for CollectionNames {
+    fn default() -> Self {
+        CollectionNames {
+            sessions: "agno_sessions".into(),
+            runs: "agno_runs".into(),
+            memories: "agno_memories".into(),
+            metrics: "agno_metrics".into(),
+            evals: "agno_eval_runs".into(),
+            knowledge: "agno_knowledge".into(),
+            schedules: "agno_schedules".into(),
+            schedule_runs: "agno_schedule_runs".into(),
+            learnings: "agno_learnings".into(),
+            jobs: "agno_jobs".into(),
+            versions: "agno_schema_versions".into(),
+            meta: "agno_storage_meta".into(),
+        }
+    }
+}
+
+impl CollectionNames {
+    /// Every name with `prefix` in front (several isolated databases in one project).
+    pub fn prefixed(prefix: &str) -> Self {
+        let d = CollectionNames::default();
+        let p = |s: String| format!("{prefix}{s}");
+        CollectionNames {
+            sessions: p(d.sessions),
+            runs: p(d.runs),
+            memories: p(d.memories),
+            metrics: p(d.metrics),
+            evals: p(d.evals),
+            knowledge: p(d.knowledge),
+            schedules: p(d.schedules),
+            schedule_runs: p(d.schedule_runs),
+            learnings: p(d.learnings),
+            jobs: p(d.jobs),
+            versions: p(d.versions),
+            meta: p(d.meta),
+        }
+    }
+
+    /// The physical name of a migrated table type.
+    pub fn of(&self, table: TableType) -> &str {
+        match table {
+            TableType::Memories => &self.memories,
+            TableType::Sessions => &self.sessions,
+            TableType::Metrics => &self.metrics,
+            TableType::Evals => &self.evals,
+            TableType::Knowledge => &self.knowledge,
+            TableType::Schedules => &self.schedules,
+            TableType::ScheduleRuns => &self.schedule_runs,
+            TableType::Learnings => &self.learnings,
+        }
+    }
+}
+
+/// How [`FirestoreDb::connect`] opens a database.
+#[derive(Debug, Clone)]
+pub struct FirestoreOptions {
+    /// Collection names (agno's defaults).
+    pub names: CollectionNames,
+    /// When none of agno's collections holds a document, stamp every table at the latest
+    /// schema version (a new database). Turn off to open an empty database that agno 2.x
+    /// data will be imported into and then migrated. Default: on.
+    pub stamp_new_database: bool,
+}
+
+impl Default for FirestoreOptions {
+    fn default() -> Self {
+        FirestoreOptions {
+            names: CollectionNames::default(),
+            stamp_new_database: true,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: firestore::FirestoreDb,
+    pub(crate) names: CollectionNames,
+}
+
+/// One Firestore database (the `(default)` database of a project) holding agno's
+/// collections. Cheap to clone.
+///
+/// Collections, field encodings (native maps and arrays), run document ids (`run_id`),
+/// metrics document ids and the schema-version documents are agno 3.1.10's. Sessions,
+/// memories, knowledge and eval runs get deterministic document ids (their key) instead of
+/// agno's auto ids, so concurrent creates cannot make duplicates; documents agno wrote under
+/// auto ids are still found by their key field.
+#[derive(Clone)]
+pub struct FirestoreDb {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FirestoreDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FirestoreDb")
+            .field("database", self.inner.client.get_database_path())
+            .field("names", &self.inner.names)
+            .finish()
+    }
+}
+
+impl FirestoreDb {
+    /// Connects to project `project_id` (Google application default credentials, or the
+    /// emulator named by `FIRESTORE_EMULATOR_HOST`).
+    pub async fn connect(project_id: &str, options: FirestoreOptions) -> Result<Self> {
+        let client = firestore::FirestoreDb::with_options(firestore::FirestoreDbOptions::new(
+            project_id.to_owned(),
+        ))
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("cannot connect to Firestore: {e}"),
+            )
+            .with_backend(BACKEND)
+            .with_operation("connect")
+        })?;
+        Self::open(client, options).await
+    }
+
+    /// Opens an existing client. A database whose agno collections are all empty is new:
+    /// its tables are stamped at the latest schema version (unless
+    /// [`FirestoreOptions::stamp_new_database`] is off). An existing unstamped database is
+    /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
+    pub async fn open(client: firestore::FirestoreDb, options: FirestoreOptions) -> Result<Self> {
+        let me = FirestoreDb {
+            inner: Arc::new(Inner {
+                client,
+                names: options.names,
+            }),
+        };
+        if options.stamp_new_database {
+            let mut fresh = true;
+            for t in TableType::ALL {
+                if me.any_doc(me.inner.names.of(t)).await? {
+                    fresh = false;
+                    break;
+                }
+            }
+            if fresh {
+                for t in TableType::ALL {
+                    me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
+                        .await?;
+                }
+            }
+        }
+        Ok(me)
+    }
+
+    /// The underlying `firestore` client.
+    pub fn client(&self) -> &firestore::FirestoreDb {
+        &self.inner.client
+    }
+
+    /// The collection names in use.
+    pub fn names(&self) -> &CollectionNames {
+        &self.inner.names
+    }
+
+    /// One handle over every store of this database.
+    pub fn agno_db(&self) -> AgnoDb {
+        let me = Arc::new(self.clone());
+        AgnoDb::builder(BACKEND)
+            .sessions(me.clone())
+            .runs(me.clone())
+            .memories(me.clone())
+            .metrics(me.clone())
+            .evals(me.clone())
+            .knowledge(me.clone())
+            .schedules(me.clone())
+            .learnings(me.clone())
+            .jobs(me.clone())
+            .migrations(me.clone())
+            .legacy(me)
+            .durable(true)
+            .build()
+    }
+}

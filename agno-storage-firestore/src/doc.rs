@@ -1,0 +1,562 @@
+//! Firestore values ⇄ JSON, document ids, and the raw gRPC calls every store uses: get,
+//! equality queries, atomic commits with preconditions, and the field transforms.
+
+use std::collections::HashMap;
+
+use agno_storage_core::{Error, ErrorKind, Result};
+use firestore::gcloud_sdk::google::firestore::v1 as pb;
+use firestore::gcloud_sdk::prost_types::Timestamp;
+use firestore::gcloud_sdk::tonic::{Code, Request, Status};
+use futures::TryStreamExt;
+use pb::structured_query::{
+    composite_filter, field_filter, filter, CollectionSelector, CompositeFilter, FieldFilter,
+    FieldReference, Filter,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::FirestoreDb;
+
+pub(crate) const BACKEND: &str = "firestore";
+
+/// How many times a compare-and-set loop re-reads after losing a race.
+pub(crate) const CAS_ATTEMPTS: usize = 64;
+
+/// A JSON object, the body of a document.
+pub(crate) type Fields = Map<String, Value>;
+
+/// A stored document: its id, body and the update time a compare-and-set writes against.
+#[derive(Debug, Clone)]
+pub(crate) struct Stored {
+    pub(crate) id: String,
+    pub(crate) fields: Fields,
+    pub(crate) update_time: Option<Timestamp>,
+}
+
+impl Stored {
+    /// The body as a record.
+    pub(crate) fn decode<T: DeserializeOwned>(&self, what: &str) -> Result<T> {
+        from_fields(self.fields.clone(), what)
+    }
+
+    /// A string field.
+    pub(crate) fn str(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str)
+    }
+
+    /// The precondition that this exact version is still current.
+    pub(crate) fn unchanged(&self) -> Pre {
+        match &self.update_time {
+            Some(t) => Pre::At(*t),
+            None => Pre::Exists,
+        }
+    }
+}
+
+/// The precondition of one write.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pre {
+    /// None: create or replace.
+    Any,
+    /// The document must not exist.
+    Absent,
+    /// The document must exist.
+    Exists,
+    /// The document must be at this update time.
+    At(Timestamp),
+}
+
+impl Pre {
+    fn to_pb(self) -> Option<pb::Precondition> {
+        use pb::precondition::ConditionType as C;
+        let condition = match self {
+            Pre::Any => return None,
+            Pre::Absent => C::Exists(false),
+            Pre::Exists => C::Exists(true),
+            Pre::At(t) => C::UpdateTime(t),
+        };
+        Some(pb::Precondition {
+            condition_type: Some(condition),
+        })
+    }
+}
+
+/// The outcome of a commit whose preconditions may fail.
+pub(crate) enum Commit {
+    /// Every write applied; the write results in order.
+    Done(Vec<pb::WriteResult>),
+    /// A precondition failed (a concurrent writer won); nothing was written.
+    Conflict,
+}
+
+fn status_err(operation: &'static str, s: Status) -> Error {
+    let kind = match s.code() {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => ErrorKind::Unavailable,
+        Code::AlreadyExists => ErrorKind::AlreadyExists,
+        Code::NotFound => ErrorKind::NotFound,
+        Code::PermissionDenied | Code::Unauthenticated => ErrorKind::PermissionDenied,
+        Code::InvalidArgument => ErrorKind::InvalidInput,
+        _ => ErrorKind::Unexpected,
+    };
+    let temporary = matches!(
+        s.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted
+    );
+    Error::new(kind, format!("{}: {}", s.code(), s.message()))
+        .with_backend(BACKEND)
+        .with_operation(operation)
+        .set_temporary(temporary)
+}
+
+fn ser_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Serialization,
+        format!("cannot encode {what}: {e}"),
+    )
+    .with_backend(BACKEND)
+}
+
+/// A record as a document body (serde field names, `None` as null).
+pub(crate) fn to_fields<T: Serialize>(record: &T, what: &str) -> Result<Fields> {
+    match serde_json::to_value(record).map_err(|e| ser_err(what, e))? {
+        Value::Object(map) => Ok(map),
+        other => Err(ser_err(what, format!("not an object: {other}"))),
+    }
+}
+
+/// A document body as a record, ignoring fields the record does not know.
+pub(crate) fn from_fields<T: DeserializeOwned>(fields: Fields, what: &str) -> Result<T> {
+    serde_json::from_value(Value::Object(fields)).map_err(|e| {
+        Error::new(
+            ErrorKind::Serialization,
+            format!("cannot decode {what}: {e}"),
+        )
+        .with_backend(BACKEND)
+    })
+}
+
+/// A JSON value as a Firestore value: integers stay integers, other numbers are doubles,
+/// objects are maps.
+pub(crate) fn to_pb(value: &Value) -> pb::Value {
+    use pb::value::ValueType as V;
+    let v = match value {
+        Value::Null => V::NullValue(0),
+        Value::Bool(b) => V::BooleanValue(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => V::IntegerValue(i),
+            None => V::DoubleValue(n.as_f64().unwrap_or_default()),
+        },
+        Value::String(s) => V::StringValue(s.clone()),
+        Value::Array(items) => V::ArrayValue(pb::ArrayValue {
+            values: items.iter().map(to_pb).collect(),
+        }),
+        Value::Object(map) => V::MapValue(pb::MapValue {
+            fields: map_to_pb(map),
+        }),
+    };
+    pb::Value {
+        value_type: Some(v),
+    }
+}
+
+fn map_to_pb(map: &Fields) -> HashMap<String, pb::Value> {
+    map.iter().map(|(k, v)| (k.clone(), to_pb(v))).collect()
+}
+
+/// A Firestore value as JSON. Timestamps become epoch seconds, bytes and references strings,
+/// geo points `{latitude, longitude}`. Map keys come back sorted (Firestore keeps no order).
+pub(crate) fn from_pb(value: pb::Value) -> Value {
+    use pb::value::ValueType as V;
+    match value.value_type {
+        None | Some(V::NullValue(_)) => Value::Null,
+        Some(V::BooleanValue(b)) => Value::Bool(b),
+        Some(V::IntegerValue(i)) => Value::from(i),
+        Some(V::DoubleValue(f)) => {
+            serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+        }
+        Some(V::TimestampValue(t)) => Value::from(t.seconds),
+        Some(V::StringValue(s)) => Value::String(s),
+        Some(V::BytesValue(b)) => Value::String(String::from_utf8_lossy(&b).into_owned()),
+        Some(V::ReferenceValue(r)) => Value::String(r),
+        Some(V::GeoPointValue(p)) => {
+            serde_json::json!({"latitude": p.latitude, "longitude": p.longitude})
+        }
+        Some(V::ArrayValue(a)) => Value::Array(a.values.into_iter().map(from_pb).collect()),
+        Some(V::MapValue(m)) => Value::Object(map_from_pb(m.fields)),
+        #[allow(unreachable_patterns)]
+        Some(_) => Value::Null,
+    }
+}
+
+fn map_from_pb(fields: HashMap<String, pb::Value>) -> Fields {
+    let mut sorted: Vec<(String, pb::Value)> = fields.into_iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    sorted.into_iter().map(|(k, v)| (k, from_pb(v))).collect()
+}
+
+/// A document id for a record key: the key itself where Firestore accepts it (agno's run
+/// ids, our deterministic ids for sessions, memories and knowledge); `~` and the SHA-256 of
+/// the key otherwise (`/`, `.`, `..`, `__x__`, empty, over 1,500 bytes, or a leading `~`).
+pub(crate) fn doc_id(key: &str) -> String {
+    let reserved = key.is_empty()
+        || key == "."
+        || key == ".."
+        || key.contains('/')
+        || key.starts_with('~')
+        || (key.len() >= 4 && key.starts_with("__") && key.ends_with("__"))
+        || key.len() > 1500;
+    if reserved {
+        format!("~{}", hex::encode(Sha256::digest(key.as_bytes())))
+    } else {
+        key.to_owned()
+    }
+}
+
+/// A digest id of several parts (guards, counters).
+pub(crate) fn digest_id(prefix: &str, parts: &[Option<&str>]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        match p {
+            Some(s) => {
+                h.update([1u8]);
+                h.update((s.len() as u64).to_be_bytes());
+                h.update(s.as_bytes());
+            }
+            None => h.update([0u8]),
+        }
+    }
+    format!("{prefix}_{}", hex::encode(h.finalize()))
+}
+
+/// An optional string as JSON.
+pub(crate) fn opt(value: Option<&str>) -> Value {
+    value.map_or(Value::Null, |v| Value::String(v.to_owned()))
+}
+
+/// One write of a commit.
+pub(crate) struct Write(pb::Write);
+
+impl FirestoreDb {
+    fn doc_name(&self, collection: &str, id: &str) -> String {
+        format!(
+            "{}/{}/{}",
+            self.inner.client.get_documents_path(),
+            collection,
+            id
+        )
+    }
+
+    /// Sets document `id` of `collection` to `fields` (a full replace) under `pre`.
+    pub(crate) fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre) -> Write {
+        Write(pb::Write {
+            operation: Some(pb::write::Operation::Update(pb::Document {
+                name: self.doc_name(collection, id),
+                fields: map_to_pb(fields),
+                create_time: None,
+                update_time: None,
+            })),
+            update_mask: None,
+            update_transforms: vec![],
+            current_document: pre.to_pb(),
+        })
+    }
+
+    /// Deletes document `id` of `collection` under `pre`.
+    pub(crate) fn delete(&self, collection: &str, id: &str, pre: Pre) -> Write {
+        Write(pb::Write {
+            operation: Some(pb::write::Operation::Delete(self.doc_name(collection, id))),
+            update_mask: None,
+            update_transforms: vec![],
+            current_document: pre.to_pb(),
+        })
+    }
+
+    /// Applies `(field, transform)` server-side on document `id` (creating it when absent).
+    pub(crate) fn transform(
+        &self,
+        collection: &str,
+        id: &str,
+        transforms: Vec<(&str, pb::document_transform::field_transform::TransformType)>,
+    ) -> Write {
+        Write(pb::Write {
+            operation: Some(pb::write::Operation::Transform(pb::DocumentTransform {
+                document: self.doc_name(collection, id),
+                field_transforms: transforms
+                    .into_iter()
+                    .map(|(f, t)| pb::document_transform::FieldTransform {
+                        field_path: f.to_owned(),
+                        transform_type: Some(t),
+                    })
+                    .collect(),
+            })),
+            update_mask: None,
+            update_transforms: vec![],
+            current_document: None,
+        })
+    }
+
+    /// Commits `writes` atomically (no transaction: each write carries its precondition).
+    pub(crate) async fn commit(
+        &self,
+        operation: &'static str,
+        writes: Vec<Write>,
+    ) -> Result<Commit> {
+        if writes.is_empty() {
+            return Ok(Commit::Done(Vec::new()));
+        }
+        let request = pb::CommitRequest {
+            database: self.inner.client.get_database_path().clone(),
+            writes: writes.into_iter().map(|w| w.0).collect(),
+            transaction: vec![],
+            ..Default::default()
+        };
+        match self
+            .inner
+            .client
+            .client()
+            .get()
+            .commit(Request::new(request))
+            .await
+        {
+            Ok(r) => Ok(Commit::Done(r.into_inner().write_results)),
+            Err(s)
+                if matches!(
+                    s.code(),
+                    Code::FailedPrecondition | Code::AlreadyExists | Code::NotFound | Code::Aborted
+                ) =>
+            {
+                Ok(Commit::Conflict)
+            }
+            Err(s) => Err(status_err(operation, s)),
+        }
+    }
+
+    /// Commits `writes`; a failed precondition is an error (for writes without one).
+    pub(crate) async fn commit_all(
+        &self,
+        operation: &'static str,
+        writes: Vec<Write>,
+    ) -> Result<()> {
+        for chunk in chunks(writes, 400) {
+            match self.commit(operation, chunk).await? {
+                Commit::Done(_) => {}
+                Commit::Conflict => {
+                    return Err(Error::new(
+                        ErrorKind::Conflict,
+                        format!("{operation}: a concurrent writer changed the documents"),
+                    )
+                    .with_backend(BACKEND)
+                    .set_temporary(true))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Document `id` of `collection`, if it exists.
+    pub(crate) async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored>> {
+        let request = pb::GetDocumentRequest {
+            name: self.doc_name(collection, id),
+            ..Default::default()
+        };
+        match self
+            .inner
+            .client
+            .client()
+            .get()
+            .get_document(Request::new(request))
+            .await
+        {
+            Ok(r) => Ok(Some(stored(r.into_inner()))),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(status_err("get document", s)),
+        }
+    }
+
+    /// Every document of `collection` whose fields equal `eq` (strings, numbers, booleans;
+    /// a null matches a null field). Served by single-field indexes: no composite index.
+    pub(crate) async fn query(
+        &self,
+        collection: &str,
+        eq: &[(&str, Value)],
+    ) -> Result<Vec<Stored>> {
+        self.query_limit(collection, eq, None).await
+    }
+
+    /// Whether `collection` holds any document.
+    pub(crate) async fn any_doc(&self, collection: &str) -> Result<bool> {
+        Ok(!self.query_limit(collection, &[], Some(1)).await?.is_empty())
+    }
+
+    async fn query_limit(
+        &self,
+        collection: &str,
+        eq: &[(&str, Value)],
+        limit: Option<i32>,
+    ) -> Result<Vec<Stored>> {
+        let filters: Vec<Filter> = eq
+            .iter()
+            .map(|(field, value)| {
+                let field = FieldReference {
+                    field_path: quote_path(field),
+                };
+                let filter_type = if value.is_null() {
+                    filter::FilterType::UnaryFilter(pb::structured_query::UnaryFilter {
+                        op: pb::structured_query::unary_filter::Operator::IsNull as i32,
+                        operand_type: Some(pb::structured_query::unary_filter::OperandType::Field(
+                            field,
+                        )),
+                    })
+                } else {
+                    filter::FilterType::FieldFilter(FieldFilter {
+                        field: Some(field),
+                        op: field_filter::Operator::Equal as i32,
+                        value: Some(to_pb(value)),
+                    })
+                };
+                Filter {
+                    filter_type: Some(filter_type),
+                }
+            })
+            .collect();
+        let r#where = match filters.len() {
+            0 => None,
+            1 => filters.into_iter().next(),
+            _ => Some(Filter {
+                filter_type: Some(filter::FilterType::CompositeFilter(CompositeFilter {
+                    op: composite_filter::Operator::And as i32,
+                    filters,
+                })),
+            }),
+        };
+        let query = pb::StructuredQuery {
+            from: vec![CollectionSelector {
+                collection_id: collection.to_owned(),
+                all_descendants: false,
+            }],
+            r#where,
+            limit,
+            ..Default::default()
+        };
+        let request = pb::RunQueryRequest {
+            parent: self.inner.client.get_documents_path().clone(),
+            query_type: Some(pb::run_query_request::QueryType::StructuredQuery(query)),
+            ..Default::default()
+        };
+        let stream = self
+            .inner
+            .client
+            .client()
+            .get()
+            .run_query(Request::new(request))
+            .await
+            .map_err(|s| status_err("query", s))?
+            .into_inner();
+        let responses: Vec<pb::RunQueryResponse> = stream
+            .try_collect()
+            .await
+            .map_err(|s| status_err("query", s))?;
+        Ok(responses
+            .into_iter()
+            .filter_map(|r| r.document)
+            .map(stored)
+            .collect())
+    }
+
+    /// Document `id` of `collection`, or else the first document whose `key_field` is `key`
+    /// (documents agno wrote under auto ids).
+    pub(crate) async fn find(
+        &self,
+        collection: &str,
+        key_field: &str,
+        key: &str,
+    ) -> Result<Option<Stored>> {
+        if let Some(found) = self.get(collection, &doc_id(key)).await? {
+            if found.str(key_field) == Some(key) {
+                return Ok(Some(found));
+            }
+        }
+        Ok(self
+            .query(collection, &[(key_field, Value::String(key.to_owned()))])
+            .await?
+            .into_iter()
+            .next())
+    }
+}
+
+fn stored(doc: pb::Document) -> Stored {
+    let id = doc.name.rsplit('/').next().unwrap_or_default().to_owned();
+    Stored {
+        id,
+        fields: map_from_pb(doc.fields),
+        update_time: doc.update_time,
+    }
+}
+
+/// A field path with backquotes where a segment is not a simple identifier.
+fn quote_path(field: &str) -> String {
+    let simple = field
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if simple {
+        field.to_owned()
+    } else {
+        format!("`{}`", field.replace('\\', "\\\\").replace('`', "\\`"))
+    }
+}
+
+fn chunks(writes: Vec<Write>, size: usize) -> Vec<Vec<Write>> {
+    let mut out = Vec::new();
+    let mut current = Vec::new();
+    for w in writes {
+        current.push(w);
+        if current.len() == size {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// A lost compare-and-set race after every retry.
+pub(crate) fn contended(operation: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!("{operation}: too much contention on one document; retry later"),
+    )
+    .with_backend(BACKEND)
+    .set_temporary(true)
+}
+
+/// A short randomised pause before re-reading after a lost race.
+pub(crate) async fn backoff(attempt: usize) {
+    let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 8;
+    let ms = (attempt as u64).min(10) * 3 + jitter;
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trips() {
+        let v = serde_json::json!({"a": [1, 2.5, true, null, "x"], "b": {"c": -7, "d": {}}});
+        assert_eq!(from_pb(to_pb(&v)), v);
+    }
+
+    #[test]
+    fn reserved_ids_are_hashed() {
+        assert_eq!(doc_id("abc:1"), "abc:1");
+        assert!(doc_id("a/b").starts_with('~'));
+        assert!(doc_id("__x__").starts_with('~'));
+        assert!(doc_id("").starts_with('~'));
+        assert_ne!(doc_id("a/b"), doc_id("a/c"));
+    }
+}

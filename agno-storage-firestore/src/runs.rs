@@ -1,0 +1,246 @@
+//! Runs (`agno_runs`): one document per run, document id = `run_id`, agno's
+//! `build_single_run_row` shape.
+//!
+//! A run appended without a `run_index` gets one past the session's highest through a
+//! per-session counter document: a server-side `maximum` (seeded from the runs already
+//! stored), then an `increment` whose result is the index. Both are single-document atomic
+//! transforms, so concurrent appends never share an index and never contend on a lock.
+
+use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
+    Error, ErrorKind, Page, Result, RunQuery, RunRecord, RunStore,
+};
+use firestore::gcloud_sdk::google::firestore::v1::document_transform::field_transform::TransformType;
+use serde_json::Value;
+
+use crate::doc::{
+    backoff, contended, digest_id, doc_id, from_pb, opt, to_fields, to_pb, Commit, Pre,
+    CAS_ATTEMPTS,
+};
+use crate::sessions::{decode_session, LEGACY_RUNS};
+use crate::FirestoreDb;
+
+/// The meta document holding `session_id`'s next `run_index`.
+pub(crate) fn run_counter_id(session_id: &str) -> String {
+    digest_id("run_index", &[Some(session_id)])
+}
+
+impl FirestoreDb {
+    /// Every run of `session_id`, in session order.
+    pub(crate) async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
+        let docs = self
+            .query(
+                &self.inner.names.runs,
+                &[("session_id", opt(Some(session_id)))],
+            )
+            .await?;
+        let mut runs: Vec<RunRecord> = docs
+            .iter()
+            .map(|d| d.decode("a run"))
+            .collect::<Result<_>>()?;
+        sort_runs_for_session(&mut runs);
+        Ok(runs)
+    }
+
+    /// The next free `run_index` of `session_id`, taken atomically.
+    async fn next_run_index(&self, session_id: &str) -> Result<i64> {
+        let highest = self
+            .session_runs(session_id)
+            .await?
+            .iter()
+            .filter_map(|r| r.run_index)
+            .max()
+            .unwrap_or(-1);
+        let meta = &self.inner.names.meta;
+        let id = run_counter_id(session_id);
+        let seed = self.transform(
+            meta,
+            &id,
+            vec![(
+                "next",
+                TransformType::Maximum(to_pb(&Value::from(highest + 1))),
+            )],
+        );
+        self.commit_all("next run index", vec![seed]).await?;
+        let bump = self.transform(
+            meta,
+            &id,
+            vec![("next", TransformType::Increment(to_pb(&Value::from(1))))],
+        );
+        match self.commit("next run index", vec![bump]).await? {
+            Commit::Done(results) => results
+                .into_iter()
+                .next()
+                .and_then(|r| r.transform_results.into_iter().next())
+                .map(from_pb)
+                .and_then(|v| v.as_i64())
+                .map(|n| n - 1)
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Unexpected, "run index counter returned no value")
+                }),
+            Commit::Conflict => Err(contended("next run index")),
+        }
+    }
+}
+
+#[async_trait]
+impl RunStore for FirestoreDb {
+    async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
+        if self.find_session(&run.session_id).await?.is_none() {
+            return Err(Error::not_found(format!(
+                "session {} does not exist: upsert the session before its runs",
+                run.session_id
+            )));
+        }
+        let coll = &self.inner.names.runs;
+        let id = doc_id(&run.run_id);
+        let mut index: Option<i64> = None;
+        for attempt in 0..CAS_ATTEMPTS {
+            let now = now_epoch_seconds();
+            let (next, pre) = match self.get(coll, &id).await? {
+                Some(stored) => {
+                    let mut current: RunRecord = stored.decode("a run")?;
+                    if !writable_by(current.user_id.as_deref(), run.user_id.as_deref()) {
+                        return Err(owned_by_another_user("run", &run.run_id));
+                    }
+                    current.status = run.status.clone();
+                    current.run_data = run.run_data.clone();
+                    if run.user_id.is_some() {
+                        current.user_id = run.user_id.clone();
+                    }
+                    current.parent_run_id = run.parent_run_id.clone();
+                    current.updated_at = Some(now);
+                    current.run_index = current.run_index.or(run.run_index);
+                    (current, stored.unchanged())
+                }
+                None => {
+                    let mut new = run.clone();
+                    if new.run_index.is_none() {
+                        if index.is_none() {
+                            index = Some(self.next_run_index(&run.session_id).await?);
+                        }
+                        new.run_index = index;
+                    }
+                    new.updated_at = Some(now);
+                    (new, Pre::Absent)
+                }
+            };
+            let write = self.put(coll, &id, &to_fields(&next, "a run")?, pre);
+            match self.commit("upsert run", vec![write]).await? {
+                Commit::Done(_) => return Ok(next),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(contended("upsert run"))
+    }
+
+    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
+        let Some(stored) = self.get(&self.inner.names.runs, &doc_id(run_id)).await? else {
+            return Ok(None);
+        };
+        let run: RunRecord = stored.decode("a run")?;
+        Ok((run.run_id == run_id && visible_to(run.user_id.as_deref(), user_id)).then_some(run))
+    }
+
+    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
+        query.pagination.validate()?;
+        let mut eq = Vec::new();
+        if let Some(s) = &query.session_id {
+            eq.push(("session_id", opt(Some(s))));
+        }
+        if let Some(u) = &query.user_id {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        let docs = self.query(&self.inner.names.runs, &eq).await?;
+        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let mut rows = Vec::new();
+        for d in &docs {
+            let r: RunRecord = d.decode("a run")?;
+            if query
+                .session_id
+                .as_deref()
+                .is_none_or(|s| s == r.session_id)
+                && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
+                && same(&query.agent_id, &r.agent_id)
+                && same(&query.team_id, &r.team_id)
+                && same(&query.workflow_id, &r.workflow_id)
+                && same(&query.status, &r.status)
+            {
+                rows.push(r);
+            }
+        }
+        sort_runs_for_session(&mut rows);
+        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let coll = &self.inner.names.runs;
+        let mut deleted = 0;
+        for run_id in run_ids {
+            let id = doc_id(run_id);
+            let Some(stored) = self.get(coll, &id).await? else {
+                continue;
+            };
+            let run: RunRecord = stored.decode("a run")?;
+            if run.run_id != *run_id || !visible_to(run.user_id.as_deref(), user_id) {
+                continue;
+            }
+            self.commit_all("delete runs", vec![self.delete(coll, &id, Pre::Any)])
+                .await?;
+            deleted += 1;
+        }
+        // Scrub the legacy blobs of sessions the caller may see, so a merge cannot resurrect
+        // the runs (agno scrubs a document id that does not exist, so its runs come back).
+        let scrub: std::collections::HashSet<&str> = run_ids.iter().map(String::as_str).collect();
+        let mut eq = Vec::new();
+        if let Some(u) = user_id {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        for stored in self.query(&self.inner.names.sessions, &eq).await? {
+            if stored.fields.get(LEGACY_RUNS).is_none_or(Value::is_null) {
+                continue;
+            }
+            let mut current = stored;
+            for attempt in 0..CAS_ATTEMPTS {
+                let (s, legacy) = decode_session(&current)?;
+                if !visible_to(s.user_id.as_deref(), user_id) {
+                    break;
+                }
+                let list = legacy_runs_list(legacy.as_ref());
+                let kept: Vec<Value> = list
+                    .iter()
+                    .filter(|r| {
+                        r.get("run_id")
+                            .and_then(Value::as_str)
+                            .is_none_or(|id| !scrub.contains(id))
+                    })
+                    .cloned()
+                    .collect();
+                if kept.len() == list.len() {
+                    break;
+                }
+                let mut fields = current.fields.clone();
+                fields.insert(LEGACY_RUNS.into(), Value::Array(kept));
+                let write = self.put(
+                    &self.inner.names.sessions,
+                    &current.id,
+                    &fields,
+                    current.unchanged(),
+                );
+                match self.commit("delete runs", vec![write]).await? {
+                    Commit::Done(_) => break,
+                    Commit::Conflict => {
+                        backoff(attempt).await;
+                        match self.get(&self.inner.names.sessions, &current.id).await? {
+                            Some(fresh) => current = fresh,
+                            None => break,
+                        }
+                    }
+                }
+            }
+        }
+        Ok(deleted)
+    }
+}
