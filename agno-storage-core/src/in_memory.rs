@@ -11,7 +11,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore};
-use crate::job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore};
+use crate::job::{
+    check_finish_status, lease_lost, sort_newest_first, EnqueueOutcome, EnqueueRejection, Job,
+    JobQuery, JobStatus, JobStore,
+};
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use crate::learning::{Learning, LearningQuery, LearningStore};
 use crate::legacy::{
@@ -1156,14 +1159,6 @@ impl LearningStore for InMemoryDb {
     }
 }
 
-fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
-    Error::new(
-        ErrorKind::LeaseLost,
-        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
-    )
-    .set_temporary(false)
-}
-
 fn fenced<'a>(
     state: &'a mut State,
     id: &str,
@@ -1173,11 +1168,7 @@ fn fenced<'a>(
     state
         .jobs
         .get_mut(id)
-        .filter(|j| {
-            j.status == JobStatus::Running
-                && j.locked_by.as_deref() == Some(worker_id)
-                && j.attempt == attempt
-        })
+        .filter(|j| j.is_held_by(worker_id, attempt))
         .ok_or_else(|| lease_lost(id, worker_id, attempt))
 }
 
@@ -1237,25 +1228,14 @@ impl JobStore for InMemoryDb {
         let candidate = state
             .jobs
             .values()
-            .filter(|j| {
-                j.available_at <= now
-                    && (j.deployment_id.is_none() || j.deployment_id.as_deref() == deployment_id)
-                    && (j.status == JobStatus::Queued
-                        || (j.status == JobStatus::Running
-                            && j.locked_at.is_some_and(|t| t <= now - lock_grace_seconds)
-                            && j.attempt < j.max_attempts))
-            })
+            .filter(|j| j.is_claimable(now, lock_grace_seconds, deployment_id))
             .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
             .map(|j| j.id.clone());
         let Some(id) = candidate else { return Ok(None) };
         let Some(job) = state.jobs.get_mut(&id) else {
             return Ok(None);
         };
-        job.status = JobStatus::Running;
-        job.locked_by = Some(worker_id.to_owned());
-        job.locked_at = Some(now);
-        job.attempt += 1;
-        job.updated_at = Some(now);
+        job.take_lease(worker_id, now);
         Ok(Some(job.clone()))
     }
 
@@ -1282,21 +1262,10 @@ impl JobStore for InMemoryDb {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        if !(status.is_terminal() || status == JobStatus::Paused) {
-            return Err(Error::invalid_input(format!(
-                "complete_job: status must be completed, failed, cancelled or paused, not {}",
-                status.as_str()
-            )));
-        }
+        check_finish_status(status)?;
         let mut state = self.lock();
-        let now = now_epoch_seconds();
         let job = fenced(&mut state, id, worker_id, attempt)?;
-        job.status = status;
-        job.error = error;
-        job.locked_by = None;
-        job.locked_at = None;
-        job.updated_at = Some(now);
-        job.completed_at = status.is_terminal().then_some(now);
+        job.finish(status, error, now_epoch_seconds());
         Ok(job.clone())
     }
 
@@ -1309,19 +1278,8 @@ impl JobStore for InMemoryDb {
         retry_delay_seconds: i64,
     ) -> Result<Job> {
         let mut state = self.lock();
-        let now = now_epoch_seconds();
         let job = fenced(&mut state, id, worker_id, attempt)?;
-        job.error = error;
-        job.locked_by = None;
-        job.locked_at = None;
-        job.updated_at = Some(now);
-        if job.attempt < job.max_attempts {
-            job.status = JobStatus::Queued;
-            job.available_at = now + retry_delay_seconds.max(0);
-        } else {
-            job.status = JobStatus::Failed;
-            job.completed_at = Some(now);
-        }
+        job.retry_or_fail(error, retry_delay_seconds, now_epoch_seconds());
         Ok(job.clone())
     }
 
@@ -1359,17 +1317,10 @@ impl JobStore for InMemoryDb {
             .lock()
             .jobs
             .values()
-            .filter(|j| {
-                query.status.is_none_or(|s| s == j.status)
-                    && query
-                        .session_id
-                        .as_deref()
-                        .is_none_or(|s| s == j.session_id)
-                    && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
-            })
+            .filter(|j| query.matches(j))
             .cloned()
             .collect();
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        sort_newest_first(&mut rows);
         Page::paginate(rows, &query.pagination)
     }
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::pagination::{Page, Pagination};
 
 /// A job's state. Claimed jobs are `running`.
@@ -133,6 +133,94 @@ impl Job {
     }
 }
 
+impl Job {
+    /// Whether a claimer of `deployment_id` may take the job at `now`: available, of no or
+    /// that deployment, and queued, or running on a lease older than `lock_grace_seconds`
+    /// with attempts left.
+    pub fn is_claimable(
+        &self,
+        now: i64,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> bool {
+        self.available_at <= now
+            && (self.deployment_id.is_none() || self.deployment_id.as_deref() == deployment_id)
+            && (self.status == JobStatus::Queued
+                || (self.status == JobStatus::Running
+                    && self
+                        .locked_at
+                        .is_some_and(|t| t <= now - lock_grace_seconds)
+                    && self.attempt < self.max_attempts))
+    }
+
+    /// Takes the lease for `worker_id`: running, locked now, next attempt (the new fencing token).
+    pub fn take_lease(&mut self, worker_id: &str, now: i64) {
+        self.status = JobStatus::Running;
+        self.locked_by = Some(worker_id.to_owned());
+        self.locked_at = Some(now);
+        self.attempt += 1;
+        self.updated_at = Some(now);
+    }
+
+    /// The fence: `worker_id` holds the running lease of `attempt`.
+    pub fn is_held_by(&self, worker_id: &str, attempt: i64) -> bool {
+        self.status == JobStatus::Running
+            && self.locked_by.as_deref() == Some(worker_id)
+            && self.attempt == attempt
+    }
+
+    /// Ends the held attempt in `status` (check it with [`check_finish_status`] first),
+    /// releasing the lease; terminal states record `completed_at`.
+    pub fn finish(&mut self, status: JobStatus, error: Option<String>, now: i64) {
+        self.status = status;
+        self.error = error;
+        self.locked_by = None;
+        self.locked_at = None;
+        self.updated_at = Some(now);
+        self.completed_at = status.is_terminal().then_some(now);
+    }
+
+    /// Ends the held attempt as a failure: queued again after `retry_delay_seconds` while
+    /// attempts remain, else failed.
+    pub fn retry_or_fail(&mut self, error: Option<String>, retry_delay_seconds: i64, now: i64) {
+        self.error = error;
+        self.locked_by = None;
+        self.locked_at = None;
+        self.updated_at = Some(now);
+        if self.attempt < self.max_attempts {
+            self.status = JobStatus::Queued;
+            self.available_at = now + retry_delay_seconds.max(0);
+        } else {
+            self.status = JobStatus::Failed;
+            self.completed_at = Some(now);
+        }
+    }
+}
+
+/// `InvalidInput` unless `status` is one a held job may finish in (terminal or paused).
+pub fn check_finish_status(status: JobStatus) -> Result<()> {
+    if status.is_terminal() || status == JobStatus::Paused {
+        Ok(())
+    } else {
+        Err(Error::invalid_input(format!(
+            "complete_job: status must be completed, failed, cancelled or paused, not {}",
+            status.as_str()
+        )))
+    }
+}
+
+/// The error for a transition whose fence failed: the worker no longer holds the lease.
+pub fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        format!(
+            "job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); \
+             the result was not recorded"
+        ),
+    )
+    .set_temporary(false)
+}
+
 /// Why a submission was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnqueueRejection {
@@ -162,6 +250,23 @@ pub struct JobQuery {
     pub user_id: Option<String>,
     /// Limit and 1-indexed page.
     pub pagination: Pagination,
+}
+
+impl JobQuery {
+    /// Whether `job` passes the filters (status, session, owner).
+    pub fn matches(&self, job: &Job) -> bool {
+        self.status.is_none_or(|s| s == job.status)
+            && self
+                .session_id
+                .as_deref()
+                .is_none_or(|s| s == job.session_id)
+            && crate::visible_to(job.user_id.as_deref(), self.user_id.as_deref())
+    }
+}
+
+/// Sorts jobs newest first (`created_at DESC, id DESC`), the order of `list_jobs`.
+pub fn sort_newest_first(jobs: &mut [Job]) {
+    jobs.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
 }
 
 /// The durable job queue. Every transition after a claim is fenced on

@@ -5,9 +5,10 @@
 //! one transaction; claims, heartbeats and settlements are compare-and-sets on the item,
 //! fenced by `(locked_by, attempt, status)`.
 
+use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
-    Job, JobQuery, JobStatus, JobStore, Page, Result,
+    async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, ErrorKind, Job,
+    JobQuery, JobStatus, JobStore, Page, Result,
 };
 
 use crate::codec::{err, record, record_item, s, sv, Item};
@@ -20,14 +21,6 @@ fn decode(item: &Item) -> Result<Job> {
 
 fn encode(job: &Job) -> Result<Item> {
     record_item(job, "a job")
-}
-
-fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
-    err(
-        ErrorKind::LeaseLost,
-        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
-    )
-    .set_temporary(false)
 }
 
 impl DynamoDb {
@@ -166,26 +159,14 @@ impl JobStore for DynamoDb {
                 .all_jobs()
                 .await?
                 .into_iter()
-                .filter(|(j, _)| {
-                    j.available_at <= now
-                        && (j.deployment_id.is_none()
-                            || j.deployment_id.as_deref() == deployment_id)
-                        && (j.status == JobStatus::Queued
-                            || (j.status == JobStatus::Running
-                                && j.locked_at.is_some_and(|t| t <= now - lock_grace_seconds)
-                                && j.attempt < j.max_attempts))
-                })
+                .filter(|(j, _)| j.is_claimable(now, lock_grace_seconds, deployment_id))
                 .collect();
             if candidates.is_empty() {
                 return Ok(None);
             }
             candidates.sort_by(|a, b| (a.0.created_at, &a.0.id).cmp(&(b.0.created_at, &b.0.id)));
             for (mut job, old) in candidates {
-                job.status = JobStatus::Running;
-                job.locked_by = Some(worker_id.to_owned());
-                job.locked_at = Some(now);
-                job.attempt += 1;
-                job.updated_at = Some(now);
+                job.take_lease(worker_id, now);
                 if self.cas(Tbl::Jobs, Some(&old), encode(&job)?).await? {
                     return Ok(Some(job));
                 }
@@ -223,19 +204,9 @@ impl JobStore for DynamoDb {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        if !(status.is_terminal() || status == JobStatus::Paused) {
-            return Err(Error::invalid_input(format!(
-                "complete_job: status must be completed, failed, cancelled or paused, not {}",
-                status.as_str()
-            )));
-        }
+        check_finish_status(status)?;
         self.fenced(id, worker_id, attempt, |job, now| {
-            job.status = status;
-            job.error = error.clone();
-            job.locked_by = None;
-            job.locked_at = None;
-            job.updated_at = Some(now);
-            job.completed_at = status.is_terminal().then_some(now);
+            job.finish(status, error.clone(), now);
         })
         .await
     }
@@ -249,17 +220,7 @@ impl JobStore for DynamoDb {
         retry_delay_seconds: i64,
     ) -> Result<Job> {
         self.fenced(id, worker_id, attempt, |job, now| {
-            job.error = error.clone();
-            job.locked_by = None;
-            job.locked_at = None;
-            job.updated_at = Some(now);
-            if job.attempt < job.max_attempts {
-                job.status = JobStatus::Queued;
-                job.available_at = now + retry_delay_seconds.max(0);
-            } else {
-                job.status = JobStatus::Failed;
-                job.completed_at = Some(now);
-            }
+            job.retry_or_fail(error.clone(), retry_delay_seconds, now);
         })
         .await
     }
@@ -303,16 +264,9 @@ impl JobStore for DynamoDb {
             .await?
             .into_iter()
             .map(|(j, _)| j)
-            .filter(|j| {
-                query.status.is_none_or(|s| s == j.status)
-                    && query
-                        .session_id
-                        .as_deref()
-                        .is_none_or(|s| s == j.session_id)
-                    && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
-            })
+            .filter(|j| query.matches(j))
             .collect();
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        sort_newest_first(&mut rows);
         Page::paginate(rows, &query.pagination)
     }
 

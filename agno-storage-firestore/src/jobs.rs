@@ -6,6 +6,7 @@
 //! gets `LeaseLost`. An idempotency key is a guard document created in the same commit as
 //! the job; a resubmission finds the guard and returns the original job.
 
+use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
     Job, JobQuery, JobStatus, JobStore, Page, Result,
@@ -20,14 +21,6 @@ use crate::FirestoreDb;
 
 fn key_guard(user_id: Option<&str>, key: &str) -> String {
     digest_id("job_key", &[user_id, Some(key)])
-}
-
-fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
-    Error::new(
-        ErrorKind::LeaseLost,
-        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
-    )
-    .set_temporary(false)
 }
 
 impl FirestoreDb {
@@ -194,14 +187,7 @@ impl JobStore for FirestoreDb {
                     .jobs_where(&[("status", opt(Some(status.as_str())))])
                     .await?
                 {
-                    let claimable = j.available_at <= now
-                        && (j.deployment_id.is_none()
-                            || j.deployment_id.as_deref() == deployment_id)
-                        && (j.status == JobStatus::Queued
-                            || (j.status == JobStatus::Running
-                                && j.locked_at.is_some_and(|t| t <= now - lock_grace_seconds)
-                                && j.attempt < j.max_attempts));
-                    if claimable {
+                    if j.is_claimable(now, lock_grace_seconds, deployment_id) {
                         candidates.push((d, j));
                     }
                 }
@@ -211,11 +197,7 @@ impl JobStore for FirestoreDb {
             }
             candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
             for (stored, mut job) in candidates {
-                job.status = JobStatus::Running;
-                job.locked_by = Some(worker_id.to_owned());
-                job.locked_at = Some(now);
-                job.attempt += 1;
-                job.updated_at = Some(now);
+                job.take_lease(worker_id, now);
                 let write = self.put(
                     &self.inner.names.jobs,
                     &stored.id,
@@ -267,19 +249,9 @@ impl JobStore for FirestoreDb {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        if !(status.is_terminal() || status == JobStatus::Paused) {
-            return Err(Error::invalid_input(format!(
-                "complete_job: status must be completed, failed, cancelled or paused, not {}",
-                status.as_str()
-            )));
-        }
+        check_finish_status(status)?;
         self.fenced("complete job", id, worker_id, attempt, |job, now| {
-            job.status = status;
-            job.error = error.clone();
-            job.locked_by = None;
-            job.locked_at = None;
-            job.updated_at = Some(now);
-            job.completed_at = status.is_terminal().then_some(now);
+            job.finish(status, error.clone(), now);
         })
         .await
     }
@@ -293,17 +265,7 @@ impl JobStore for FirestoreDb {
         retry_delay_seconds: i64,
     ) -> Result<Job> {
         self.fenced("retry job", id, worker_id, attempt, |job, now| {
-            job.error = error.clone();
-            job.locked_by = None;
-            job.locked_at = None;
-            job.updated_at = Some(now);
-            if job.attempt < job.max_attempts {
-                job.status = JobStatus::Queued;
-                job.available_at = now + retry_delay_seconds.max(0);
-            } else {
-                job.status = JobStatus::Failed;
-                job.completed_at = Some(now);
-            }
+            job.retry_or_fail(error.clone(), retry_delay_seconds, now);
         })
         .await
     }
@@ -363,16 +325,9 @@ impl JobStore for FirestoreDb {
             .await?
             .into_iter()
             .map(|(_, j)| j)
-            .filter(|j| {
-                query.status.is_none_or(|s| s == j.status)
-                    && query
-                        .session_id
-                        .as_deref()
-                        .is_none_or(|s| s == j.session_id)
-                    && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
-            })
+            .filter(|j| query.matches(j))
             .collect();
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        sort_newest_first(&mut rows);
         Page::paginate(rows, &query.pagination)
     }
 

@@ -2,7 +2,10 @@
 //! compare-and-swap of the file, so a claim has one winner and a fenced transition by a
 //! worker that lost its lease is refused with `LeaseLost`.
 
-use agno_storage_core::job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore};
+use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
+use agno_storage_core::job::{
+    EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore,
+};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Result,
 };
@@ -25,14 +28,6 @@ impl Doc for Job {
     }
 }
 
-fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
-    Error::new(
-        ErrorKind::LeaseLost,
-        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
-    )
-    .set_temporary(false)
-}
-
 /// The job `id` if `worker_id` still holds it at `attempt`, with its row index.
 fn fenced(rows: &[Value], id: &str, worker_id: &str, attempt: i64) -> Result<(usize, Job)> {
     find::<Job>(rows, id)?
@@ -53,17 +48,19 @@ impl JobStore for JsonStore {
                 job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
                 let jobs = decode_all::<Job>(rows)?;
                 if let Some(key) = &job.idempotency_key {
-                    if let Some(original) = jobs
-                        .iter()
-                        .find(|j| j.idempotency_key.as_ref() == Some(key) && j.user_id == job.user_id)
-                    {
+                    if let Some(original) = jobs.iter().find(|j| {
+                        j.idempotency_key.as_ref() == Some(key) && j.user_id == job.user_id
+                    }) {
                         return Ok(Step::Keep(EnqueueOutcome {
                             rejection: Some(EnqueueRejection::Duplicate),
                             job: Some(original.clone()),
                         }));
                     }
                 }
-                let queued = jobs.iter().filter(|j| j.status == JobStatus::Queued).count() as u64;
+                let queued = jobs
+                    .iter()
+                    .filter(|j| j.status == JobStatus::Queued)
+                    .count() as u64;
                 if max_depth > 0 && queued >= max_depth {
                     return Ok(Step::Keep(EnqueueOutcome {
                         rejection: Some(EnqueueRejection::QueueFull),
@@ -98,24 +95,12 @@ impl JobStore for JsonStore {
                 let now = now_epoch_seconds();
                 let candidate = decode_all::<Job>(rows)?
                     .into_iter()
-                    .filter(|j| {
-                        j.available_at <= now
-                            && (j.deployment_id.is_none()
-                                || j.deployment_id.as_deref() == deployment_id)
-                            && (j.status == JobStatus::Queued
-                                || (j.status == JobStatus::Running
-                                    && j.locked_at.is_some_and(|t| t <= now - lock_grace_seconds)
-                                    && j.attempt < j.max_attempts))
-                    })
+                    .filter(|j| j.is_claimable(now, lock_grace_seconds, deployment_id))
                     .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
                 let Some(mut job) = candidate else {
                     return Ok(Step::Keep(None));
                 };
-                job.status = JobStatus::Running;
-                job.locked_by = Some(worker_id.to_owned());
-                job.locked_at = Some(now);
-                job.attempt += 1;
-                job.updated_at = Some(now);
+                job.take_lease(worker_id, now);
                 put(rows, position(rows, Job::KEY, &job.id), &job)?;
                 Ok(Step::Write(Some(job)))
             })
@@ -131,7 +116,8 @@ impl JobStore for JsonStore {
                     let Some((index, mut job)) = find::<Job>(rows, id)? else {
                         continue;
                     };
-                    if job.status == JobStatus::Running && job.locked_by.as_deref() == Some(worker_id)
+                    if job.status == JobStatus::Running
+                        && job.locked_by.as_deref() == Some(worker_id)
                     {
                         job.locked_at = Some(now);
                         put(rows, Some(index), &job)?;
@@ -155,22 +141,12 @@ impl JobStore for JsonStore {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        if !(status.is_terminal() || status == JobStatus::Paused) {
-            return Err(Error::invalid_input(format!(
-                "complete_job: status must be completed, failed, cancelled or paused, not {}",
-                status.as_str()
-            )));
-        }
+        check_finish_status(status)?;
         self.files
             .modify(Table::Jobs, |rows| {
                 let now = now_epoch_seconds();
                 let (index, mut job) = fenced(rows, id, worker_id, attempt)?;
-                job.status = status;
-                job.error = error.clone();
-                job.locked_by = None;
-                job.locked_at = None;
-                job.updated_at = Some(now);
-                job.completed_at = status.is_terminal().then_some(now);
+                job.finish(status, error.clone(), now);
                 put(rows, Some(index), &job)?;
                 Ok(Step::Write(job))
             })
@@ -189,17 +165,7 @@ impl JobStore for JsonStore {
             .modify(Table::Jobs, |rows| {
                 let now = now_epoch_seconds();
                 let (index, mut job) = fenced(rows, id, worker_id, attempt)?;
-                job.error = error.clone();
-                job.locked_by = None;
-                job.locked_at = None;
-                job.updated_at = Some(now);
-                if job.attempt < job.max_attempts {
-                    job.status = JobStatus::Queued;
-                    job.available_at = now + retry_delay_seconds.max(0);
-                } else {
-                    job.status = JobStatus::Failed;
-                    job.completed_at = Some(now);
-                }
+                job.retry_or_fail(error.clone(), retry_delay_seconds, now);
                 put(rows, Some(index), &job)?;
                 Ok(Step::Write(job))
             })
@@ -240,16 +206,9 @@ impl JobStore for JsonStore {
             .all::<Job>()
             .await?
             .into_iter()
-            .filter(|j| {
-                query.status.is_none_or(|s| s == j.status)
-                    && query
-                        .session_id
-                        .as_deref()
-                        .is_none_or(|s| s == j.session_id)
-                    && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
-            })
+            .filter(|j| query.matches(j))
             .collect();
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        sort_newest_first(&mut rows);
         Page::paginate(rows, &query.pagination)
     }
 
@@ -261,7 +220,8 @@ impl JobStore for JsonStore {
                 let mut kept = Vec::with_capacity(before);
                 for row in rows.drain(..) {
                     let job = Job::decode(&row)?;
-                    if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
+                    if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff))
+                    {
                         kept.push(row);
                     }
                 }

@@ -16,6 +16,7 @@
 //! at most a second) for a durable queue. A SQL store's job queue stays the record of
 //! truth where losing an accepted job is not acceptable.
 
+use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
     Job, JobQuery, JobStatus, JobStore, Page, Result, SortOrder,
@@ -87,14 +88,6 @@ pub(crate) fn encode_job(j: &Job) -> String {
         ("updated_at", opt_int(j.updated_at)),
         ("completed_at", opt_int(j.completed_at)),
     ]))
-}
-
-fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
-    Error::new(
-        ErrorKind::LeaseLost,
-        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
-    )
-    .set_temporary(false)
 }
 
 impl KvStore {
@@ -330,11 +323,7 @@ impl JobStore for KvStore {
             |j: &Job| j.deployment_id.is_none() || j.deployment_id.as_deref() == deployment_id;
         let claim = |j: &Job| {
             let mut next = j.clone();
-            next.status = JobStatus::Running;
-            next.locked_by = Some(worker_id.to_owned());
-            next.locked_at = Some(now);
-            next.attempt += 1;
-            next.updated_at = Some(now);
+            next.take_lease(worker_id, now);
             next
         };
         let queued = self
@@ -398,19 +387,9 @@ impl JobStore for KvStore {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        if !(status.is_terminal() || status == JobStatus::Paused) {
-            return Err(Error::invalid_input(format!(
-                "complete_job: status must be completed, failed, cancelled or paused, not {}",
-                status.as_str()
-            )));
-        }
+        check_finish_status(status)?;
         self.fenced(id, worker_id, attempt, |job, now| {
-            job.status = status;
-            job.error = error.clone();
-            job.locked_by = None;
-            job.locked_at = None;
-            job.updated_at = Some(now);
-            job.completed_at = status.is_terminal().then_some(now);
+            job.finish(status, error.clone(), now);
         })
         .await
     }
@@ -424,17 +403,7 @@ impl JobStore for KvStore {
         retry_delay_seconds: i64,
     ) -> Result<Job> {
         self.fenced(id, worker_id, attempt, |job, now| {
-            job.error = error.clone();
-            job.locked_by = None;
-            job.locked_at = None;
-            job.updated_at = Some(now);
-            if job.attempt < job.max_attempts {
-                job.status = JobStatus::Queued;
-                job.available_at = now + retry_delay_seconds.max(0);
-            } else {
-                job.status = JobStatus::Failed;
-                job.completed_at = Some(now);
-            }
+            job.retry_or_fail(error.clone(), retry_delay_seconds, now);
         })
         .await
     }
@@ -514,7 +483,7 @@ impl JobStore for KvStore {
                     .is_none_or(|s| s == j.session_id)
                 && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
         });
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        sort_newest_first(&mut rows);
         Page::paginate(rows, &query.pagination)
     }
 

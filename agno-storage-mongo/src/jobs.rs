@@ -4,6 +4,7 @@
 //! transition is a compare-and-set on `(id, status = running, locked_by, attempt)`.
 //! Idempotency keys are unique per user through a partial unique index.
 
+use agno_storage_core::job::{check_finish_status, lease_lost};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
     JobQuery, JobStatus, JobStore, Page, Result,
@@ -17,14 +18,6 @@ use crate::MongoDb;
 
 fn decode(d: Document) -> Result<Job> {
     from_doc(d, "a job")
-}
-
-fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
-    Error::new(
-        ErrorKind::LeaseLost,
-        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
-    )
-    .set_temporary(false)
 }
 
 fn fence(id: &str, worker_id: &str, attempt: i64) -> Document {
@@ -167,12 +160,7 @@ impl JobStore for MongoDb {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        if !(status.is_terminal() || status == JobStatus::Paused) {
-            return Err(Error::invalid_input(format!(
-                "complete_job: status must be completed, failed, cancelled or paused, not {}",
-                status.as_str()
-            )));
-        }
+        check_finish_status(status)?;
         let now = now_epoch_seconds();
         let completed_at = if status.is_terminal() {
             Bson::Int64(now)

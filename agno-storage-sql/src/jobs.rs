@@ -1,5 +1,6 @@
 //! The durable job queue (`agno_jobs`): atomic claims, leases, fencing, idempotency keys.
 
+use agno_storage_core::job::{check_finish_status, lease_lost};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
     JobQuery, JobStatus, JobStore, Page, Result,
@@ -43,14 +44,6 @@ fn job_from_row(row: &Row) -> Result<Job> {
         updated_at: row.opt_i64("updated_at")?,
         completed_at: row.opt_i64("completed_at")?,
     })
-}
-
-fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
-    Error::new(
-        ErrorKind::LeaseLost,
-        format!("job {id} is no longer held by {worker_id} at attempt {attempt} (it was reclaimed, finished or cancelled); the result was not recorded"),
-    )
-    .set_temporary(false)
 }
 
 const FENCE: &str = "id = ? AND locked_by = ? AND attempt = ? AND status = 'running'";
@@ -251,12 +244,7 @@ impl JobStore for SqlStore {
         error: Option<String>,
     ) -> Result<Job> {
         self.check(Tbl::Jobs)?;
-        if !(status.is_terminal() || status == JobStatus::Paused) {
-            return Err(Error::invalid_input(format!(
-                "complete_job: status must be completed, failed, cancelled or paused, not {}",
-                status.as_str()
-            )));
-        }
+        check_finish_status(status)?;
         let now = now_epoch_seconds();
         let sql = format!(
             "UPDATE {} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE {FENCE}",
