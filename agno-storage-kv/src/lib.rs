@@ -56,6 +56,8 @@ mod cas;
 #[cfg(feature = "redis")]
 mod codec;
 #[cfg(feature = "redis")]
+mod coordination;
+#[cfg(feature = "redis")]
 mod evals;
 #[cfg(feature = "redis")]
 mod jobs;
@@ -82,6 +84,8 @@ mod store;
 
 #[cfg(feature = "redis")]
 pub use client::{IndexReport, KvDb, KvOptions};
+#[cfg(feature = "redis")]
+pub use coordination::Coordination;
 
 #[cfg(feature = "redis")]
 mod client {
