@@ -32,6 +32,8 @@ pub(crate) struct SqliteExecutor {
 /// once the batch has committed.
 struct Job {
     writes: bool,
+    /// Several statements that must commit together (a `transaction()` call).
+    atomic: bool,
     run: Run,
 }
 
@@ -63,7 +65,9 @@ fn connection_thread(conn: Connection, jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        if !batch.iter().any(|j| j.writes) {
+        // Reads, and a lone single-statement write, run in autocommit: one statement is
+        // atomic and durable on its own, so a transaction would only add work.
+        if !batch.iter().any(|j| j.writes) || (batch.len() == 1 && !batch[0].atomic) {
             for job in batch {
                 let (_, deliver) = (job.run)(Ok(&conn));
                 deliver(None);
@@ -229,10 +233,12 @@ impl SqliteExecutor {
     }
 
     /// Queues `f` on the connection thread and waits for its result; `writes` calls are
-    /// answered after their batch commits.
+    /// answered after their batch commits; `atomic` calls (several statements) always run
+    /// inside a transaction.
     async fn call<T: Send + 'static>(
         &self,
         writes: bool,
+        atomic: bool,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         let (reply, answer) = tokio::sync::oneshot::channel::<Result<T>>();
@@ -263,13 +269,19 @@ impl SqliteExecutor {
                 (ok, deliver)
             },
         );
-        self.jobs.send(Job { writes, run }).map_err(|_| {
-            Error::new(
-                ErrorKind::Unavailable,
-                "the SQLite connection thread has stopped",
-            )
-            .with_backend(BACKEND)
-        })?;
+        self.jobs
+            .send(Job {
+                writes,
+                atomic,
+                run,
+            })
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    "the SQLite connection thread has stopped",
+                )
+                .with_backend(BACKEND)
+            })?;
         answer.await.map_err(|_| {
             Error::new(
                 ErrorKind::Unavailable,
@@ -291,18 +303,20 @@ impl Executor for SqliteExecutor {
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
         let writes = !is_read(sql);
         let sql = sql.to_owned();
-        self.call(writes, move |c| run_query(c, &sql, params)).await
+        self.call(writes, false, move |c| run_query(c, &sql, params))
+            .await
     }
 
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64> {
         let sql = sql.to_owned();
-        self.call(true, move |c| run_execute(c, &sql, params)).await
+        self.call(true, false, move |c| run_execute(c, &sql, params))
+            .await
     }
 
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>> {
         // The call runs in its own savepoint of the batch's writer transaction: all of its
         // statements commit together or not at all.
-        self.call(true, move |c| {
+        self.call(true, true, move |c| {
             let mut out = Vec::with_capacity(statements.len());
             for (sql, params) in statements {
                 out.push(run_query(c, &sql, params)?);
