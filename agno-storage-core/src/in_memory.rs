@@ -30,7 +30,7 @@ use crate::pagination::{sort_records, Page, Pagination, Sort, SortOrder};
 use crate::run::{RunQuery, RunRecord, RunStore};
 use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
-use crate::user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};
+use crate::user_memory::{memory_stats, MemoryQuery, MemoryStats, MemoryStore, UserMemory};
 use crate::{
     now_epoch_seconds, owned_by_another_user, visible_to, writable_by, AgnoDb, Error, ErrorKind,
     Result,
@@ -553,28 +553,7 @@ impl MemoryStore for InMemoryDb {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<MemoryStats>> {
-        pagination.validate()?;
-        let mut by_user: BTreeMap<String, MemoryStats> = BTreeMap::new();
-        for m in self.lock().memories.values() {
-            let Some(owner) = m.user_id.as_deref() else {
-                continue;
-            };
-            if !visible_to(Some(owner), user_id) {
-                continue;
-            }
-            let entry = by_user
-                .entry(owner.to_owned())
-                .or_insert_with(|| MemoryStats {
-                    user_id: owner.to_owned(),
-                    total_memories: 0,
-                    last_memory_updated_at: None,
-                });
-            entry.total_memories += 1;
-            entry.last_memory_updated_at = entry.last_memory_updated_at.max(m.updated_at);
-        }
-        let mut rows: Vec<MemoryStats> = by_user.into_values().collect();
-        rows.sort_by_key(|r| std::cmp::Reverse(r.last_memory_updated_at));
-        Page::paginate(rows, &pagination)
+        memory_stats(self.lock().memories.values(), user_id, &pagination)
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {

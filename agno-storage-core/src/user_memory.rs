@@ -100,6 +100,37 @@ pub struct MemoryStats {
     pub last_memory_updated_at: Option<i64>,
 }
 
+/// Per-user counts over `memories` (only `user_id`'s when given; unowned memories are not
+/// counted), newest activity first, then paged: `get_memory_stats` for stores that aggregate
+/// in memory.
+pub fn memory_stats<'a>(
+    memories: impl IntoIterator<Item = &'a UserMemory>,
+    user_id: Option<&str>,
+    pagination: &Pagination,
+) -> Result<Page<MemoryStats>> {
+    pagination.validate()?;
+    let mut by_user: std::collections::BTreeMap<&str, MemoryStats> =
+        std::collections::BTreeMap::new();
+    for m in memories {
+        let Some(owner) = m.user_id.as_deref() else {
+            continue;
+        };
+        if !crate::visible_to(Some(owner), user_id) {
+            continue;
+        }
+        let entry = by_user.entry(owner).or_insert_with(|| MemoryStats {
+            user_id: owner.to_owned(),
+            total_memories: 0,
+            last_memory_updated_at: None,
+        });
+        entry.total_memories += 1;
+        entry.last_memory_updated_at = entry.last_memory_updated_at.max(m.updated_at);
+    }
+    let mut rows: Vec<MemoryStats> = by_user.into_values().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.last_memory_updated_at));
+    Page::paginate(rows, pagination)
+}
+
 /// User memories.
 #[async_trait]
 pub trait MemoryStore: Send + Sync {

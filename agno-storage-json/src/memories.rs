@@ -1,8 +1,8 @@
 //! User memories (`agno_memories.json`): `UserMemory.to_dict()` (null keys dropped,
 //! `created_at` as an ISO-8601 string) with `updated_at` in epoch seconds.
 
-use std::collections::BTreeMap;
 
+use agno_storage_core::user_memory::memory_stats;
 use agno_storage_core::user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
@@ -122,28 +122,7 @@ impl MemoryStore for JsonStore {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<MemoryStats>> {
-        pagination.validate()?;
-        let mut by_user: BTreeMap<String, MemoryStats> = BTreeMap::new();
-        for m in self.all::<UserMemory>().await? {
-            let Some(owner) = m.user_id.as_deref() else {
-                continue;
-            };
-            if !visible_to(Some(owner), user_id) {
-                continue;
-            }
-            let entry = by_user
-                .entry(owner.to_owned())
-                .or_insert_with(|| MemoryStats {
-                    user_id: owner.to_owned(),
-                    total_memories: 0,
-                    last_memory_updated_at: None,
-                });
-            entry.total_memories += 1;
-            entry.last_memory_updated_at = entry.last_memory_updated_at.max(m.updated_at);
-        }
-        let mut rows: Vec<MemoryStats> = by_user.into_values().collect();
-        rows.sort_by_key(|r| std::cmp::Reverse(r.last_memory_updated_at));
-        Page::paginate(rows, &pagination)
+        memory_stats(&self.all::<UserMemory>().await?, user_id, &pagination)
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
