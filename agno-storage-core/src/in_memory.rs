@@ -958,20 +958,7 @@ impl ScheduleStore for InMemoryDb {
         let Some(s) = state.schedules.get_mut(id) else {
             return Ok(false);
         };
-        if s.locked_by.as_deref() != Some(worker_id)
-            || locked_at.is_some_and(|t| s.locked_at != Some(t))
-        {
-            return Ok(false);
-        }
-        s.locked_by = None;
-        s.locked_at = None;
-        s.updated_at = Some(now_epoch_seconds());
-        s.next_run_at = if s.cron_expr.is_empty() {
-            None
-        } else {
-            next_run_at.or(s.next_run_at)
-        };
-        Ok(true)
+        Ok(s.release(worker_id, locked_at, next_run_at, now_epoch_seconds()))
     }
 
     async fn create_schedule_run(&self, mut run: ScheduleRun) -> Result<ScheduleRun> {

@@ -146,6 +146,32 @@ impl Schedule {
         }
     }
 
+    /// Releases the claim if `worker_id` holds it (and `locked_at` matches when given):
+    /// clears the lock and sets `next_run_at` (cleared for a one-shot schedule, kept when
+    /// `None`). Returns false, changing nothing, when the caller does not hold the claim.
+    pub fn release(
+        &mut self,
+        worker_id: &str,
+        locked_at: Option<i64>,
+        next_run_at: Option<i64>,
+        now: i64,
+    ) -> bool {
+        if self.locked_by.as_deref() != Some(worker_id)
+            || locked_at.is_some_and(|t| self.locked_at != Some(t))
+        {
+            return false;
+        }
+        self.locked_by = None;
+        self.locked_at = None;
+        self.updated_at = Some(now);
+        self.next_run_at = if self.cron_expr.is_empty() {
+            None
+        } else {
+            next_run_at.or(self.next_run_at)
+        };
+        true
+    }
+
     /// Due at `now` for a claimer with `lock_grace_seconds`: enabled, `next_run_at <= now`,
     /// and unlocked or locked longer ago than the grace.
     pub fn is_due(&self, now: i64, lock_grace_seconds: i64) -> bool {

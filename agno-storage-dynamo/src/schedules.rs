@@ -291,19 +291,9 @@ impl ScheduleStore for DynamoDb {
                 return Ok(false);
             };
             let mut sch = decode(&old)?;
-            if sch.locked_by.as_deref() != Some(worker_id)
-                || locked_at.is_some_and(|t| sch.locked_at != Some(t))
-            {
+            if !sch.release(worker_id, locked_at, next_run_at, now_epoch_seconds()) {
                 return Ok(false);
             }
-            sch.locked_by = None;
-            sch.locked_at = None;
-            sch.updated_at = Some(now_epoch_seconds());
-            sch.next_run_at = if sch.cron_expr.is_empty() {
-                None
-            } else {
-                next_run_at.or(sch.next_run_at)
-            };
             if self
                 .cas(Tbl::Schedules, Some(&old), record_item(&sch, "a schedule")?)
                 .await?

@@ -282,19 +282,9 @@ impl ScheduleStore for FirestoreDb {
             let Some((stored, mut s)) = self.schedule_doc(id).await? else {
                 return Ok(false);
             };
-            if s.locked_by.as_deref() != Some(worker_id)
-                || locked_at.is_some_and(|t| s.locked_at != Some(t))
-            {
+            if !s.release(worker_id, locked_at, next_run_at, now_epoch_seconds()) {
                 return Ok(false);
             }
-            s.locked_by = None;
-            s.locked_at = None;
-            s.updated_at = Some(now_epoch_seconds());
-            s.next_run_at = if s.cron_expr.is_empty() {
-                None
-            } else {
-                next_run_at.or(s.next_run_at)
-            };
             let write = self.put(
                 &self.inner.names.schedules,
                 &stored.id,

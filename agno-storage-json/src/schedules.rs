@@ -209,19 +209,9 @@ impl ScheduleStore for JsonStore {
                 let Some((index, mut s)) = find::<Schedule>(rows, id)? else {
                     return Ok(Step::Keep(false));
                 };
-                if s.locked_by.as_deref() != Some(worker_id)
-                    || locked_at.is_some_and(|t| s.locked_at != Some(t))
-                {
-                    return Ok(Step::Keep(false));
-                }
-                s.locked_by = None;
-                s.locked_at = None;
-                s.updated_at = Some(now);
-                s.next_run_at = if s.cron_expr.is_empty() {
-                    None
-                } else {
-                    next_run_at.or(s.next_run_at)
-                };
+                if !s.release(worker_id, locked_at, next_run_at, now) {
+            return Ok(Step::Keep(false));
+        }
                 put(rows, Some(index), &s)?;
                 Ok(Step::Write(true))
             })

@@ -332,20 +332,10 @@ impl ScheduleStore for KvStore {
             let Some((raw, current)) = self.read_schedule(id).await? else {
                 return Ok(Some(false));
             };
-            if current.locked_by.as_deref() != Some(worker_id)
-                || locked_at.is_some_and(|t| current.locked_at != Some(t))
-            {
+            let mut released = current.clone();
+            if !released.release(worker_id, locked_at, next_run_at, now_epoch_seconds()) {
                 return Ok(Some(false));
             }
-            let mut released = current.clone();
-            released.locked_by = None;
-            released.locked_at = None;
-            released.updated_at = Some(now_epoch_seconds());
-            released.next_run_at = if released.cron_expr.is_empty() {
-                None
-            } else {
-                next_run_at.or(released.next_run_at)
-            };
             let cas = Cas::on(&key)
                 .expect(Some(&raw))
                 .set(to_json("a schedule", serde_json::to_value(&released))?)
