@@ -215,6 +215,29 @@ pub async fn copy_all(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<V
     Ok(tallies)
 }
 
+/// Copies a domain page by page: `read` fetches one page of the source, `write` stores one
+/// record in the destination; each written record counts as copied.
+async fn copy_pages<T>(
+    domain: &'static str,
+    bar: &ProgressBar,
+    mut read: impl AsyncFnMut(Pagination) -> Result<Page<T>, Error>,
+    mut write: impl AsyncFnMut(T) -> Result<(), Error>,
+) -> Result<Tally, Error> {
+    let mut tally = Tally::new(domain);
+    bar.set_message(domain);
+    let mut pager = Pager::new();
+    while let Some(pagination) = pager.next_page() {
+        let page = read(pagination).await?;
+        track(bar, &mut pager, &page);
+        for record in page.items {
+            write(record).await?;
+            tally.copied += 1;
+            bar.inc(1);
+        }
+    }
+    Ok(tally)
+}
+
 async fn copy_sessions(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
     let (from, to) = (src.sessions()?, dst.sessions()?);
     let mut tally = Tally::new("sessions");
@@ -249,49 +272,37 @@ async fn copy_sessions(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<
 
 async fn copy_runs(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
     let (from, to) = (src.runs()?, dst.runs()?);
-    let mut tally = Tally::new("runs");
-    bar.set_message("runs");
-    let mut pager = Pager::new();
-    while let Some(pagination) = pager.next_page() {
-        let page = from
+    let read = async |pagination| {
+        Ok(from
             .get_runs(RunQuery {
                 pagination,
                 sort: by("run_id"),
                 ..Default::default()
             })
-            .await?;
-        track(bar, &mut pager, &page);
-        for run in page.items {
-            // run_index is Some on every stored run, so the destination keeps it.
-            to.upsert_run(run).await?;
-            tally.copied += 1;
-            bar.inc(1);
-        }
-    }
-    Ok(tally)
+            .await?)
+    };
+    // run_index is Some on every stored run, so the destination keeps it.
+    copy_pages("runs", bar, read, async |run| {
+        Ok(to.upsert_run(run).await.map(drop)?)
+    })
+    .await
 }
 
 async fn copy_memories(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
     let (from, to) = (src.memories()?, dst.memories()?);
-    let mut tally = Tally::new("memories");
-    bar.set_message("memories");
-    let mut pager = Pager::new();
-    while let Some(pagination) = pager.next_page() {
-        let page = from
+    let read = async |pagination| {
+        Ok(from
             .get_memories(MemoryQuery {
                 pagination,
                 sort: by("memory_id"),
                 ..Default::default()
             })
-            .await?;
-        track(bar, &mut pager, &page);
-        for memory in page.items {
-            to.upsert_memory(memory).await?;
-            tally.copied += 1;
-            bar.inc(1);
-        }
-    }
-    Ok(tally)
+            .await?)
+    };
+    copy_pages("memories", bar, read, async |memory| {
+        Ok(to.upsert_memory(memory).await.map(drop)?)
+    })
+    .await
 }
 
 /// `get_metrics` has no paging: the rows are read at once and written 500 at a time.
@@ -342,25 +353,19 @@ async fn copy_evals(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tal
 
 async fn copy_knowledge(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
     let (from, to) = (src.knowledge()?, dst.knowledge()?);
-    let mut tally = Tally::new("knowledge");
-    bar.set_message("knowledge");
-    let mut pager = Pager::new();
-    while let Some(pagination) = pager.next_page() {
-        let page = from
+    let read = async |pagination| {
+        Ok(from
             .get_knowledge_contents(KnowledgeQuery {
                 pagination,
                 sort: by("id"),
                 ..Default::default()
             })
-            .await?;
-        track(bar, &mut pager, &page);
-        for content in page.items {
-            to.upsert_knowledge_content(content).await?;
-            tally.copied += 1;
-            bar.inc(1);
-        }
-    }
-    Ok(tally)
+            .await?)
+    };
+    copy_pages("knowledge", bar, read, async |content| {
+        Ok(to.upsert_knowledge_content(content).await.map(drop)?)
+    })
+    .await
 }
 
 /// Schedules, then each copied schedule's runs. A schedule whose id is taken in the
@@ -455,25 +460,19 @@ async fn copy_schedule_runs(
 
 async fn copy_learnings(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
     let (from, to) = (src.learnings()?, dst.learnings()?);
-    let mut tally = Tally::new("learnings");
-    bar.set_message("learnings");
-    let mut pager = Pager::new();
-    while let Some(pagination) = pager.next_page() {
-        let page = from
+    let read = async |pagination| {
+        Ok(from
             .list_learnings(LearningQuery {
                 pagination,
                 sort: by("learning_id"),
                 ..Default::default()
             })
-            .await?;
-        track(bar, &mut pager, &page);
-        for learning in page.items {
-            to.upsert_learning(learning).await?;
-            tally.copied += 1;
-            bar.inc(1);
-        }
-    }
-    Ok(tally)
+            .await?)
+    };
+    copy_pages("learnings", bar, read, async |learning| {
+        Ok(to.upsert_learning(learning).await.map(drop)?)
+    })
+    .await
 }
 
 /// Queued jobs only: `enqueue_job` re-queues whatever it is given.
