@@ -13,7 +13,26 @@ TARGET is `sqlite:PATH`, `postgres:URL#SCHEMA` or `mysql:URL#DATABASE`. Commands
 
 import asyncio
 import json
+import logging
 import sys
+
+
+def send_agno_logs_to_stderr():
+    """agno logs INFO lines to stdout (2.9.0 through rich's console, 3.1.10 through a
+    StreamHandler when stdout is not a terminal; agno/utils/log.py), e.g. when it creates a
+    table; stdout carries this driver's JSON, so move them to stderr."""
+    import agno.utils.log  # noqa: F401  (builds agno's loggers)
+
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("agno") and isinstance(logger, logging.Logger):
+            for handler in logger.handlers:
+                if getattr(handler, "console", None) is not None:
+                    handler.console.file = sys.stderr
+                elif isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+                    handler.setStream(sys.stderr)
+
+
+send_agno_logs_to_stderr()
 
 
 def open_db(target):

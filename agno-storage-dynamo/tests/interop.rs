@@ -77,6 +77,13 @@ fn agno(python: &str, command: &str, url: &str, prefix: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs a driver command whose stdout is one JSON document; a failure shows what it printed.
+fn agno_json(python: &str, command: &str, url: &str, prefix: &str) -> Value {
+    let out = agno(python, command, url, prefix);
+    serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("agno {command} printed no JSON document ({e}):\n{out}"))
+}
+
 async fn open(url: &str, prefix: &str) -> DynamoDb {
     DynamoDb::connect(DynamoOptions {
         endpoint: Some(url.to_owned()),
@@ -185,7 +192,7 @@ fn agno_reads_what_we_write() {
         k.metadata = Some(json!({"pages": 3}));
         db.knowledge().unwrap().upsert_knowledge_content(k).await.unwrap();
     });
-    let dump: Value = serde_json::from_str(&agno(&python, "dump-v3", &url, &p)).expect("json");
+    let dump = agno_json(&python, "dump-v3", &url, &p);
     let session = &dump["sessions"][0];
     assert_eq!(session["session_id"], "rs-s1");
     assert_eq!(session["user_id"], "dave");
@@ -277,7 +284,7 @@ fn v2_tables_migrate_and_agno_reads_them() {
             .unwrap()
             .is_some());
     });
-    let dump: Value = serde_json::from_str(&agno(&python_v3, "dump-v3", &url, &p)).expect("json");
+    let dump = agno_json(&python_v3, "dump-v3", &url, &p);
     let table_runs = dump["runs"].as_array().unwrap();
     let team: Vec<_> = table_runs
         .iter()
