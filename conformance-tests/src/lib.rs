@@ -34,6 +34,8 @@ use serde_json::Value;
 
 mod cases;
 pub mod crash;
+/// Server URLs from `AGNO_TEST_<BACKEND>_URL`, or containers (feature `containers`).
+pub mod servers;
 
 /// Writes data the way agno 2.x did, for migration cases.
 #[async_trait]
