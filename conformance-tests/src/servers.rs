@@ -246,7 +246,7 @@ mod containers {
     use std::sync::{Mutex, OnceLock};
     use std::time::{Duration, Instant};
 
-    use testcontainers::core::{ContainerPort, IntoContainerPort, WaitFor};
+    use testcontainers::core::{ContainerPort, IntoContainerPort};
     use testcontainers::runners::AsyncRunner;
     use testcontainers::{ContainerAsync, GenericImage, Image, ImageExt};
     use testcontainers_modules::{
@@ -444,7 +444,8 @@ mod containers {
     }
 
     /// fake-gcs-server advertises its own address in upload responses, so its host port is
-    /// chosen before it starts and passed as `-external-url`.
+    /// chosen before it starts and passed as `-external-url`. Ready once it creates the
+    /// bucket (no log line is relied on).
     async fn start_gcs() -> std::result::Result<String, String> {
         const PORT: u16 = 4443;
         let host_port = TcpListener::bind(("127.0.0.1", 0))
@@ -454,7 +455,6 @@ mod containers {
         let external = format!("http://127.0.0.1:{host_port}");
         let c = GenericImage::new("fsouza/fake-gcs-server", "1.52.2")
             .with_exposed_port(PORT.tcp())
-            .with_wait_for(WaitFor::message_on_stderr("server started at"))
             .with_cmd([
                 "-scheme".to_owned(),
                 "http".to_owned(),
