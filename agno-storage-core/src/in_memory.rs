@@ -1338,6 +1338,8 @@ impl MigrationTarget for InMemoryDb {
     }
 
     async fn lock(&self) -> Result<MigrationLock> {
-        Ok(Box::new(self.migration_lock.clone().lock_owned().await))
+        Ok(Box::new(crate::migration::ReleasedOnDrop(
+            self.migration_lock.clone().lock_owned().await,
+        )))
     }
 }

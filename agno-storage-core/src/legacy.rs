@@ -204,9 +204,11 @@ pub struct InsertedRuns {
 /// shared v3.0.0 sessions step and `cleanup_legacy_runs` are written once against it.
 #[async_trait]
 pub trait LegacyRunsStore: Send + Sync {
-    /// Up to `limit` sessions that still carry a blob (it may be empty or JSON `null`),
-    /// ordered by `session_id`, strictly after `after`. A page shorter than `limit` is the
-    /// last one. A read error is an error (never an empty page).
+    /// Up to `limit` sessions that still carry a blob (it may be empty or JSON `null`), in
+    /// a stable order (by `session_id`, or a key-ordered scan such as DynamoDB's), resuming
+    /// strictly after the session `after` that ended the previous page, so every session is
+    /// seen once. A page shorter than `limit` is the last one. A read error is an error
+    /// (never an empty page).
     async fn legacy_runs_page(
         &self,
         after: Option<&str>,

@@ -109,6 +109,65 @@ pub trait MetricsStore: Send + Sync {
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage>;
 }
 
+/// agno's `is_legacy_metric`: a row written before per-user buckets (agno 2.x), recognised
+/// by its stored fields: no `user_id` field at all, or the unowned sentinel (null or `""`)
+/// with users counted. `stored_user_id` is `None` when the field is absent.
+pub fn is_legacy_metric(stored_user_id: Option<Option<&str>>, users_count: i64) -> bool {
+    match stored_user_id {
+        None => true,
+        Some(owner) => owner.is_none_or(str::is_empty) && users_count != 0,
+    }
+}
+
+/// [`is_legacy_metric`] of a row as stored in a JSON document.
+pub fn is_legacy_metric_json(row: &Map<String, Value>) -> bool {
+    let users_count = match row.get("users_count") {
+        Some(Value::Bool(b)) => i64::from(*b),
+        Some(v) => v.as_i64().unwrap_or(0),
+        None => 0,
+    };
+    is_legacy_metric(row.get("user_id").map(|u| u.as_str()), users_count)
+}
+
+/// A metrics read, as agno 3 answers it, from the candidate rows with their legacy flag (see
+/// [`is_legacy_metric`]): legacy rows are dropped on scoped reads (`user_id` set) and, on
+/// unscoped reads, wherever a per-user row covers the same `(date, aggregation_period)`
+/// (agno's `drop_legacy_metrics`). `rows` are those in the date range, sorted by date, then
+/// owner; `latest_updated_at` is the newest among the visible rows of every date (`None`
+/// when `rows` is empty).
+pub fn visible_metrics(rows: Vec<(MetricsRecord, bool)>, query: &MetricsQuery) -> MetricsPage {
+    let covered: std::collections::HashSet<(NaiveDate, String)> = rows
+        .iter()
+        .filter(|(_, legacy)| !legacy)
+        .map(|(r, _)| (r.date, r.aggregation_period.clone()))
+        .collect();
+    let visible: Vec<MetricsRecord> = rows
+        .into_iter()
+        .filter(|(r, legacy)| match &query.user_id {
+            Some(u) => !legacy && r.stored_user_id() == u,
+            None => !legacy || !covered.contains(&(r.date, r.aggregation_period.clone())),
+        })
+        .map(|(r, _)| r)
+        .collect();
+    let latest_updated_at = visible.iter().filter_map(|r| r.updated_at).max();
+    let mut rows: Vec<MetricsRecord> = visible
+        .into_iter()
+        .filter(|r| {
+            query.starting_date.is_none_or(|d| r.date >= d)
+                && query.ending_date.is_none_or(|d| r.date <= d)
+        })
+        .collect();
+    rows.sort_by(|a, b| (a.date, a.stored_user_id()).cmp(&(b.date, b.stored_user_id())));
+    MetricsPage {
+        latest_updated_at: if rows.is_empty() {
+            None
+        } else {
+            latest_updated_at
+        },
+        rows,
+    }
+}
+
 fn add_i64(map: &mut Map<String, Value>, key: &str, by: i64) {
     let current = map.get(key).and_then(Value::as_i64).unwrap_or(0);
     map.insert(key.to_owned(), json!(current.saturating_add(by)));
@@ -277,6 +336,72 @@ pub async fn calculate_metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn legacy_rows_show_only_where_uncovered() {
+        assert!(is_legacy_metric(None, 0));
+        assert!(is_legacy_metric(Some(Some("")), 3));
+        assert!(is_legacy_metric(Some(None), 1));
+        assert!(!is_legacy_metric(Some(Some("")), 0));
+        assert!(!is_legacy_metric(Some(Some("alice")), 1));
+        let json_row = |v: Value| is_legacy_metric_json(v.as_object().unwrap());
+        assert!(json_row(json!({"date": "2026-01-01"})));
+        assert!(json_row(json!({"user_id": "", "users_count": true})));
+        assert!(!json_row(json!({"user_id": "", "users_count": 0})));
+
+        let day = |d: u32| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
+        let row = |user: Option<&str>, d: u32, updated: i64| MetricsRecord {
+            id: format!("{user:?}{d}"),
+            user_id: user.map(str::to_owned),
+            date: day(d),
+            aggregation_period: "daily".into(),
+            agent_runs_count: 0,
+            team_runs_count: 0,
+            workflow_runs_count: 0,
+            agent_sessions_count: 0,
+            team_sessions_count: 0,
+            workflow_sessions_count: 0,
+            users_count: 0,
+            token_metrics: json!({}),
+            model_metrics: json!([]),
+            completed: true,
+            created_at: updated,
+            updated_at: Some(updated),
+        };
+        let rows = vec![
+            (row(None, 1, 10), true), // covered by alice's day 1: dropped
+            (row(Some("alice"), 1, 20), false),
+            (row(None, 2, 30), true), // uncovered: kept on unscoped reads
+        ];
+        let all = visible_metrics(rows.clone(), &MetricsQuery::default());
+        let days: Vec<_> = all
+            .rows
+            .iter()
+            .map(|r| (r.date, r.user_id.clone()))
+            .collect();
+        assert_eq!(days, vec![(day(1), Some("alice".into())), (day(2), None)]);
+        assert_eq!(all.latest_updated_at, Some(30));
+        let shared = visible_metrics(
+            rows.clone(),
+            &MetricsQuery {
+                user_id: Some(String::new()),
+                ..Default::default()
+            },
+        );
+        assert!(
+            shared.rows.is_empty(),
+            "legacy rows never answer a scoped read"
+        );
+        let ranged = visible_metrics(
+            rows,
+            &MetricsQuery {
+                starting_date: Some(day(2)),
+                ..Default::default()
+            },
+        );
+        assert_eq!(ranged.rows.len(), 1);
+        assert_eq!(ranged.latest_updated_at, Some(30));
+    }
 
     #[test]
     fn shared_bucket_and_per_user_rows() {

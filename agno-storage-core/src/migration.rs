@@ -195,8 +195,30 @@ pub trait MigrationStep: Send + Sync {
     async fn down(&self, table: &TableRef) -> Result<StepOutcome>;
 }
 
-/// Held while a migration runs; dropping it releases the lock.
-pub type MigrationLock = Box<dyn Send + Sync>;
+/// A migration lock while it is held.
+#[async_trait]
+pub trait HeldLock: Send + Sync {
+    /// Frees the lock and returns once it is free, so the next migration (in this or
+    /// another process) can take it at once. The manager calls it on every exit of
+    /// `up()`/`down()`. Dropping a lock without releasing it (a panic, a cancelled future)
+    /// must still free it eventually: best effort on drop, or a stale-lock timeout.
+    async fn release(self: Box<Self>) -> Result<()>;
+}
+
+/// Held while a migration runs; see [`HeldLock`].
+pub type MigrationLock = Box<dyn HeldLock>;
+
+/// A lock that dropping frees at once (a file lock, a connection-scoped advisory lock, an
+/// in-process mutex guard): `release` just drops it.
+pub struct ReleasedOnDrop<T>(pub T);
+
+#[async_trait]
+impl<T: Send + Sync> HeldLock for ReleasedOnDrop<T> {
+    async fn release(self: Box<Self>) -> Result<()> {
+        drop(self);
+        Ok(())
+    }
+}
 
 /// A database the manager can migrate: its tables, stamps, steps and lock.
 #[async_trait]
@@ -354,19 +376,23 @@ impl<'a> MigrationManager<'a> {
     }
 
     /// Migrates every table to the latest version. Idempotent: a second call changes nothing.
+    /// The lock is released before it returns, whatever the outcome.
     pub async fn up(&self) -> Result<MigrationReport, MigrationFailure> {
         let mut report = MigrationReport::default();
-        let fail = |error: Error, report: &MigrationReport| MigrationFailure {
-            error,
-            report: report.clone(),
+        let lock = match self.target.lock().await {
+            Ok(lock) => lock,
+            Err(error) => return Err(MigrationFailure { error, report }),
         };
-        let _lock = self.target.lock().await.map_err(|e| fail(e, &report))?;
+        let outcome = self.up_locked(&mut report).await;
+        finish(outcome, lock.release().await, report)
+    }
+
+    async fn up_locked(&self, report: &mut MigrationReport) -> Result<()> {
         let steps = self.ordered_steps();
         for table in self.target.tables() {
             let from = self
                 .current(&table)
-                .await
-                .map_err(|e| fail(e, &report))?
+                .await?
                 .unwrap_or(SchemaVersion::UNSTAMPED);
             if from >= self.latest {
                 continue;
@@ -383,7 +409,7 @@ impl<'a> MigrationManager<'a> {
                         e.message(),
                         table.name
                     );
-                    fail(Error::new(e.kind(), message).with_source(e), &report)
+                    Error::new(e.kind(), message).with_source(e)
                 })?;
                 report.applied.push(AppliedStep {
                     table: table.name.clone(),
@@ -394,30 +420,38 @@ impl<'a> MigrationManager<'a> {
             self.target
                 .versions()
                 .set_schema_version(&table.name, self.latest)
-                .await
-                .map_err(|e| fail(e, &report))?;
+                .await?;
             report.stamped.push((table.name.clone(), self.latest));
         }
-        Ok(report)
+        Ok(())
     }
 
     /// Reverts every table above `target` (only `table` when given) by running the steps
     /// between, newest first. A step that cannot be reverted (the learnings re-key) stops it
-    /// with `Unsupported`, leaving that table's stamp unchanged.
+    /// with `Unsupported`, leaving that table's stamp unchanged. The lock is released before
+    /// it returns.
     pub async fn down(
         &self,
         target: SchemaVersion,
         table: Option<TableType>,
     ) -> Result<MigrationReport, MigrationFailure> {
         let mut report = MigrationReport::default();
-        let fail = |error: Error, report: &MigrationReport| MigrationFailure {
-            error,
-            report: report.clone(),
+        let lock = match self.target.lock().await {
+            Ok(lock) => lock,
+            Err(error) => return Err(MigrationFailure { error, report }),
         };
-        let _lock = self.target.lock().await.map_err(|e| fail(e, &report))?;
+        let outcome = self.down_locked(target, table, &mut report).await;
+        finish(outcome, lock.release().await, report)
+    }
+
+    async fn down_locked(
+        &self,
+        target: SchemaVersion,
+        only: Option<TableType>,
+        report: &mut MigrationReport,
+    ) -> Result<()> {
         let mut steps = self.ordered_steps();
         steps.reverse();
-        let only = table;
         for table in self
             .target
             .tables()
@@ -426,8 +460,7 @@ impl<'a> MigrationManager<'a> {
         {
             let from = self
                 .current(&table)
-                .await
-                .map_err(|e| fail(e, &report))?
+                .await?
                 .unwrap_or(SchemaVersion::UNSTAMPED);
             if from <= target {
                 continue;
@@ -435,7 +468,7 @@ impl<'a> MigrationManager<'a> {
             for step in steps.iter().filter(|s| {
                 s.applies_to(table.table_type) && s.version() > target && s.version() <= from
             }) {
-                let outcome = step.down(&table).await.map_err(|e| fail(e, &report))?;
+                let outcome = step.down(&table).await?;
                 report.applied.push(AppliedStep {
                     table: table.name.clone(),
                     version: step.version(),
@@ -445,11 +478,35 @@ impl<'a> MigrationManager<'a> {
             self.target
                 .versions()
                 .set_schema_version(&table.name, target)
-                .await
-                .map_err(|e| fail(e, &report))?;
+                .await?;
             report.stamped.push((table.name.clone(), target));
         }
-        Ok(report)
+        Ok(())
+    }
+}
+
+/// The result of a locked run: its own error first; otherwise a failed release, which says
+/// the work itself is done.
+fn finish(
+    outcome: Result<()>,
+    released: Result<()>,
+    report: MigrationReport,
+) -> Result<MigrationReport, MigrationFailure> {
+    match (outcome, released) {
+        (Err(error), _) => Err(MigrationFailure { error, report }),
+        (Ok(()), Err(e)) => Err(MigrationFailure {
+            error: Error::new(
+                e.kind(),
+                format!(
+                    "the migration finished, but its lock could not be released: {}; \
+                     the next migration waits until the lock goes stale",
+                    e.message()
+                ),
+            )
+            .with_source(e),
+            report,
+        }),
+        (Ok(()), Ok(())) => Ok(report),
     }
 }
 

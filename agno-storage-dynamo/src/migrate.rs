@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
-    SchemaVersion, SchemaVersionStore, TableRef, TableType,
+    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, MigrationTarget,
+    RekeyLearningsStep, SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, ErrorKind, Result};
 
@@ -47,8 +47,29 @@ struct LockGuard {
     holder: String,
 }
 
+#[async_trait]
+impl HeldLock for LockGuard {
+    /// Deletes the lock item if this holder still owns it.
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        let holder = std::mem::take(&mut self.holder);
+        let key = self.db.lock_key();
+        // `false` when another holder took it over after it went stale: nothing to free.
+        self.db
+            .delete(
+                Tbl::Meta,
+                &key,
+                Some(Cond::default().eq("holder", sv(&holder))),
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if self.holder.is_empty() {
+            return; // released
+        }
         let db = self.db.clone();
         let holder = std::mem::take(&mut self.holder);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {

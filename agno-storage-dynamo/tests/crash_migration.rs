@@ -7,11 +7,10 @@
 //!
 //! The migration lock is an item (`pk = "migration_lock#<versions table>"` in the meta table)
 //! that a later `lock()` breaks only once it is 10 minutes old: a killed holder blocks every
-//! migration until then (a recovering `up()` gives up after 30 seconds). A holder whose `up()`
-//! returned leaves it too when its process exits right away: the guard deletes it from a task
-//! spawned in `Drop`, which the exiting runtime never runs (a known bug). The `after_child`
-//! hook deletes it, as an operator who knows the holder is dead would (the lock's error
-//! message says so).
+//! migration until then (a recovering `up()` gives up after 30 seconds). A holder whose `up()` returned must leave no lock: `up()` awaits
+//! `HeldLock::release`, and the `after_child` hook fails the trial when a finished child
+//! left its lock. After a kill the hook deletes the lock, as an operator who knows the
+//! holder is dead would (the lock's error message says so).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -198,14 +197,11 @@ impl CrashBackend for Dynamo {
             .send()
             .await
             .map_err(ddb_err)?;
-        if out.attributes().is_some_and(|a| !a.is_empty())
-            && !killed
-            && std::env::var_os("AGNO_CRASH_VERBOSE").is_some()
-        {
-            eprintln!(
-                "dynamodb: a child whose up() returned left its migration lock behind (released by a task \
-                 spawned in LockGuard::drop, which the exiting process never ran)"
-            );
+        if out.attributes().is_some_and(|a| !a.is_empty()) && !killed {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                "a child whose up() returned left its migration lock behind: up() must release it",
+            ));
         }
         Ok(())
     }

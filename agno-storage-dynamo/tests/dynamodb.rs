@@ -17,7 +17,7 @@ use agno_storage_dynamo::aws_sdk_dynamodb::types::{
 };
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
-use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
 
 const PREFIX: &str = "agno_ct_";
@@ -158,6 +158,15 @@ impl Harness for Dynamo {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::all()
+    }
+
+    /// DynamoDB Local serializes writes; 400 jobs keep the trial to about a minute
+    /// (`AGNO_JOB_STRESS_JOBS=2000` runs the full size).
+    fn job_stress(&self) -> JobStress {
+        JobStress {
+            jobs: 400,
+            ..JobStress::default()
+        }
     }
 
     async fn open(&self, _case: &str) -> Result<AgnoDb> {

@@ -2,6 +2,7 @@
 //! the shared bucket and `{date}_{sha256(user_id)}_daily` per user; `user_id` `""` marks
 //! the shared bucket.
 
+use agno_storage_core::metrics::{is_legacy_metric_json, visible_metrics};
 use agno_storage_core::{
     async_trait, MetricsPage, MetricsQuery, MetricsRecord, MetricsStore, Result,
 };
@@ -72,33 +73,11 @@ impl MetricsStore for FirestoreDb {
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        let owned: Vec<MetricsRecord> = self
-            .query(&self.inner.names.metrics, &eq)
-            .await?
-            .iter()
-            .map(decode_metrics)
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .filter(|r| {
-                query
-                    .user_id
-                    .as_deref()
-                    .is_none_or(|u| r.stored_user_id() == u)
-            })
-            .collect();
-        let latest = owned.iter().filter_map(|r| r.updated_at).max();
-        let mut rows: Vec<MetricsRecord> = owned
-            .into_iter()
-            .filter(|r| {
-                query.starting_date.is_none_or(|d| r.date >= d)
-                    && query.ending_date.is_none_or(|d| r.date <= d)
-            })
-            .collect();
-        rows.sort_by(|a, b| (a.date, a.stored_user_id()).cmp(&(b.date, b.stored_user_id())));
-        let latest_updated_at = if rows.is_empty() { None } else { latest };
-        Ok(MetricsPage {
-            rows,
-            latest_updated_at,
-        })
+        let mut candidates = Vec::new();
+        for stored in self.query(&self.inner.names.metrics, &eq).await? {
+            let legacy = is_legacy_metric_json(&stored.fields);
+            candidates.push((decode_metrics(&stored)?, legacy));
+        }
+        Ok(visible_metrics(candidates, &query))
     }
 }

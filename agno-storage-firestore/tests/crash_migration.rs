@@ -8,11 +8,10 @@
 //!
 //! The migration lock is a document (`migration_lock` in the meta collection) that a later
 //! `lock()` breaks only once it is 15 minutes old: a killed holder blocks every migration
-//! until then (a recovering `up()` gives up after a minute). A holder whose `up()` returned
-//! leaves it too when its process exits right away: the guard deletes it from a task spawned
-//! in `Drop`, which the exiting runtime never runs (a known bug). The `after_child` hook
-//! deletes it, as an operator who knows the holder is dead would (the lock's error message
-//! says so).
+//! until then (a recovering `up()` gives up after a minute). A holder whose `up()` returned must leave no lock: `up()` awaits
+//! `HeldLock::release`, and the `after_child` hook fails the trial when a finished child
+//! left its lock. After a kill the hook deletes the lock, as an operator who knows the
+//! holder is dead would (the lock's error message says so).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -102,11 +101,11 @@ impl CrashBackend for Firestore {
                 .execute()
                 .await
                 .map_err(fs_err)?;
-            if !killed && std::env::var_os("AGNO_CRASH_VERBOSE").is_some() {
-                eprintln!(
-                    "firestore: a child whose up() returned left its migration lock behind (released by a task \
-                     spawned in LockGuard::drop, which the exiting process never ran)"
-                );
+            if !killed {
+                return Err(Error::new(
+                ErrorKind::Conflict,
+                "a child whose up() returned left its migration lock behind: up() must release it",
+            ));
             }
         }
         Ok(())

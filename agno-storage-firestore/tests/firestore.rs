@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
-use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
 
 fn ci() -> bool {
@@ -65,6 +65,15 @@ impl Harness for Firestore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::all()
+    }
+
+    /// The emulator serializes commits; 200 jobs keep the trial to about a minute
+    /// (`AGNO_JOB_STRESS_JOBS=2000` runs the full size).
+    fn job_stress(&self) -> JobStress {
+        JobStress {
+            jobs: 200,
+            ..JobStress::default()
+        }
     }
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {

@@ -3,9 +3,9 @@
 //! Rows agno 2.x wrote (no `user_id`, a whole day's traffic) are left in place and, as agno
 //! does, dropped from unscoped reads once per-user rows cover their day.
 
-use std::collections::HashSet;
-
-use agno_storage_core::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
+use agno_storage_core::metrics::{
+    is_legacy_metric_json, visible_metrics, MetricsPage, MetricsQuery, MetricsRecord, MetricsStore,
+};
 use agno_storage_core::{async_trait, Result};
 use serde_json::Value;
 
@@ -49,39 +49,6 @@ impl Doc for MetricsRecord {
     }
 }
 
-/// Whether a row predates per-user buckets (agno's `is_legacy_metric`).
-fn is_legacy(row: &Value) -> bool {
-    match row.get("user_id") {
-        None => true,
-        Some(owner) => {
-            owner.as_str().is_none_or(str::is_empty)
-                && row.get("users_count").and_then(Value::as_i64).unwrap_or(0) > 0
-        }
-    }
-}
-
-/// The `(date, period)` bucket of a row.
-fn bucket(row: &Value) -> (Option<&str>, &str) {
-    (
-        text(row, "date"),
-        text(row, "aggregation_period").unwrap_or("daily"),
-    )
-}
-
-/// agno's `drop_legacy_metrics`: a legacy row goes where per-user rows cover its bucket.
-fn drop_legacy(rows: Vec<Value>) -> Vec<Value> {
-    let covered: HashSet<(Option<&str>, &str)> =
-        rows.iter().filter(|r| !is_legacy(r)).map(bucket).collect();
-    let keep: Vec<bool> = rows
-        .iter()
-        .map(|r| !is_legacy(r) || !covered.contains(&bucket(r)))
-        .collect();
-    rows.into_iter()
-        .zip(keep)
-        .filter_map(|(r, k)| k.then_some(r))
-        .collect()
-}
-
 #[async_trait]
 impl MetricsStore for JsonStore {
     async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
@@ -111,40 +78,12 @@ impl MetricsStore for JsonStore {
     }
 
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
-        let mut rows = self.files.load(Table::Metrics).await?;
-        if query.user_id.is_none() {
-            rows = drop_legacy(rows);
+        let rows = self.files.load(Table::Metrics).await?;
+        let mut candidates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let legacy = row.as_object().is_some_and(is_legacy_metric_json);
+            candidates.push((MetricsRecord::decode(row)?, legacy));
         }
-        let owned: Vec<&Value> = rows
-            .iter()
-            .filter(|r| {
-                query
-                    .user_id
-                    .as_deref()
-                    .is_none_or(|u| text(r, "user_id") == Some(u))
-            })
-            .collect();
-        let mut selected = Vec::new();
-        for row in &owned {
-            let record = MetricsRecord::decode(row)?;
-            if query.starting_date.is_none_or(|d| record.date >= d)
-                && query.ending_date.is_none_or(|d| record.date <= d)
-            {
-                selected.push(record);
-            }
-        }
-        selected.sort_by(|a, b| (a.date, a.stored_user_id()).cmp(&(b.date, b.stored_user_id())));
-        let latest_updated_at = if selected.is_empty() {
-            None
-        } else {
-            owned
-                .iter()
-                .filter_map(|r| r.get("updated_at").and_then(Value::as_i64))
-                .max()
-        };
-        Ok(MetricsPage {
-            rows: selected,
-            latest_updated_at,
-        })
+        Ok(visible_metrics(candidates, &query))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agno_storage_core::migration::{
     CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
-    SchemaVersion, SchemaVersionStore, TableRef, TableType,
+    ReleasedOnDrop, SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, Result};
 use serde_json::{json, Value};
@@ -136,8 +136,8 @@ impl MigrationTarget for JsonMigrations {
         if let Some(dir) = &self.store.dir {
             let file =
                 crate::lockfile::LockFile::acquire(dir.join(".agno_migrations.lock")).await?;
-            return Ok(Box::new((guard, file)));
+            return Ok(Box::new(ReleasedOnDrop((guard, file))));
         }
-        Ok(Box::new(guard))
+        Ok(Box::new(ReleasedOnDrop(guard)))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result};
 use agno_storage_json::JsonDb;
-use conformance_tests::{async_trait, Harness, LegacyDb};
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
 
 struct Local;
 
@@ -19,6 +19,15 @@ impl Harness for Local {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::all()
+    }
+
+    /// Every claim rewrites the whole jobs file under a lock: 400 jobs keep the trial to
+    /// about a minute (`AGNO_JOB_STRESS_JOBS=2000` runs the full size).
+    fn job_stress(&self) -> JobStress {
+        JobStress {
+            jobs: 400,
+            ..JobStress::default()
+        }
     }
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {

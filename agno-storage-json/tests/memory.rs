@@ -11,7 +11,7 @@ use agno_storage_json::object_store::memory::InMemory;
 use agno_storage_json::object_store::path::Path;
 use agno_storage_json::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use agno_storage_json::JsonDb;
-use conformance_tests::{async_trait, Harness, LegacyDb};
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
 
 struct Memory;
 
@@ -25,6 +25,15 @@ impl Harness for Memory {
         Capabilities {
             durable: false,
             ..Capabilities::all()
+        }
+    }
+
+    /// Every claim rewrites the whole jobs document (one object, compare-and-swap): 200
+    /// jobs keep the trial short (`AGNO_JOB_STRESS_JOBS=2000` runs the full size).
+    fn job_stress(&self) -> JobStress {
+        JobStress {
+            jobs: 200,
+            ..JobStress::default()
         }
     }
 

@@ -6,9 +6,7 @@
 //! key of agno 3's shared bucket. Writing the shared bucket moves such a record to
 //! `{date}_{period}` first (no 3.x key has that form), so it is never overwritten.
 
-use std::collections::HashSet;
-
-use agno_storage_core::metrics::SHARED_BUCKET;
+use agno_storage_core::metrics::{is_legacy_metric_json, visible_metrics, SHARED_BUCKET};
 use agno_storage_core::{
     async_trait, Error, ErrorKind, MetricsPage, MetricsQuery, MetricsRecord, MetricsStore, Result,
 };
@@ -20,20 +18,6 @@ use crate::codec::{decode_object, encode, int, object, opt_int, text};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "metrics";
-
-/// agno's `is_legacy_metric`: no owner field, or the unowned sentinel with users counted.
-pub(crate) fn is_legacy(map: &Map<String, Value>) -> bool {
-    match map.get("user_id") {
-        None => true,
-        Some(u) => {
-            let unowned = u.is_null() || u.as_str() == Some("");
-            let counted = map
-                .get("users_count")
-                .is_some_and(|c| c.as_i64().is_some_and(|n| n != 0) || c.as_bool() == Some(true));
-            unowned && counted
-        }
-    }
-}
 
 fn day_number(date: NaiveDate) -> f64 {
     date.and_hms_opt(0, 0, 0)
@@ -53,7 +37,7 @@ pub(crate) fn record_id(r: &MetricsRecord) -> String {
 
 pub(crate) fn decode(key: &str, raw: &str) -> Result<(MetricsRecord, bool)> {
     let map = decode_object(key, raw)?;
-    let legacy = is_legacy(&map);
+    let legacy = is_legacy_metric_json(&map);
     let date_text = text(&map, "date").unwrap_or_default();
     let date = date_text
         .get(..10)
@@ -235,42 +219,10 @@ impl MetricsStore for KvStore {
             Some(u) => self.metrics_of(u),
             None => self.metrics_all(),
         };
-        let mut owned: Vec<(MetricsRecord, bool)> = Vec::new();
+        let mut candidates = Vec::new();
         for (id, raw) in self.load_index(TABLE, &index, "-inf", "+inf").await? {
-            let (record, legacy) = decode(&self.key(TABLE, &id), &raw)?;
-            let owner_ok = match &query.user_id {
-                Some(u) => !legacy && record.stored_user_id() == u,
-                None => true,
-            };
-            if owner_ok {
-                owned.push((record, legacy));
-            }
+            candidates.push(decode(&self.key(TABLE, &id), &raw)?);
         }
-        if query.user_id.is_none() {
-            // agno's drop_legacy_metrics: a whole-day record goes where per-user records
-            // cover its day.
-            let covered: HashSet<(NaiveDate, String)> = owned
-                .iter()
-                .filter(|(_, legacy)| !legacy)
-                .map(|(r, _)| (r.date, r.aggregation_period.clone()))
-                .collect();
-            owned.retain(|(r, legacy)| {
-                !legacy || !covered.contains(&(r.date, r.aggregation_period.clone()))
-            });
-        }
-        let latest = owned.iter().filter_map(|(r, _)| r.updated_at).max();
-        let mut rows: Vec<MetricsRecord> = owned
-            .into_iter()
-            .map(|(r, _)| r)
-            .filter(|r| {
-                query.starting_date.is_none_or(|d| r.date >= d)
-                    && query.ending_date.is_none_or(|d| r.date <= d)
-            })
-            .collect();
-        rows.sort_by(|a, b| (a.date, a.stored_user_id()).cmp(&(b.date, b.stored_user_id())));
-        Ok(MetricsPage {
-            latest_updated_at: if rows.is_empty() { None } else { latest },
-            rows,
-        })
+        Ok(visible_metrics(candidates, &query))
     }
 }

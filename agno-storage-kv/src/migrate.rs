@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, MigrationLock, MigrationStep, RekeyLearningsStep, StepOutcome, TableRef,
+    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, RekeyLearningsStep, StepOutcome,
+    TableRef,
 };
 use agno_storage_core::{
     async_trait, Error, ErrorKind, MigrationTarget, Result, SchemaVersion, SchemaVersionStore,
@@ -267,9 +268,32 @@ struct LockGuard {
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 const REFRESH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
+#[async_trait]
+impl HeldLock for LockGuard {
+    /// Stops the refresher and deletes the key if this holder still owns it.
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        self.refresher.abort();
+        let token = std::mem::take(&mut self.token);
+        let _: i64 = self
+            .store
+            .query(
+                redis::cmd("EVAL")
+                    .arg(RELEASE)
+                    .arg(1)
+                    .arg(self.store.lock_key())
+                    .arg(&token),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.refresher.abort();
+        if self.token.is_empty() {
+            return; // released
+        }
         let (store, token) = (self.store.clone(), self.token.clone());
         // Without a runtime the key expires on its own after LOCK_TTL_MS.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {

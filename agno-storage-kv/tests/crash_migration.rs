@@ -7,10 +7,10 @@
 //!
 //! The migration lock is a key with a 60-second TTL (`{prefix}:agno_migration_lock`) that its
 //! holder refreshes: a killed holder leaves it behind until it expires, so a recovering
-//! `up()` would wait for up to a minute. A holder whose `up()` returned leaves it too when its
-//! process exits right away: the guard releases it from a task spawned in `Drop`, which the
-//! exiting runtime never runs (a known bug). The `after_child` hook deletes it, as an operator
-//! who knows the holder is dead would (the lock's error message says so).
+//! `up()` would wait for up to a minute. A holder whose `up()` returned must leave no lock: `up()` awaits
+//! `HeldLock::release`, and the `after_child` hook fails the trial when a finished child
+//! left its lock. After a kill the hook deletes the lock, as an operator who knows the
+//! holder is dead would (the lock's error message says so).
 
 mod common;
 
@@ -67,12 +67,11 @@ impl CrashBackend for Crashable {
             .query_async::<u64>(&mut conn)
             .await
             .map_err(|e| Error::new(ErrorKind::Unavailable, e.to_string()))?;
-        if deleted > 0 && !killed && std::env::var_os("AGNO_CRASH_VERBOSE").is_some() {
-            eprintln!(
-                "{}: a child whose up() returned left its migration lock behind (released by a task \
-                 spawned in LockGuard::drop, which the exiting process never ran)",
-                self.name
-            );
+        if deleted > 0 && !killed {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                "a child whose up() returned left its migration lock behind: up() must release it",
+            ));
         }
         Ok(())
     }

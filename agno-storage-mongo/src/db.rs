@@ -4,13 +4,24 @@ use std::sync::Arc;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
 use agno_storage_core::{AgnoDb, Result};
+use futures::future::BoxFuture;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
+use mongodb::error::{TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::options::ClientOptions;
-use mongodb::{Client, Collection, Database};
+use mongodb::{Client, ClientSession, Collection, Database};
 
 use crate::doc::{db_err, BACKEND};
 use crate::schema::{self, IndexSpec};
+
+/// How often a transaction that hit a transient conflict is retried.
+const TRANSACTION_ATTEMPTS: u32 = 5;
+
+/// Whether the server refused a transaction because it has none (a standalone `mongod`:
+/// "Transaction numbers are only allowed on a replica set member or mongos", code 20).
+fn transactions_unsupported(e: &mongodb::error::Error) -> bool {
+    matches!(e.kind.as_ref(), mongodb::error::ErrorKind::Command(c) if c.code == 20)
+}
 
 /// Collection names, as agno 3.1.10's `MongoDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +195,51 @@ impl MongoDb {
 
     pub(crate) fn coll(&self, name: &str) -> Collection<Document> {
         self.inner.db.collection(name)
+    }
+
+    /// Runs `work` (every write on the given session) in one multi-document transaction,
+    /// retrying transient conflicts, so a crash never leaves half of it. On a server without
+    /// transactions (a standalone `mongod`) it runs the same writes in a plain session.
+    pub(crate) async fn transaction<T>(
+        &self,
+        operation: &'static str,
+        work: impl for<'s> Fn(
+            &'s MongoDb,
+            &'s mut ClientSession,
+        ) -> BoxFuture<'s, mongodb::error::Result<T>>,
+    ) -> Result<T> {
+        let client = self.inner.db.client();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut session = client.start_session().await.map_err(db_err(operation))?;
+            session
+                .start_transaction()
+                .await
+                .map_err(db_err(operation))?;
+            let outcome = match work(self, &mut session).await {
+                Ok(value) => session.commit_transaction().await.map(|()| value),
+                Err(e) => {
+                    let _ = session.abort_transaction().await;
+                    Err(e)
+                }
+            };
+            match outcome {
+                Ok(value) => return Ok(value),
+                Err(e) if transactions_unsupported(&e) => {
+                    let mut plain = client.start_session().await.map_err(db_err(operation))?;
+                    return work(self, &mut plain).await.map_err(db_err(operation));
+                }
+                Err(e)
+                    if attempt < TRANSACTION_ATTEMPTS
+                        && (e.contains_label(TRANSIENT_TRANSACTION_ERROR)
+                            || e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT)) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(db_err(operation)(e)),
+            }
+        }
     }
 
     fn index_plan(&self) -> Vec<(String, Vec<IndexSpec>)> {

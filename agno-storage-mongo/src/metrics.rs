@@ -1,11 +1,12 @@
 //! Daily metrics (`agno_metrics`), one document per `(user_id, date, aggregation_period)`;
 //! the shared bucket is stored with `user_id: ""`.
 
+use agno_storage_core::metrics::{is_legacy_metric, visible_metrics};
 use agno_storage_core::{
     async_trait, MetricsPage, MetricsQuery, MetricsRecord, MetricsStore, Result,
 };
 use futures::TryStreamExt;
-use mongodb::bson::{doc, Document};
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 
 use crate::doc::{db_err, from_doc, to_doc};
@@ -65,17 +66,28 @@ impl MetricsStore for MongoDb {
         if !date.is_empty() {
             filter.insert("date", date);
         }
-        let mut rows = coll
+        let mut candidates = Vec::new();
+        for d in coll
             .find(filter)
             .await
             .map_err(db_err("get metrics"))?
             .try_collect::<Vec<Document>>()
             .await
             .map_err(db_err("get metrics"))?
-            .into_iter()
-            .map(decode)
-            .collect::<Result<Vec<_>>>()?;
-        rows.sort_by(|a, b| (a.date, a.stored_user_id()).cmp(&(b.date, b.stored_user_id())));
+        {
+            let owner = match d.get("user_id") {
+                None => None,
+                Some(Bson::String(u)) => Some(Some(u.as_str())),
+                Some(_) => Some(None),
+            };
+            let users_count = d
+                .get("users_count")
+                .and_then(crate::runs::as_i64)
+                .unwrap_or(0);
+            let legacy = is_legacy_metric(owner, users_count);
+            candidates.push((decode(d)?, legacy));
+        }
+        let rows = visible_metrics(candidates, &query).rows;
         let latest_updated_at = if rows.is_empty() {
             None
         } else {

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
-    SchemaVersion, SchemaVersionStore, StepOutcome, TableRef, TableType,
+    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, MigrationTarget,
+    RekeyLearningsStep, SchemaVersion, SchemaVersionStore, StepOutcome, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
 use mongodb::bson::{doc, Bson};
@@ -117,8 +117,25 @@ struct LockGuard {
     holder: String,
 }
 
+#[async_trait]
+impl HeldLock for LockGuard {
+    /// Deletes the lock document if this holder still owns it.
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        let holder = std::mem::take(&mut self.holder);
+        self.db
+            .coll(&self.db.inner.names.meta)
+            .delete_one(doc! {"_id": LOCK_ID, "holder": holder})
+            .await
+            .map_err(db_err("release the migration lock"))?;
+        Ok(())
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if self.holder.is_empty() {
+            return; // released
+        }
         let coll = self.db.coll(&self.db.inner.names.meta);
         let holder = std::mem::take(&mut self.holder);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {

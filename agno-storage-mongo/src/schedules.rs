@@ -149,22 +149,29 @@ impl ScheduleStore for MongoDb {
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let mut filter = doc! {"id": id};
         scope(&mut filter, user_id);
-        let deleted = self
-            .coll(&self.inner.names.schedules)
-            .delete_one(filter)
-            .await
-            .map_err(db_err("delete schedule"))?
-            .deleted_count;
-        if deleted == 0 {
-            return Ok(false);
-        }
         let mut runs = doc! {"schedule_id": id};
         scope(&mut runs, user_id);
-        self.coll(&self.inner.names.schedule_runs)
-            .delete_many(runs)
-            .await
-            .map_err(db_err("delete schedule runs"))?;
-        Ok(true)
+        // One transaction: a crash never leaves the runs of a deleted schedule.
+        self.transaction("delete schedule", |db, tx| {
+            let (filter, runs) = (filter.clone(), runs.clone());
+            Box::pin(async move {
+                let names = &db.inner.names;
+                let deleted = db
+                    .coll(&names.schedules)
+                    .delete_one(filter)
+                    .session(&mut *tx)
+                    .await?
+                    .deleted_count;
+                if deleted > 0 {
+                    db.coll(&names.schedule_runs)
+                        .delete_many(runs)
+                        .session(&mut *tx)
+                        .await?;
+                }
+                Ok(deleted > 0)
+            })
+        })
+        .await
     }
 
     async fn claim_due_schedule(

@@ -312,23 +312,34 @@ impl SessionStore for MongoDb {
         if doomed.is_empty() {
             return Ok(0);
         }
-        let deleted = coll
-            .delete_many(doc! {"session_id": {"$in": &doomed}})
-            .await
-            .map_err(db_err("delete sessions"))?
-            .deleted_count;
-        self.coll(&self.inner.names.runs)
-            .delete_many(doc! {"session_id": {"$in": &doomed}})
-            .await
-            .map_err(db_err("delete runs of sessions"))?;
         let counters: Vec<String> = doomed
             .iter()
             .map(|id| crate::runs::counter_id(id))
             .collect();
-        self.coll(&self.inner.names.meta)
-            .delete_many(doc! {"_id": {"$in": counters}})
-            .await
-            .map_err(db_err("delete run counters of sessions"))?;
+        // One transaction: a crash never leaves runs whose session is gone.
+        let deleted = self
+            .transaction("delete sessions", |db, tx| {
+                let (doomed, counters) = (doomed.clone(), counters.clone());
+                Box::pin(async move {
+                    let names = &db.inner.names;
+                    let deleted = db
+                        .coll(&names.sessions)
+                        .delete_many(doc! {"session_id": {"$in": &doomed}})
+                        .session(&mut *tx)
+                        .await?
+                        .deleted_count;
+                    db.coll(&names.runs)
+                        .delete_many(doc! {"session_id": {"$in": &doomed}})
+                        .session(&mut *tx)
+                        .await?;
+                    db.coll(&names.meta)
+                        .delete_many(doc! {"_id": {"$in": &counters}})
+                        .session(&mut *tx)
+                        .await?;
+                    Ok(deleted)
+                })
+            })
+            .await?;
         Ok(deleted)
     }
 }

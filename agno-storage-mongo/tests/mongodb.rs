@@ -13,7 +13,7 @@ use agno_storage_core::{
 use agno_storage_mongo::mongodb::bson::{self, doc, Document};
 use agno_storage_mongo::mongodb::{Client, Database};
 use agno_storage_mongo::{CollectionNames, MongoDb};
-use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
 
 const DB_PREFIX: &str = "agno_ct_";
@@ -115,6 +115,15 @@ impl Harness for Mongo {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::all()
+    }
+
+    /// SecantusDB, the test server, is a single-threaded Python server: 300 jobs keep the
+    /// trial under a minute (`AGNO_JOB_STRESS_JOBS=2000` runs the full size).
+    fn job_stress(&self) -> JobStress {
+        JobStress {
+            jobs: 300,
+            ..JobStress::default()
+        }
     }
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {

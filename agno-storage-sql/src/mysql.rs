@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use agno_storage_core::json::to_python_json;
-use agno_storage_core::migration::MigrationLock;
+use agno_storage_core::migration::{HeldLock, MigrationLock};
 use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use chrono::NaiveDate;
 use sqlx::mysql::{
@@ -276,7 +276,15 @@ impl Tx for MySqlTx {
 }
 
 struct MySqlLock {
-    _conn: sqlx::MySqlConnection,
+    conn: sqlx::MySqlConnection,
+}
+
+#[async_trait]
+impl HeldLock for MySqlLock {
+    /// Closes the lock's own connection, which frees the named lock.
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.conn.close().await.map_err(map_err)
+    }
 }
 
 #[async_trait]
@@ -347,6 +355,6 @@ impl Executor for MySqlExecutor {
             key: self.lock_key.clone(),
         };
         while !get_lock(&mut conn, &lock, 60).await? {}
-        Ok(Box::new(MySqlLock { _conn: conn }))
+        Ok(Box::new(MySqlLock { conn }))
     }
 }

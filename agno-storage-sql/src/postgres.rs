@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use agno_storage_core::migration::MigrationLock;
+use agno_storage_core::migration::{HeldLock, MigrationLock};
 use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use chrono::NaiveDate;
 use serde_json::Value;
@@ -190,7 +190,15 @@ impl PgExecutor {
 }
 
 struct PgLock {
-    _conn: sqlx::PgConnection,
+    conn: sqlx::PgConnection,
+}
+
+#[async_trait]
+impl HeldLock for PgLock {
+    /// Closes the lock's own connection, which frees the advisory lock.
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.conn.close().await.map_err(map_err)
+    }
 }
 
 #[async_trait]
@@ -240,7 +248,7 @@ impl Executor for PgExecutor {
             .await
             .map_err(map_err)?;
         conn.ping().await.map_err(map_err)?;
-        Ok(Box::new(PgLock { _conn: conn }))
+        Ok(Box::new(PgLock { conn }))
     }
 }
 

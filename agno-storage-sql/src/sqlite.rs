@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use agno_storage_core::migration::MigrationLock;
+use agno_storage_core::migration::{MigrationLock, ReleasedOnDrop};
 use agno_storage_core::{async_trait, json::to_python_json, Error, ErrorKind, Result};
 use rusqlite::types::{Value as SqliteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode};
@@ -328,7 +328,9 @@ impl Executor for SqliteExecutor {
 
     async fn migration_lock(&self) -> Result<MigrationLock> {
         let Some(path) = self.path.clone() else {
-            return Ok(Box::new(self.memory_lock.clone().lock_owned().await));
+            return Ok(Box::new(ReleasedOnDrop(
+                self.memory_lock.clone().lock_owned().await,
+            )));
         };
         let mut lock_path = path.into_os_string();
         lock_path.push(".migrate.lock");
@@ -355,6 +357,6 @@ impl Executor for SqliteExecutor {
             )
             .with_backend(BACKEND)
         })?;
-        Ok(Box::new(file))
+        Ok(Box::new(ReleasedOnDrop(file)))
     }
 }

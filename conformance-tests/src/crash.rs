@@ -443,7 +443,7 @@ fn run_child(
         _ => return fail("the child has no pipes"),
     };
     let (lines_tx, lines) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout)
             .lines()
             .map_while(std::io::Result::ok)
@@ -488,6 +488,8 @@ fn run_child(
         .wait()
         .map_err(|e| format!("cannot reap the child: {e}"))?;
     let stderr = errors.join().unwrap_or_default();
+    // The child has exited: wait for the reader to pass on its last lines (`DONE`).
+    let _ = reader.join();
     if status.signal() == Some(9) {
         return Ok(ChildEnd::Killed);
     }

@@ -169,9 +169,20 @@ impl Ctx {
         Ok(self.harness.open_legacy(self.case).await?)
     }
 
-    /// The size of the job stress case the harness asks for.
+    /// The size of the job stress case: the harness's, unless `AGNO_JOB_STRESS_JOBS` (and
+    /// `AGNO_JOB_STRESS_WORKERS`) override it.
     pub fn job_stress(&self) -> JobStress {
-        self.harness.job_stress()
+        let from_env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&n| n > 0)
+        };
+        let asked = self.harness.job_stress();
+        JobStress {
+            jobs: from_env("AGNO_JOB_STRESS_JOBS").unwrap_or(asked.jobs),
+            workers: from_env("AGNO_JOB_STRESS_WORKERS").unwrap_or(asked.workers),
+        }
     }
 
     /// The capabilities the harness declared.

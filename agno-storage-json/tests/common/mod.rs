@@ -57,7 +57,7 @@ pub mod bucket {
     use agno_storage_json::object_store::path::Path;
     use agno_storage_json::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
     use agno_storage_json::JsonDb;
-    use conformance_tests::{async_trait, Harness, LegacyDb};
+    use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
 
     pub struct Bucket {
         pub name: &'static str,
@@ -91,6 +91,15 @@ pub mod bucket {
 
         fn capabilities(&self) -> Capabilities {
             Capabilities::all()
+        }
+
+        /// Every claim rewrites the whole jobs object through the emulator: 200 jobs keep
+        /// the trial to about a minute (`AGNO_JOB_STRESS_JOBS=2000` runs the full size).
+        fn job_stress(&self) -> JobStress {
+            JobStress {
+                jobs: 200,
+                ..JobStress::default()
+            }
         }
 
         async fn open(&self, case: &str) -> Result<AgnoDb> {

@@ -74,9 +74,17 @@ pub(crate) fn all() -> Vec<Case> {
             records::metrics_per_user_with_shared_bucket,
             ["sessions", "runs", "metrics"]
         ),
+        case!(
+            records::concurrent_metrics_runs_keep_one_row_per_key,
+            ["sessions", "runs", "metrics"]
+        ),
         case!(records::knowledge_upsert_merges_fields, ["knowledge"]),
         case!(schedules::update_schedule_allow_list, ["schedules"]),
         case!(schedules::schedule_names_unique_per_user, ["schedules"]),
+        case!(
+            schedules::schedule_names_unique_under_concurrent_creates,
+            ["schedules"]
+        ),
         case!(
             schedules::claim_has_one_winner_and_release_needs_holder,
             ["schedules"]

@@ -415,3 +415,55 @@ pub(crate) async fn knowledge_upsert_merges_fields(ctx: &Ctx) -> CaseResult {
     ensure_eq(linked.total, 1, "linked_to filter")?;
     Ok(())
 }
+
+/// Eight metrics jobs recompute one day at once (two AgentOS instances on one database):
+/// every `(user, date, period)` keeps exactly one row, with the right counts.
+pub(crate) async fn concurrent_metrics_runs_keep_one_row_per_key(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let (sessions, runs) = (db.sessions()?, db.runs()?);
+    let day = chrono::NaiveDate::from_ymd_opt(2026, 5, 6).ok_or("bad date")?;
+    let noon = day
+        .and_hms_opt(12, 0, 0)
+        .ok_or("bad time")?
+        .and_utc()
+        .timestamp();
+    for user in [Some("alice"), Some("bob"), None] {
+        let mut s = session(SessionType::Agent, user);
+        s.created_at = noon;
+        sessions.upsert_session(s.clone()).await?;
+        runs.upsert_run(run_row(&s, &format!("{}-r", s.session_id), "COMPLETED"))
+            .await?;
+    }
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let db = db.clone();
+            tokio::spawn(async move {
+                calculate_metrics(db.sessions()?, db.metrics()?, day)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await
+            .map_err(|e| format!("metrics task panicked: {e}"))??;
+    }
+    let rows = db
+        .metrics()?
+        .get_metrics(MetricsQuery::default())
+        .await?
+        .rows;
+    let mut keys: Vec<_> = rows
+        .iter()
+        .map(|r| (r.user_id.clone(), r.date, r.aggregation_period.clone()))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    ensure_eq(keys.len(), rows.len(), "rows per (user, date, period)")?;
+    ensure_eq(rows.len(), 3, "rows for alice, bob and the shared bucket")?;
+    ensure(
+        rows.iter().all(|r| r.agent_runs_count == 1),
+        format!("each bucket counts its one run: {rows:?}"),
+    )?;
+    Ok(())
+}

@@ -316,3 +316,43 @@ pub(crate) async fn schedule_runs_carry_owner(ctx: &Ctx) -> CaseResult {
     )?;
     Ok(())
 }
+
+/// Eight tasks create one owner's schedule name at once: exactly one wins, the others get
+/// `AlreadyExists`, for an owned and for an unowned name.
+pub(crate) async fn schedule_names_unique_under_concurrent_creates(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    for owner in [Some("alice"), None] {
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    let mut s =
+                        Schedule::new(uid("sch"), "nightly", "/agents/a1/runs", "0 3 * * *");
+                    s.user_id = owner.map(str::to_owned);
+                    db.schedules()?.create_schedule(s).await
+                })
+            })
+            .collect();
+        let (mut won, mut refused) = (0, 0);
+        for t in tasks {
+            match t.await.map_err(|e| format!("create task panicked: {e}"))? {
+                Ok(_) => won += 1,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => refused += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        ensure_eq(
+            (won, refused),
+            (1, 7),
+            &format!("creates of {owner:?}'s 'nightly'"),
+        )?;
+        ensure(
+            db.schedules()?
+                .get_schedule_by_name("nightly", owner)
+                .await?
+                .is_some(),
+            "the winner is stored",
+        )?;
+    }
+    Ok(())
+}

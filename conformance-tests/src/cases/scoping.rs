@@ -37,7 +37,7 @@ pub(crate) async fn runs_go_only_into_the_writers_sessions(ctx: &Ctx) -> CaseRes
         )?;
         ensure(
             runs.get_run(&planted.run_id, None).await?.is_none(),
-            &format!("the refused run of {what} was stored"),
+            format!("the refused run of {what} was stored"),
         )?;
     }
     let history = runs
