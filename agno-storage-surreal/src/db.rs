@@ -110,8 +110,9 @@ impl TableNames {
     ///
     /// Differences from agno's: `updated_at` has `DEFAULT time::now()` instead of
     /// `VALUE time::now()`, so the stored value is the one the adapter returns; schedules
-    /// carry the unique `(user_id, name)` index. Every statement is `IF NOT EXISTS`: tables
-    /// agno already defined are left as they are.
+    /// carry the unique index `idx_user_id_name` on `name_key`, a digest of `(user_id, name)`
+    /// (a unique index over a null `user_id` would not compare it). Every statement is
+    /// `IF NOT EXISTS`: tables agno already defined are left as they are.
     pub(crate) fn schema(&self) -> String {
         let dates = |t: &str, created: bool| {
             let mut s = String::new();
@@ -127,8 +128,7 @@ impl TableNames {
         };
         let mut sql = String::new();
         for t in self.all() {
-            if [&self.agents, &self.teams, &self.workflows, &self.users].contains(&&t.to_owned())
-            {
+            if [&self.agents, &self.teams, &self.workflows, &self.users].contains(&&t.to_owned()) {
                 continue;
             }
             sql.push_str(&format!("DEFINE TABLE IF NOT EXISTS {t} SCHEMALESS;\n"));
@@ -156,7 +156,8 @@ impl TableNames {
         }
         let s = &self.schedules;
         sql.push_str(&format!(
-            "DEFINE INDEX IF NOT EXISTS idx_user_id_name ON {s} FIELDS user_id, name UNIQUE;\n"
+            "DEFINE INDEX IF NOT EXISTS idx_user_id_name ON {s} FIELDS {} UNIQUE;\n",
+            crate::doc::NAME_KEY
         ));
         for (t, f) in [
             (&self.sessions, "user_id"),
@@ -201,7 +202,11 @@ impl SurrealOptions {
     }
 
     /// Signs in as root user `user` with `password`.
-    pub fn with_credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
         self.credentials = Some((user.into(), password.into()));
         self
     }

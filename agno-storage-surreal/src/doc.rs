@@ -85,7 +85,13 @@ struct Codec {
     day: Option<&'static str>,
     /// Sessions: `session_type` is not stored; it follows from which link is present.
     derive_session_type: bool,
+    /// Schedules: store [`NAME_KEY`], the digest of `(user_id, name)` the unique index is on.
+    name_key: bool,
 }
+
+/// The schedules field under the unique index: a digest of `(user_id, name)`. SurrealDB's
+/// unique indexes do not compare a null `user_id`, so the pair is folded into one string.
+pub(crate) const NAME_KEY: &str = "name_key";
 
 #[derive(Debug, Clone, Copy)]
 enum LinkTable {
@@ -145,8 +151,14 @@ impl TableNames {
                 day: Some("date"),
                 ..Codec::default()
             }
+        } else if table == self.schedules {
+            Codec {
+                key_field: Some("id"),
+                name_key: true,
+                ..Codec::default()
+            }
         } else {
-            // Ours (schedules, jobs, learnings, meta) and the version stamps: plain JSON.
+            // Ours (jobs, learnings, meta, schedule runs) and the version stamps: plain JSON.
             Codec {
                 key_field: Some("id"),
                 ..Codec::default()
@@ -288,6 +300,12 @@ impl TableNames {
                 }
             }
         }
+        if codec.name_key {
+            let user = fields.get("user_id").and_then(Value::as_str);
+            let name = fields.get("name").and_then(Value::as_str);
+            let key = digest_id("schedule_name", &[user, name]);
+            fields.insert(NAME_KEY.into(), Value::String(key));
+        }
         let mut obj = match surrealdb::types::SurrealValue::into_value(Value::Object(fields)) {
             SValue::Object(o) => o,
             _ => Object::new(),
@@ -298,7 +316,10 @@ impl TableNames {
         if codec.derive_session_type && !linked {
             // No component id to link: keep the type so the session reads back whole.
             if let Some(t) = session_type {
-                obj.insert("session_type", surrealdb::types::SurrealValue::into_value(t));
+                obj.insert(
+                    "session_type",
+                    surrealdb::types::SurrealValue::into_value(t),
+                );
             }
         }
         SValue::Object(obj)
@@ -313,6 +334,9 @@ impl TableNames {
         let mut fields = Fields::new();
         let mut id = String::new();
         for (k, v) in obj.iter() {
+            if codec.name_key && k == NAME_KEY {
+                continue;
+            }
             if k == "id" {
                 if let SValue::RecordId(r) = v {
                     id = key_string(&r.key);
@@ -534,7 +558,11 @@ impl SurrealDb {
 
     /// Commits `writes` in one transaction; [`Commit::Conflict`] when a precondition failed
     /// or a concurrent transaction won (nothing written then).
-    pub(crate) async fn commit(&self, operation: &'static str, writes: Vec<Write>) -> Result<Commit> {
+    pub(crate) async fn commit(
+        &self,
+        operation: &'static str,
+        writes: Vec<Write>,
+    ) -> Result<Commit> {
         if writes.is_empty() {
             return Ok(Commit::Done);
         }

@@ -47,10 +47,7 @@ impl LearningStore for SurrealDb {
         learning_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Learning>> {
-        let Some(stored) = self
-            .get(&self.inner.names.learnings, learning_id)
-            .await?
-        else {
+        let Some(stored) = self.get(&self.inner.names.learnings, learning_id).await? else {
             return Ok(None);
         };
         let l: Learning = stored.decode("a learning")?;

@@ -23,9 +23,7 @@ const LOCK_ID: &str = "migration_lock";
 #[async_trait]
 impl SchemaVersionStore for SurrealDb {
     async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
-        let stamp = self
-            .get(&self.inner.names.versions, table_name)
-            .await?;
+        let stamp = self.get(&self.inner.names.versions, table_name).await?;
         match stamp.as_ref().and_then(|d| d.str("version")) {
             Some(v) if !v.is_empty() => Ok(Some(v.parse()?)),
             _ => Ok(None),
@@ -39,12 +37,7 @@ impl SchemaVersionStore for SurrealDb {
             "version": version.to_string(),
             "updated_at": now_epoch_seconds(),
         }));
-        let write = self.put(
-            &self.inner.names.versions,
-            table_name,
-            &fields,
-            Pre::Any,
-        );
+        let write = self.put(&self.inner.names.versions, table_name, &fields, Pre::Any);
         self.commit_all("set schema version", vec![write]).await
     }
 }

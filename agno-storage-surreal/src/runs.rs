@@ -15,9 +15,7 @@ use agno_storage_core::{
 use serde_json::Value;
 use surrealdb::types::{Number, Value as SValue};
 
-use crate::doc::{
-    backoff, contended, digest_id, opt, rid, to_fields, Commit, Pre, CAS_ATTEMPTS,
-};
+use crate::doc::{backoff, contended, digest_id, opt, rid, to_fields, Commit, Pre, CAS_ATTEMPTS};
 use crate::sessions::{decode_session, LEGACY_RUNS};
 use crate::SurrealDb;
 

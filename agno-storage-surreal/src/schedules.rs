@@ -2,18 +2,16 @@
 //! (`agno_schedule_runs`, record id = `id`), in agno's `MongoDb` shapes (agno's
 //! `SurrealDb` has no schedules).
 //!
-//! The unique `(user_id, name)` is a unique index (`idx_user_id_name`): a create or rename
-//! that would duplicate it fails its transaction. Claim and release are compare-and-sets on
-//! the schedule record, release checks the holder.
+//! The unique `(user_id, name)` is a unique index (`idx_user_id_name`, on a `name_key`
+//! digest of the pair): a create or rename that would duplicate it fails its transaction.
+//! Claim and release are compare-and-sets on the schedule record, release checks the holder.
 
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Pagination, Result,
     Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate,
 };
 
-use crate::doc::{
-    backoff, contended, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
-};
+use crate::doc::{backoff, contended, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
 use crate::SurrealDb;
 
 fn name_taken(name: &str) -> Error {
@@ -44,10 +42,7 @@ impl SurrealDb {
     }
 
     async fn schedule_run_doc(&self, id: &str) -> Result<Option<(Stored, ScheduleRun)>> {
-        let Some(stored) = self
-            .get(&self.inner.names.schedule_runs, id)
-            .await?
-        else {
+        let Some(stored) = self.get(&self.inner.names.schedule_runs, id).await? else {
             return Ok(None);
         };
         let r: ScheduleRun = stored.decode("a schedule run")?;

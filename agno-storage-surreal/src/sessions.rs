@@ -11,9 +11,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::doc::{
-    backoff, contended, opt, to_fields, Commit, Fields, Pre, Stored, CAS_ATTEMPTS,
-};
+use crate::doc::{backoff, contended, opt, to_fields, Commit, Fields, Pre, Stored, CAS_ATTEMPTS};
 use crate::runs::run_counter_id;
 use crate::SurrealDb;
 
@@ -90,12 +88,7 @@ impl SurrealDb {
                 }
                 None => {
                     next.updated_at = Some(next.created_at);
-                    (
-                        session.session_id.clone(),
-                        Pre::Absent,
-                        None,
-                        Fields::new(),
-                    )
+                    (session.session_id.clone(), Pre::Absent, None, Fields::new())
                 }
             };
             fields.extend(encode_session(&next)?);
@@ -204,9 +197,7 @@ impl SessionStore for SurrealDb {
                 stored.unchanged(),
             );
             match self.commit("rename session", vec![write]).await? {
-                Commit::Done => {
-                    return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?))
-                }
+                Commit::Done => return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?)),
                 Commit::Conflict => backoff(attempt).await,
             }
         }

@@ -58,11 +58,29 @@ async fn sessions_and_runs_are_agno_records() {
     agno.runs().unwrap().upsert_run(run).await.unwrap();
 
     let session = raw(&db, "agno_sessions", "s1").await;
-    assert_eq!(link(field(&session, "id")), ("agno_sessions".into(), "s1".into()));
-    assert_eq!(link(field(&session, "agent")), ("agno_agents".into(), "agent-1".into()));
-    assert_eq!(field(&session, "session_type"), &Value::None, "no session_type field");
-    assert_eq!(field(&session, "session_id"), &Value::None, "session_id is the record id");
-    assert_eq!(field(&session, "agent_id"), &Value::None, "agent_id is the `agent` link");
+    assert_eq!(
+        link(field(&session, "id")),
+        ("agno_sessions".into(), "s1".into())
+    );
+    assert_eq!(
+        link(field(&session, "agent")),
+        ("agno_agents".into(), "agent-1".into())
+    );
+    assert_eq!(
+        field(&session, "session_type"),
+        &Value::None,
+        "no session_type field"
+    );
+    assert_eq!(
+        field(&session, "session_id"),
+        &Value::None,
+        "session_id is the record id"
+    );
+    assert_eq!(
+        field(&session, "agent_id"),
+        &Value::None,
+        "agent_id is the `agent` link"
+    );
     assert_eq!(field(&session, "user_id"), &Value::String("alice".into()));
     match field(&session, "created_at") {
         Value::Datetime(dt) => {
@@ -91,17 +109,33 @@ async fn memories_knowledge_and_metrics_are_agno_records() {
     let m = UserMemory::new("m1", Some("alice".into()), "likes tea");
     agno.memories().unwrap().upsert_memory(m).await.unwrap();
     let memory = raw(&db, "agno_memories", "m1").await;
-    assert_eq!(link(field(&memory, "id")), ("agno_memories".into(), "m1".into()));
-    assert_eq!(link(field(&memory, "user")), ("agno_users".into(), "alice".into()));
+    assert_eq!(
+        link(field(&memory, "id")),
+        ("agno_memories".into(), "m1".into())
+    );
+    assert_eq!(
+        link(field(&memory, "user")),
+        ("agno_users".into(), "alice".into())
+    );
     assert_eq!(field(&memory, "memory_id"), &Value::None);
     assert!(matches!(field(&memory, "updated_at"), Value::Datetime(_)));
 
     let k = KnowledgeContent::new("k1", "doc", "a document");
-    agno.knowledge().unwrap().upsert_knowledge_content(k).await.unwrap();
+    agno.knowledge()
+        .unwrap()
+        .upsert_knowledge_content(k)
+        .await
+        .unwrap();
     let knowledge = raw(&db, "agno_knowledge", "k1").await;
-    assert_eq!(link(field(&knowledge, "id")), ("agno_knowledge".into(), "k1".into()));
+    assert_eq!(
+        link(field(&knowledge, "id")),
+        ("agno_knowledge".into(), "k1".into())
+    );
     assert_eq!(field(&knowledge, "name"), &Value::String("doc".into()));
-    assert!(matches!(field(&knowledge, "created_at"), Value::Datetime(_)));
+    assert!(matches!(
+        field(&knowledge, "created_at"),
+        Value::Datetime(_)
+    ));
 
     let record: MetricsRecord = serde_json::from_value(json!({
         "id": "ignored", "user_id": null, "date": "2026-01-02", "aggregation_period": "daily",
@@ -111,9 +145,16 @@ async fn memories_knowledge_and_metrics_are_agno_records() {
         "created_at": 1_767_312_000, "updated_at": 1_767_312_000
     }))
     .unwrap();
-    agno.metrics().unwrap().upsert_metrics(vec![record]).await.unwrap();
+    agno.metrics()
+        .unwrap()
+        .upsert_metrics(vec![record])
+        .await
+        .unwrap();
     let metrics = raw(&db, "agno_metrics", "2026-01-02|").await;
-    assert_eq!(link(field(&metrics, "id")), ("agno_metrics".into(), "2026-01-02|".into()));
+    assert_eq!(
+        link(field(&metrics, "id")),
+        ("agno_metrics".into(), "2026-01-02|".into())
+    );
     assert_eq!(field(&metrics, "user_id"), &Value::String(String::new()));
     match field(&metrics, "date") {
         Value::Datetime(dt) => {
@@ -127,9 +168,18 @@ async fn memories_knowledge_and_metrics_are_agno_records() {
 #[tokio::test]
 async fn a_new_database_is_stamped_like_agno() {
     let db = open().await;
-    for table in ["agno_sessions", "agno_memories", "agno_metrics", "agno_eval_runs", "agno_knowledge"] {
+    for table in [
+        "agno_sessions",
+        "agno_memories",
+        "agno_metrics",
+        "agno_eval_runs",
+        "agno_knowledge",
+    ] {
         let stamp = raw(&db, "agno_schema_versions", table).await;
-        assert_eq!(link(field(&stamp, "id")), ("agno_schema_versions".into(), table.into()));
+        assert_eq!(
+            link(field(&stamp, "id")),
+            ("agno_schema_versions".into(), table.into())
+        );
         assert_eq!(field(&stamp, "table_name"), &Value::String(table.into()));
         assert_eq!(field(&stamp, "version"), &Value::String("3.0.0".into()));
         assert!(matches!(field(&stamp, "updated_at"), Value::Number(_)));
