@@ -265,11 +265,9 @@ impl TableNames {
         let mut linked = false;
         let mut links: Vec<(&str, SValue)> = Vec::new();
         for (agno, stored, target) in codec.links {
-            if let Some(v) = fields.remove(*agno) {
-                if let Value::String(id) = v {
-                    links.push((stored, rid(self.link_table(*target), &id)));
-                    linked = true;
-                }
+            if let Some(Value::String(id)) = fields.remove(*agno) {
+                links.push((stored, rid(self.link_table(*target), &id)));
+                linked = true;
             }
         }
         let mut dates: Vec<(&str, SValue)> = Vec::new();
@@ -357,7 +355,7 @@ impl TableNames {
             }
             let value = match v {
                 SValue::Datetime(dt) => {
-                    let utc: chrono::DateTime<chrono::Utc> = dt.clone().into();
+                    let utc: chrono::DateTime<chrono::Utc> = (*dt).into();
                     if codec.day == Some(k.as_str()) {
                         Value::String(utc.date_naive().format("%Y-%m-%d").to_string())
                     } else {

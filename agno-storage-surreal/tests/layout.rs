@@ -84,7 +84,7 @@ async fn sessions_and_runs_are_agno_records() {
     assert_eq!(field(&session, "user_id"), &Value::String("alice".into()));
     match field(&session, "created_at") {
         Value::Datetime(dt) => {
-            let t: chrono::DateTime<chrono::Utc> = dt.clone().into();
+            let t: chrono::DateTime<chrono::Utc> = (*dt).into();
             assert_eq!(t.timestamp(), 1_700_000_000);
         }
         other => panic!("created_at is not a datetime: {other:?}"),
@@ -158,7 +158,7 @@ async fn memories_knowledge_and_metrics_are_agno_records() {
     assert_eq!(field(&metrics, "user_id"), &Value::String(String::new()));
     match field(&metrics, "date") {
         Value::Datetime(dt) => {
-            let t: chrono::DateTime<chrono::Utc> = dt.clone().into();
+            let t: chrono::DateTime<chrono::Utc> = (*dt).into();
             assert_eq!(t.to_rfc3339(), "2026-01-02T00:00:00+00:00");
         }
         other => panic!("date is not a datetime: {other:?}"),
