@@ -403,6 +403,7 @@ impl TableNames {
 }
 
 /// One write of a commit.
+#[derive(Clone)]
 pub(crate) struct Write {
     table: String,
     id: String,
@@ -410,11 +411,17 @@ pub(crate) struct Write {
     pre: Pre,
 }
 
+#[derive(Clone)]
 enum Op {
     Put(SValue),
     Delete,
     /// Only the precondition: the record is read and compared, not written.
     Check,
+    /// Sets `touched_at` on the record (creating it): a write that makes concurrent
+    /// transactions touching or deleting the same record conflict.
+    Touch,
+    /// Deletes every record of the table whose field (the write's `id`) equals the value.
+    DeleteWhere(SValue),
 }
 
 /// `surrealdb::Error` as ours.
@@ -554,6 +561,27 @@ impl SurrealDb {
         }
     }
 
+    /// Sets `touched_at` on record `id` of `table` (creating it), so that this commit and any
+    /// other writing that record cannot both commit.
+    pub(crate) fn touch(&self, table: &str, id: &str) -> Write {
+        Write {
+            table: table.to_owned(),
+            id: id.to_owned(),
+            op: Op::Touch,
+            pre: Pre::Any,
+        }
+    }
+
+    /// Deletes every record of `table` whose plain field `field` equals `value`.
+    pub(crate) fn delete_where(&self, table: &str, field: &'static str, value: &str) -> Write {
+        Write {
+            table: table.to_owned(),
+            id: field.to_owned(),
+            op: Op::DeleteWhere(SValue::String(value.to_owned())),
+            pre: Pre::Any,
+        }
+    }
+
     /// Commits `writes` in one transaction; [`Commit::Conflict`] when a precondition failed
     /// or a concurrent transaction won (nothing written then).
     pub(crate) async fn commit(
@@ -567,6 +595,16 @@ impl SurrealDb {
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         let mut vars = Vec::new();
         for (i, w) in writes.into_iter().enumerate() {
+            if let Op::DeleteWhere(value) = w.op {
+                check_ident(&w.table)?;
+                check_ident(&w.id)?;
+                vars.push((format!("v{i}"), value));
+                sql.push_str(&format!(
+                    "DELETE FROM {} WHERE {} = $v{i} RETURN NONE;\n",
+                    w.table, w.id
+                ));
+                continue;
+            }
             vars.push((format!("r{i}"), rid(&w.table, &w.id)));
             match w.pre {
                 Pre::Any => {}
@@ -586,7 +624,10 @@ impl SurrealDb {
                     sql.push_str(&format!("UPSERT $r{i} CONTENT $v{i} RETURN NONE;\n"));
                 }
                 Op::Delete => sql.push_str(&format!("DELETE $r{i} RETURN NONE;\n")),
-                Op::Check => {}
+                Op::Touch => sql.push_str(&format!(
+                    "UPSERT $r{i} SET touched_at = time::now() RETURN NONE;\n"
+                )),
+                Op::Check | Op::DeleteWhere(_) => {}
             }
         }
         sql.push_str("COMMIT TRANSACTION;");
@@ -606,32 +647,10 @@ impl SurrealDb {
         operation: &'static str,
         writes: Vec<Write>,
     ) -> Result<()> {
-        // Rebuildable: keep the parts to retry with.
-        let parts: Vec<(String, String, Option<SValue>, bool, Pre)> = writes
-            .into_iter()
-            .map(|w| match w.op {
-                Op::Put(v) => (w.table, w.id, Some(v), false, w.pre),
-                Op::Delete => (w.table, w.id, None, true, w.pre),
-                Op::Check => (w.table, w.id, None, false, w.pre),
-            })
-            .collect();
-        for chunk in parts.chunks(200) {
+        for chunk in writes.chunks(200) {
             let mut done = false;
             for attempt in 0..CAS_ATTEMPTS {
-                let writes: Vec<Write> = chunk
-                    .iter()
-                    .map(|(t, id, v, del, pre)| Write {
-                        table: t.clone(),
-                        id: id.clone(),
-                        op: match (v, del) {
-                            (Some(v), _) => Op::Put(v.clone()),
-                            (None, true) => Op::Delete,
-                            (None, false) => Op::Check,
-                        },
-                        pre: pre.clone(),
-                    })
-                    .collect();
-                match self.commit(operation, writes).await? {
+                match self.commit(operation, chunk.to_vec()).await? {
                     Commit::Done => {
                         done = true;
                         break;

@@ -135,6 +135,8 @@ impl RunStore for SurrealDb {
             };
             let writes = vec![
                 self.check(&self.inner.names.sessions, &session.id, session.unchanged()),
+                // Conflicts with a concurrent `delete_sessions`, which deletes the counter.
+                self.touch(&self.inner.names.meta, &run_counter_id(&run.session_id)),
                 self.put(coll, &id, &to_fields(&next, "a run")?, pre),
             ];
             match self.commit("upsert run", writes).await? {

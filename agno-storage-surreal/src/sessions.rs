@@ -207,25 +207,36 @@ impl SessionStore for SurrealDb {
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
         let mut deleted = 0;
         for id in session_ids {
-            let Some(stored) = self.find_session(id).await? else {
-                continue;
-            };
-            let (s, _) = decode_session(&stored)?;
-            if !visible_to(s.user_id.as_deref(), user_id) {
-                continue;
+            let mut settled = false;
+            for attempt in 0..CAS_ATTEMPTS {
+                let Some(stored) = self.find_session(id).await? else {
+                    settled = true;
+                    break;
+                };
+                let (s, _) = decode_session(&stored)?;
+                if !visible_to(s.user_id.as_deref(), user_id) {
+                    settled = true;
+                    break;
+                }
+                // One transaction: the session as read, its run counter (which every run
+                // write touches, so a concurrent append conflicts) and exactly its runs.
+                let writes = vec![
+                    self.delete(&self.inner.names.sessions, &stored.id, stored.unchanged()),
+                    self.delete(&self.inner.names.meta, &run_counter_id(id), Pre::Any),
+                    self.delete_where(&self.inner.names.runs, "session_id", id),
+                ];
+                match self.commit("delete sessions", writes).await? {
+                    Commit::Done => {
+                        deleted += 1;
+                        settled = true;
+                        break;
+                    }
+                    Commit::Conflict => backoff(attempt).await,
+                }
             }
-            let mut writes = vec![
-                self.delete(&self.inner.names.sessions, &stored.id, Pre::Any),
-                self.delete(&self.inner.names.meta, &run_counter_id(id), Pre::Any),
-            ];
-            for run in self
-                .query(&self.inner.names.runs, &[("session_id", opt(Some(id)))])
-                .await?
-            {
-                writes.push(self.delete(&self.inner.names.runs, &run.id, Pre::Any));
+            if !settled {
+                return Err(contended("delete sessions"));
             }
-            self.commit_all("delete sessions", writes).await?;
-            deleted += 1;
         }
         Ok(deleted)
     }
