@@ -51,17 +51,38 @@ impl LegacyRunsStore for SurrealDb {
 
     async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
         // Create-only writes: a run already stored (newer than its legacy copy) is kept as it
-        // is, unlike agno 3.1.10's `batch.set`, which reverts it.
+        // is, unlike agno 3.1.10's `UPSERT`, which reverts it. A conflict is "present" only
+        // once the run is seen stored; a lost transaction is retried, and an error aborts
+        // the step before it is stamped.
         let mut outcome = InsertedRuns::default();
         for row in &rows {
-            let write = self.put(
-                &self.inner.names.runs,
-                &row.run_id,
-                &to_fields(row, "a run")?,
-                Pre::Absent,
-            );
-            if let Commit::Done = self.commit("copy legacy runs", vec![write]).await? {
-                outcome.inserted += 1;
+            let fields = to_fields(row, "a run")?;
+            let mut settled = false;
+            for attempt in 0..CAS_ATTEMPTS {
+                let write = self.put(&self.inner.names.runs, &row.run_id, &fields, Pre::Absent);
+                match self.commit("copy legacy runs", vec![write]).await? {
+                    Commit::Done => {
+                        outcome.inserted += 1;
+                        settled = true;
+                    }
+                    Commit::Conflict => {
+                        if self
+                            .get(&self.inner.names.runs, &row.run_id)
+                            .await?
+                            .is_some()
+                        {
+                            settled = true;
+                        } else {
+                            backoff(attempt).await;
+                        }
+                    }
+                }
+                if settled {
+                    break;
+                }
+            }
+            if !settled {
+                return Err(contended("copy legacy runs"));
             }
             outcome.present += 1;
         }
