@@ -272,6 +272,12 @@ pub fn parse(input: &str) -> Result<BackendUrl, Error> {
 /// `BUCKET/PREFIX` of a `gs://` URL.
 fn parse_gcs(rest: &str) -> Result<BackendUrl, Error> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.contains('@') {
+        return Err(Error::new(
+            "gs:// URLs take no credentials (found `…@` before the bucket); authenticate with \
+             GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`",
+        ));
+    }
     if bucket.is_empty() {
         return Err(Error::new(
             "gs:// needs a bucket: gs://BUCKET or gs://BUCKET/PREFIX",
@@ -370,6 +376,25 @@ pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
                 .map_err(|e| Error::new(e.to_string()))?;
             Ok(db.agno_db())
         }
+        #[cfg(feature = "dynamo")]
+        BackendUrl::DynamoDb { url } => {
+            let db = agno_storage_dynamo::DynamoDb::connect(dynamo_options(url)?)
+                .await
+                .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
+        #[cfg(feature = "firestore")]
+        BackendUrl::Firestore { url } => {
+            let (project, names) = firestore_target(url)?;
+            let options = agno_storage_firestore::FirestoreOptions {
+                names,
+                ..Default::default()
+            };
+            let db = agno_storage_firestore::FirestoreDb::connect(&project, options)
+                .await
+                .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
         #[cfg(feature = "surreal")]
         BackendUrl::SurrealDb { url } => {
             let target = surreal_target(url)?;
@@ -446,29 +471,87 @@ fn surreal_target(url: &str) -> Result<SurrealTarget, Error> {
     })
 }
 
-/// `%XX` escapes of a URL's user or password decoded (invalid escapes kept as they are).
-#[cfg_attr(not(feature = "surreal"), allow(dead_code))]
+/// The query parameters of a server URL, by name.
+#[cfg(any(feature = "dynamo", feature = "firestore"))]
+fn query_params(url: &url::Url) -> std::collections::HashMap<String, String> {
+    url.query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// DynamoDB options from `dynamodb://REGION` (AWS, default credential chain) or
+/// `dynamodb://[KEY:SECRET@]HOST:PORT` (an endpoint such as DynamoDB Local, over HTTP; a
+/// URL with a port is an endpoint). `?region=` overrides the region, `?prefix=` prefixes the
+/// table names.
+#[cfg(feature = "dynamo")]
+fn dynamo_options(url: &str) -> Result<agno_storage_dynamo::DynamoOptions, Error> {
+    let parsed =
+        url::Url::parse(url).map_err(|e| Error::new(format!("invalid dynamodb:// URL: {e}")))?;
+    let params = query_params(&parsed);
+    let host = parsed.host_str().unwrap_or_default();
+    let mut options = agno_storage_dynamo::DynamoOptions::default();
+    match parsed.port() {
+        Some(port) => options.endpoint = Some(format!("http://{host}:{port}")),
+        None if !host.is_empty() => options.region = host.to_owned(),
+        None => {}
+    }
+    if let Some(region) = params.get("region") {
+        options.region = region.clone();
+    }
+    if let Some(prefix) = params.get("prefix") {
+        options.tables = agno_storage_dynamo::TableNames::with_prefix(prefix);
+    }
+    if !parsed.username().is_empty() {
+        options.credentials = Some(agno_storage_dynamo::StaticCredentials {
+            access_key_id: percent_decode(parsed.username()),
+            secret_access_key: percent_decode(parsed.password().unwrap_or_default()),
+        });
+    }
+    Ok(options)
+}
+
+/// `%XX` escapes of a URL's user or password decoded (a secret with `/` or `+` is given as
+/// `%2F`, `%2B`); malformed escapes stay as written.
+#[cfg(any(feature = "dynamo", feature = "surreal"))]
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
+        let escaped = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
                 i += 3;
             }
-            (b, _) => {
-                out.push(b);
+            None => {
+                out.push(bytes[i]);
                 i += 1;
             }
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The project and collection names of `firestore://PROJECT[?prefix=P]`.
+#[cfg(feature = "firestore")]
+fn firestore_target(url: &str) -> Result<(String, agno_storage_firestore::CollectionNames), Error> {
+    let parsed =
+        url::Url::parse(url).map_err(|e| Error::new(format!("invalid firestore:// URL: {e}")))?;
+    let project = parsed.host_str().unwrap_or_default().to_owned();
+    if project.is_empty() {
+        return Err(Error::new(
+            "firestore:// needs a project id, e.g. firestore://my-project",
+        ));
+    }
+    let names = match query_params(&parsed).get("prefix") {
+        Some(prefix) => agno_storage_firestore::CollectionNames::prefixed(prefix),
+        None => agno_storage_firestore::CollectionNames::default(),
+    };
+    Ok((project, names))
 }
 
 /// The database a MongoDB URL names (`mongodb://host/DB?…`), or agno's default `agno`.
@@ -817,8 +900,8 @@ mod tests {
                 ("mongodb://localhost", "mongo", cfg!(feature = "mongo")),
                 ("redis://localhost", "redis", cfg!(feature = "redis")),
                 ("valkey://localhost", "redis", cfg!(feature = "redis")),
-                ("dynamodb://us-east-1", "dynamo", false),
-                ("firestore://p", "firestore", false),
+                ("dynamodb://us-east-1", "dynamo", cfg!(feature = "dynamo")),
+                ("firestore://p", "firestore", cfg!(feature = "firestore")),
                 (
                     "surrealdb://localhost",
                     "surreal",
@@ -841,5 +924,124 @@ mod tests {
                 assert!(message.contains("not compiled"), "{input}: {message}");
             }
         });
+    }
+
+    #[cfg(feature = "dynamo")]
+    #[test]
+    fn dynamo_urls() {
+        let aws = dynamo_options("dynamodb://eu-west-1?prefix=app_").unwrap();
+        assert_eq!((aws.endpoint, aws.region.as_str()), (None, "eu-west-1"));
+        assert_eq!(aws.tables.sessions, "app_agno_sessions");
+        assert!(aws.credentials.is_none());
+        let local =
+            dynamo_options("dynamodb://key:se%2Fcr%2Bet@127.0.0.1:8000?region=us-west-2").unwrap();
+        assert_eq!(local.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(local.region, "us-west-2");
+        let creds = local.credentials.unwrap();
+        assert_eq!(
+            (
+                creds.access_key_id.as_str(),
+                creds.secret_access_key.as_str()
+            ),
+            ("key", "se/cr+et")
+        );
+    }
+
+    #[cfg(feature = "firestore")]
+    #[test]
+    fn firestore_urls() {
+        let (project, names) = firestore_target("firestore://my-project?prefix=t_").unwrap();
+        assert_eq!(project, "my-project");
+        assert_eq!(names.sessions, "t_agno_sessions");
+        assert!(firestore_target("firestore://")
+            .unwrap_err()
+            .to_string()
+            .contains("project id"));
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const SCHEMES: &[&str] = &[
+            "sqlite",
+            "memory",
+            "postgres",
+            "postgresql",
+            "postgresql+psycopg",
+            "mysql",
+            "mysql+pymysql",
+            "mongodb",
+            "mongodb+srv",
+            "redis",
+            "rediss",
+            "valkey",
+            "dynamodb",
+            "firestore",
+            "surrealdb",
+            "file",
+            "gs",
+            "s3",
+            "",
+            "HTTP",
+        ];
+
+        /// A URL-ish string: a known or odd scheme, then arbitrary text.
+        fn url_like() -> impl Strategy<Value = String> {
+            (prop::sample::select(SCHEMES), "(?s).{0,40}", any::<bool>()).prop_map(
+                |(scheme, rest, upper)| {
+                    let scheme = if upper {
+                        scheme.to_ascii_uppercase()
+                    } else {
+                        scheme.to_owned()
+                    };
+                    format!("{scheme}://{rest}")
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+            /// Arbitrary input never panics the parser, and what it accepts prints back
+            /// to a URL that parses to the same value (unless a password was redacted).
+            #[test]
+            fn parse_never_panics_and_round_trips(input in prop_oneof![url_like(), "(?s).{0,40}"]) {
+                if let Ok(parsed) = parse(&input) {
+                    let shown = parsed.to_string();
+                    if !shown.contains("***") {
+                        prop_assert_eq!(parse(&shown).ok(), Some(parsed), "{}", shown);
+                    }
+                }
+            }
+
+            /// A password never appears in an error or in the printed URL, whatever
+            /// follows it.
+            #[test]
+            fn passwords_never_leak(
+                scheme in prop::sample::select(SCHEMES),
+                user in "[a-z]{1,8}",
+                tail in "(?s).{0,24}",
+            ) {
+                let secret = "Zq9SECRETpw";
+                let input = format!("{scheme}://{user}:{secret}@{tail}");
+                match parse(&input) {
+                    Ok(parsed) => {
+                        let shown = parsed.to_string();
+                        let is_path = matches!(parsed, BackendUrl::Sqlite { .. } | BackendUrl::JsonDir { .. } | BackendUrl::Gcs { .. });
+                        prop_assert!(is_path || !shown.contains(secret), "{}", shown);
+                    }
+                    Err(e) => prop_assert!(!e.to_string().contains(secret), "{}", e),
+                }
+            }
+
+            /// Scheme case does not matter.
+            #[test]
+            fn scheme_is_case_insensitive(scheme in prop::sample::select(SCHEMES), host in "[a-z]{1,8}") {
+                let lower = parse(&format!("{scheme}://{host}:1/db"));
+                let upper = parse(&format!("{}://{host}:1/db", scheme.to_ascii_uppercase()));
+                prop_assert_eq!(lower.ok(), upper.ok());
+            }
+        }
     }
 }

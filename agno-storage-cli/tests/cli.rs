@@ -170,3 +170,96 @@ fn usage_errors_exit_2() {
     let output = agno_storage(&["frobnicate"]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// The server URLs the test script exports, as CLI URLs for a fresh namespace `ns`; a
+/// missing variable skips that backend, except under `CI=true` where it fails.
+fn server_urls(ns: &str) -> Vec<String> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let var = |name: &str| match std::env::var(name) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if ci => panic!("{name} is not set and CI=true: the test script starts every server"),
+        _ => {
+            eprintln!("skipping the backend of {name}: not set");
+            None
+        }
+    };
+    let with_query = |url: &str, query: &str| {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}{query}")
+    };
+    let host_port = |url: &str| {
+        url.split_once("://")
+            .map_or(url, |(_, rest)| rest)
+            .trim_end_matches('/')
+            .to_owned()
+    };
+    let mut urls = Vec::new();
+    if let Some(url) = var("AGNO_TEST_POSTGRES_URL") {
+        urls.push(with_query(&url, &format!("schema={ns}")));
+    }
+    if let Some(url) = var("AGNO_TEST_MYSQL_URL") {
+        urls.push(with_query(&url, &format!("schema={ns}")));
+    }
+    if let Some(url) = var("AGNO_TEST_MONGODB_URL") {
+        let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let url = format!("mongodb://{host}/{ns}");
+        urls.push(match path.split_once('?') {
+            Some((_, query)) => with_query(&url, query),
+            None => url,
+        });
+    }
+    if let Some(url) = var("AGNO_TEST_REDIS_URL") {
+        urls.push(with_query(&url, &format!("prefix={ns}")));
+    }
+    if let Some(url) = var("AGNO_TEST_DYNAMODB_URL") {
+        urls.push(format!(
+            "dynamodb://test:test@{}?prefix={ns}_",
+            host_port(&url)
+        ));
+    }
+    if var("FIRESTORE_EMULATOR_HOST").is_some() {
+        urls.push(format!("firestore://{}", ns.replace('_', "-")));
+    }
+    urls
+}
+
+/// `(domain, records copied)` of each line of a `copy` report (notes about skipped records
+/// dropped).
+fn copied_counts(output: &Output) -> Vec<(String, u64)> {
+    assert!(output.status.success(), "stderr: {}", stderr(output));
+    stdout(output)
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let at = words
+                .iter()
+                .position(|w| w.parse::<u64>().is_ok())
+                .unwrap_or_else(|| panic!("no count in {line:?}"));
+            (words[..at].join(" "), words[at].parse().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// `demo` data goes SQLite → each server → SQLite, and every domain arrives whole.
+#[test]
+fn copy_round_trips_through_every_server_backend() {
+    let dir = std::env::temp_dir().join(format!("agno-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let origin = format!("sqlite://{}", dir.join("origin.db").display());
+    let output = agno_storage(&["demo", &origin]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let expected = copied_counts(&agno_storage(&["copy", &origin, "memory://"]));
+    let ns = format!("cli_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    for (i, server) in server_urls(&ns).iter().enumerate() {
+        let there = copied_counts(&agno_storage(&["copy", &origin, server]));
+        assert_eq!(there, expected, "SQLite -> {server}");
+        let back = format!("sqlite://{}", dir.join(format!("back-{i}.db")).display());
+        let returned = copied_counts(&agno_storage(&["copy", server, &back]));
+        assert_eq!(returned, expected, "{server} -> SQLite");
+        let status = agno_storage(&["status", server]);
+        assert!(status.status.success(), "{server}: {}", stderr(&status));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -301,12 +301,12 @@ impl SessionStore for InMemoryDb {
 impl RunStore for InMemoryDb {
     async fn upsert_run(&self, mut run: RunRecord) -> Result<RunRecord> {
         let mut state = self.lock();
-        if !state.sessions.contains_key(&run.session_id) {
-            return Err(Error::not_found(format!(
-                "session {} does not exist: upsert the session before its runs",
-                run.session_id
-            )));
-        }
+        run.check_session(
+            state
+                .sessions
+                .get(&run.session_id)
+                .map(|s| s.session.user_id.as_deref()),
+        )?;
         let now = now_epoch_seconds();
         let next_index = state
             .runs

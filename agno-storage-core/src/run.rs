@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::pagination::{Page, Pagination, Sort};
+use crate::{owned_by_another_user, writable_by};
 
 /// The kind of run. Stored lowercase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -90,6 +91,29 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// Checks that this run may be written into its session, given the session's owner
+    /// (`None`: the session does not exist). A run goes only into an existing session
+    /// ([`missing_session`](Self::missing_session) otherwise) that is unowned or owned by the
+    /// run's `user_id` (`PermissionDenied` otherwise: nobody appends runs to another user's
+    /// session).
+    pub fn check_session(&self, session_owner: Option<Option<&str>>) -> Result<()> {
+        match session_owner {
+            None => Err(self.missing_session()),
+            Some(owner) if !writable_by(owner, self.user_id.as_deref()) => {
+                Err(owned_by_another_user("session", &self.session_id))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// `NotFound` for a run whose session does not exist.
+    pub fn missing_session(&self) -> Error {
+        Error::not_found(format!(
+            "session {} does not exist: upsert the session before its runs",
+            self.session_id
+        ))
+    }
+
     /// Builds a row from a run dict as agno's `build_single_run_row` does: ids, status and
     /// parent come from `run_data`, `run_index` from `run_data.run_index` when present,
     /// `created_at` from `run_data.created_at` or now.

@@ -11,8 +11,7 @@ use agno_storage_core::legacy::{
 };
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Error, Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery, SessionRead,
-    SessionStore,
+    Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery, SessionRead, SessionStore,
 };
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -235,12 +234,8 @@ impl SessionStore for DynamoDb {
 #[async_trait]
 impl RunStore for DynamoDb {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
-        if self.get(Tbl::Sessions, &run.session_id).await?.is_none() {
-            return Err(Error::not_found(format!(
-                "session {} does not exist: upsert the session before its runs",
-                run.session_id
-            )));
-        }
+        let session = self.get(Tbl::Sessions, &run.session_id).await?;
+        run.check_session(session.as_ref().map(|item| s(item, "user_id")))?;
         let id = run.run_id.clone();
         for _ in 0..MAX_ATTEMPTS {
             let now = now_epoch_seconds();

@@ -87,12 +87,12 @@ impl FirestoreDb {
 #[async_trait]
 impl RunStore for FirestoreDb {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
-        if self.find_session(&run.session_id).await?.is_none() {
-            return Err(Error::not_found(format!(
-                "session {} does not exist: upsert the session before its runs",
-                run.session_id
-            )));
-        }
+        let session = self.find_session(&run.session_id).await?;
+        run.check_session(
+            session
+                .as_ref()
+                .map(|s| s.fields.get("user_id").and_then(Value::as_str)),
+        )?;
         let coll = &self.inner.names.runs;
         let id = doc_id(&run.run_id);
         let mut index: Option<i64> = None;

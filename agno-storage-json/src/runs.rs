@@ -6,13 +6,13 @@ use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
 use agno_storage_core::run::{RunQuery, RunRecord, RunStore};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Error, Page, Result,
+    Page, Result,
 };
 use serde_json::Value;
 
 use crate::doc::{decode_all, fields, find, from_row, put, shape, text, Doc, Nulls};
 use crate::files::{Step, Table};
-use crate::sessions::session_exists;
+use crate::sessions::session_owner;
 use crate::store::JsonStore;
 
 const RUN_KEYS: &[&str] = &[
@@ -48,12 +48,7 @@ impl Doc for RunRecord {
 impl RunStore for JsonStore {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
         let sessions = self.files.load(Table::Sessions).await?;
-        if !session_exists(&sessions, &run.session_id) {
-            return Err(Error::not_found(format!(
-                "session {} does not exist: upsert the session before its runs",
-                run.session_id
-            )));
-        }
+        run.check_session(session_owner(&sessions, &run.session_id))?;
         let now = now_epoch_seconds();
         self.files
             .modify(Table::Runs, |rows| {
@@ -101,20 +96,21 @@ impl RunStore for JsonStore {
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
         query.pagination.validate()?;
         let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows: Vec<RunRecord> = decode_all::<RunRecord>(&self.files.load(Table::Runs).await?)?
-            .into_iter()
-            .filter(|r| {
-                query
-                    .session_id
-                    .as_deref()
-                    .is_none_or(|s| s == r.session_id)
-                    && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                    && eq(&query.agent_id, &r.agent_id)
-                    && eq(&query.team_id, &r.team_id)
-                    && eq(&query.workflow_id, &r.workflow_id)
-                    && eq(&query.status, &r.status)
-            })
-            .collect();
+        let mut rows: Vec<RunRecord> =
+            decode_all::<RunRecord>(&self.files.load(Table::Runs).await?)?
+                .into_iter()
+                .filter(|r| {
+                    query
+                        .session_id
+                        .as_deref()
+                        .is_none_or(|s| s == r.session_id)
+                        && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
+                        && eq(&query.agent_id, &r.agent_id)
+                        && eq(&query.team_id, &r.team_id)
+                        && eq(&query.workflow_id, &r.workflow_id)
+                        && eq(&query.status, &r.status)
+                })
+                .collect();
         sort_runs_for_session(&mut rows);
         sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
         Page::paginate(rows, &query.pagination)

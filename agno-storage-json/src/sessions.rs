@@ -92,7 +92,10 @@ pub(crate) fn legacy_blob(row: &Value) -> Option<&Value> {
 }
 
 /// Run rows grouped by session, from the runs file.
-fn runs_by_session(rows: &[Value], wanted: &HashSet<&str>) -> Result<HashMap<String, Vec<RunRecord>>> {
+fn runs_by_session(
+    rows: &[Value],
+    wanted: &HashSet<&str>,
+) -> Result<HashMap<String, Vec<RunRecord>>> {
     let mut grouped: HashMap<String, Vec<RunRecord>> = HashMap::new();
     for row in rows {
         let Some(sid) = text(row, "session_id").filter(|s| wanted.contains(s)) else {
@@ -287,7 +290,8 @@ impl SessionStore for JsonStore {
     }
 }
 
-/// Whether any session row has id `session_id`.
-pub(crate) fn session_exists(rows: &[Value], session_id: &str) -> bool {
-    position(rows, "session_id", session_id).is_some()
+/// The owner of session `session_id` in `rows`: `None` when there is no such session.
+pub(crate) fn session_owner<'a>(rows: &'a [Value], session_id: &str) -> Option<Option<&'a str>> {
+    position(rows, "session_id", session_id)
+        .map(|at| rows[at].get("user_id").and_then(Value::as_str))
 }

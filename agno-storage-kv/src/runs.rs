@@ -19,6 +19,11 @@ use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "runs";
 
+/// The `user_id` of a stored session.
+fn session_owner(key: &str, raw: &str) -> Result<Option<String>> {
+    Ok(text(&decode_object(key, raw)?, "user_id"))
+}
+
 pub(crate) fn decode(key: &str, raw: &str) -> Result<RunRecord> {
     let map = decode_object(key, raw)?;
     let run_data = json(&map, "run_data").unwrap_or(Value::Null);
@@ -183,6 +188,14 @@ impl RunStore for KvStore {
         let session_key = self.key(crate::sessions::TABLE, &run.session_id);
         let by_session = self.by_session(&run.session_id);
         self.retry("upsert_run", || async {
+            // The owner is read first; the write is then guarded on the session still existing
+            // (a session's owner changes only by deleting it).
+            let session = self.get(&session_key).await?;
+            let owner = session
+                .as_deref()
+                .map(|raw| session_owner(&session_key, raw))
+                .transpose()?;
+            run.check_session(owner.as_ref().map(Option::as_deref))?;
             let current = self.get(&key).await?;
             let now = now_epoch_seconds();
             let mut cas = Cas::on(&key)
@@ -231,10 +244,7 @@ impl RunStore for KvStore {
                 .reindex(&old_entries, &self.run_entries(&next));
             match self.cas(&cas).await? {
                 Outcome::Applied => Ok(Some(next)),
-                Outcome::Guard(0) => Err(Error::not_found(format!(
-                    "session {} does not exist: upsert the session before its runs",
-                    run.session_id
-                ))),
+                Outcome::Guard(0) => Err(run.missing_session()),
                 _ => Ok(None),
             }
         })

@@ -73,14 +73,15 @@ impl MongoDb {
         ))
     }
 
-    async fn session_exists(&self, session_id: &str) -> Result<bool> {
-        Ok(self
+    /// The owner of session `session_id`; `None` when there is no such session.
+    async fn session_owner(&self, session_id: &str) -> Result<Option<Option<String>>> {
+        let found = self
             .coll(&self.inner.names.sessions)
             .find_one(doc! {"session_id": session_id})
-            .projection(doc! {"_id": 1})
+            .projection(doc! {"_id": 0, "user_id": 1})
             .await
-            .map_err(db_err("upsert run"))?
-            .is_some())
+            .map_err(db_err("upsert run"))?;
+        Ok(found.map(|d| d.get_str("user_id").ok().map(str::to_owned)))
     }
 
     /// Updates the mutable fields of an existing run `writer` may write; `None` when no
@@ -138,12 +139,8 @@ pub(crate) fn as_i64(b: &Bson) -> Option<i64> {
 #[async_trait]
 impl RunStore for MongoDb {
     async fn upsert_run(&self, mut run: RunRecord) -> Result<RunRecord> {
-        if !self.session_exists(&run.session_id).await? {
-            return Err(Error::not_found(format!(
-                "session {} does not exist: upsert the session before its runs",
-                run.session_id
-            )));
-        }
+        let owner = self.session_owner(&run.session_id).await?;
+        run.check_session(owner.as_ref().map(Option::as_deref))?;
         let now = now_epoch_seconds();
         for _ in 0..3 {
             if let Some(updated) = self.update_run(&run, now).await? {

@@ -67,6 +67,15 @@ fn run_params(run: &RunRecord) -> Vec<SqlValue> {
     ]
 }
 
+/// [`run_params`] with the writer's `user_id` after `session_id`, for the owner check of
+/// the `writable_session` subquery.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn writable_run_params(run: &RunRecord) -> Vec<SqlValue> {
+    let mut params = run_params(run);
+    params.insert(2, SqlValue::opt_text(run.user_id.as_deref()));
+    params
+}
+
 #[async_trait]
 impl RunStore for SqlStore {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
@@ -77,6 +86,12 @@ impl RunStore for SqlStore {
         let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
         let next_index =
             format!("(SELECT COALESCE(MAX(run_index) + 1, 0) FROM {runs} WHERE session_id = ?)");
+        // The session id, but NULL (refused by NOT NULL, also on the conflict path) when the
+        // session is missing or belongs to another user: the owner check costs no round trip.
+        let writable_session = format!(
+            "(SELECT session_id FROM {} WHERE session_id = ? AND (user_id IS NULL OR user_id = ?))",
+            self.t(Tbl::Sessions)
+        );
         let upsert = Upsert {
             table: Tbl::Runs,
             columns: &columns,
@@ -85,7 +100,9 @@ impl RunStore for SqlStore {
                 #[cfg(feature = "mysql")]
                 Dialect::MySql => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
                 #[allow(unreachable_patterns)]
-                _ => format!("(?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {next_index}), ?, ?, ?)"),
+                _ => format!(
+                    "(?, {writable_session}, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {next_index}), ?, ?, ?)"
+                ),
             },
             conflict: "run_id",
             set: vec![
@@ -121,7 +138,7 @@ impl RunStore for SqlStore {
         let result = match d {
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
-                let mut params = run_params(&run);
+                let mut params = writable_run_params(&run);
                 params.push(SqlValue::text(&run.session_id));
                 params.extend(tail);
                 self.exec
@@ -130,7 +147,7 @@ impl RunStore for SqlStore {
             }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let mut params = run_params(&run);
+                let mut params = writable_run_params(&run);
                 params.push(SqlValue::text(&run.session_id));
                 params.extend(tail);
                 let sql = format!("{sql} RETURNING {RETURNED}");
@@ -155,13 +172,20 @@ impl RunStore for SqlStore {
             #[cfg(feature = "mysql")]
             Dialect::MySql => self.upsert_run_mysql(&run, &sql, &next_index, tail).await,
         };
-        let rows = result.map_err(|e| match e.kind() {
-            ErrorKind::NotFound => Error::not_found(format!(
-                "session {} does not exist: upsert the session before its runs",
-                run.session_id
-            )),
-            _ => e,
-        })?;
+        let rows = match result {
+            Ok(rows) => rows,
+            // A missing or foreign session surfaces as a constraint error; say which.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::InvalidInput) => {
+                run.check_session(
+                    self.session_owner(&run.session_id)
+                        .await?
+                        .as_ref()
+                        .map(Option::as_deref),
+                )?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         // The stored row is the input with the columns the upsert keeps or assigns; it is
         // rebuilt from them rather than by decoding `run_data` again.
         let row = rows
@@ -249,6 +273,20 @@ impl RunStore for SqlStore {
 }
 
 impl SqlStore {
+    /// The owner of session `session_id`; `None` when there is no such session.
+    async fn session_owner(&self, session_id: &str) -> Result<Option<Option<String>>> {
+        let sql = format!(
+            "SELECT user_id FROM {} WHERE session_id = ?",
+            self.t(Tbl::Sessions)
+        );
+        self.exec
+            .query(&sql, vec![SqlValue::text(session_id)])
+            .await?
+            .first()
+            .map(|row| row.opt_str("user_id"))
+            .transpose()
+    }
+
     /// MySQL's upsert: without a run_index, agno's named lock of the session is held while
     /// the next index is read and the row written (as agno's MySQLDb does, so Rust and
     /// Python writers serialize); the row is read back in the same transaction.
@@ -265,6 +303,21 @@ impl SqlStore {
             .is_none()
             .then(|| crate::exec::NamedLock::run_index(&run.session_id));
         let mut tx = self.exec.begin(lock).await?;
+        // The session row stays share-locked until commit: it cannot be deleted and
+        // recreated by another user between this check and the insert.
+        let owner = tx
+            .query(
+                &format!(
+                    "SELECT user_id FROM {} WHERE session_id = ? LOCK IN SHARE MODE",
+                    self.t(Tbl::Sessions)
+                ),
+                vec![SqlValue::text(&run.session_id)],
+            )
+            .await?
+            .first()
+            .map(|row| row.opt_str("user_id"))
+            .transpose()?;
+        run.check_session(owner.as_ref().map(Option::as_deref))?;
         let mut params = run_params(run);
         if run.run_index.is_none() {
             let next = tx

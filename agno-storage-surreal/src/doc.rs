@@ -731,6 +731,23 @@ impl SurrealDb {
             .collect())
     }
 
+    /// `SELECT * FROM table {clause}` (clause: `WHERE …`, `ORDER BY …`, `LIMIT …` over plain
+    /// fields, values bound from `vars`), decoded.
+    pub(crate) async fn select(
+        &self,
+        table: &str,
+        clause: &str,
+        vars: Vec<(String, SValue)>,
+    ) -> Result<Vec<Stored>> {
+        check_ident(table)?;
+        let sql = format!("SELECT * FROM {table} {clause};");
+        let out = self.run("query", &sql, vars).await?;
+        Ok(rows(out)
+            .into_iter()
+            .filter_map(|raw| self.inner.names.decode(table, raw))
+            .collect())
+    }
+
     /// Record `key` of `table`, checked to carry `key` in `key_field`.
     pub(crate) async fn find(
         &self,

@@ -12,6 +12,7 @@ use agno_storage_core::{
     Job, JobQuery, JobStatus, JobStore, Page, Result,
 };
 use serde_json::json;
+use surrealdb::types::Value as SValue;
 
 use crate::doc::{
     backoff, contended, digest_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
@@ -179,34 +180,64 @@ impl JobStore for SurrealDb {
         lock_grace_seconds: i64,
         deployment_id: Option<&str>,
     ) -> Result<Option<Job>> {
+        // Candidates come oldest first, a page at a time, from the `status` index; each is
+        // checked with `Job::is_claimable` and taken by a compare-and-set. Workers start at a
+        // random one of the first few so that they do not all race for the oldest.
+        const PAGE: usize = 64;
+        let statuses = SValue::Array(
+            vec![
+                SValue::String(JobStatus::Queued.as_str().to_owned()),
+                SValue::String(JobStatus::Running.as_str().to_owned()),
+            ]
+            .into(),
+        );
         for round in 0..CAS_ATTEMPTS {
             let now = now_epoch_seconds();
-            let mut candidates = Vec::new();
-            for status in [JobStatus::Queued, JobStatus::Running] {
-                for (d, j) in self
-                    .jobs_where(&[("status", opt(Some(status.as_str())))])
-                    .await?
-                {
+            let mut lost_race = false;
+            let mut start = 0;
+            loop {
+                let page = self
+                    .select(
+                        &self.inner.names.jobs,
+                        &format!(
+                            "WHERE status IN $statuses ORDER BY created_at, id LIMIT {PAGE} START {start}"
+                        ),
+                        vec![("statuses".into(), statuses.clone())],
+                    )
+                    .await?;
+                let full = page.len() == PAGE;
+                let mut candidates = Vec::new();
+                for d in page {
+                    let j: Job = d.decode("a job")?;
                     if j.is_claimable(now, lock_grace_seconds, deployment_id) {
                         candidates.push((d, j));
                     }
                 }
-            }
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
-            for (stored, mut job) in candidates {
-                job.take_lease(worker_id, now);
-                let write = self.put(
-                    &self.inner.names.jobs,
-                    &stored.id,
-                    &to_fields(&job, "a job")?,
-                    stored.unchanged(),
-                );
-                if let Commit::Done = self.commit("claim job", vec![write]).await? {
-                    return Ok(Some(job));
+                let spread = candidates.len().min(8);
+                if spread > 1 {
+                    let offset = usize::from(uuid::Uuid::new_v4().as_bytes()[0]) % spread;
+                    candidates[..spread].rotate_left(offset);
                 }
+                for (stored, mut job) in candidates {
+                    job.take_lease(worker_id, now);
+                    let write = self.put(
+                        &self.inner.names.jobs,
+                        &stored.id,
+                        &to_fields(&job, "a job")?,
+                        stored.unchanged(),
+                    );
+                    match self.commit("claim job", vec![write]).await? {
+                        Commit::Done => return Ok(Some(job)),
+                        Commit::Conflict => lost_race = true,
+                    }
+                }
+                if !full {
+                    break;
+                }
+                start += PAGE;
+            }
+            if !lost_race {
+                return Ok(None);
             }
             backoff(round).await;
         }

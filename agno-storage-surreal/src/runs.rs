@@ -96,14 +96,9 @@ impl RunStore for SurrealDb {
             // The session is read here and re-checked in the run's transaction: a run goes
             // only into an existing session that is unowned or the writer's.
             let Some(session) = self.find_session(&run.session_id).await? else {
-                return Err(Error::not_found(format!(
-                    "session {} does not exist: upsert the session before its runs",
-                    run.session_id
-                )));
+                return Err(run.missing_session());
             };
-            if !writable_by(session.str("user_id"), run.user_id.as_deref()) {
-                return Err(owned_by_another_user("session", &run.session_id));
-            }
+            run.check_session(Some(session.str("user_id")))?;
             let now = now_epoch_seconds();
             let (next, pre) = match self.get(coll, &id).await? {
                 Some(stored) => {

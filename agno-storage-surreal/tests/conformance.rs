@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
 use agno_storage_surreal::{SurrealDb, SurrealOptions};
-use conformance_tests::{async_trait, Ctx, Harness, LegacyDb, LegacyWriter};
+use conformance_tests::{async_trait, Ctx, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
 
 /// One engine: a URL and optional root credentials.
@@ -63,6 +63,14 @@ impl Harness for Surreal {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::all()
+    }
+
+    fn job_stress(&self) -> JobStress {
+        let jobs = std::env::var("AGNO_TEST_JOB_STRESS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2_000);
+        JobStress { jobs, workers: 8 }
     }
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {

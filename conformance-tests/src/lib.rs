@@ -51,6 +51,25 @@ pub struct LegacyDb {
     pub writer: Arc<dyn LegacyWriter>,
 }
 
+/// The size of the job stress case: the trial is 2,000 jobs and 8 workers; a
+/// harness whose server is slow (an emulator) may lower the job count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobStress {
+    /// Jobs submitted and drained.
+    pub jobs: usize,
+    /// Concurrent workers.
+    pub workers: usize,
+}
+
+impl Default for JobStress {
+    fn default() -> Self {
+        JobStress {
+            jobs: 2_000,
+            workers: 8,
+        }
+    }
+}
+
 /// How the suite reaches one backend.
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
@@ -68,6 +87,11 @@ pub trait Harness: Send + Sync + 'static {
     async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
         let _ = case;
         Err(Error::unsupported("this harness", "open_legacy"))
+    }
+
+    /// The size of the job stress case on this backend (2,000 jobs, 8 workers by default).
+    fn job_stress(&self) -> JobStress {
+        JobStress::default()
     }
 }
 
@@ -140,6 +164,11 @@ impl Ctx {
     /// A fresh pre-v3 database for this case.
     pub async fn legacy(&self) -> std::result::Result<LegacyDb, Failure> {
         Ok(self.harness.open_legacy(self.case).await?)
+    }
+
+    /// The size of the job stress case the harness asks for.
+    pub fn job_stress(&self) -> JobStress {
+        self.harness.job_stress()
     }
 
     /// The capabilities the harness declared.

@@ -7,7 +7,7 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
-use super::{run_row, session, uid};
+use super::{run_row, session, uid, Rng};
 use crate::{ensure, ensure_eq, CaseResult, Ctx};
 
 /// User ids and names that are syntax somewhere: quotes, LIKE wildcards, globs, key
@@ -170,21 +170,6 @@ pub(crate) async fn hostile_identifiers_touch_only_their_rows(ctx: &Ctx) -> Case
         }
     }
     Ok(())
-}
-
-/// A small deterministic generator, so a failing sequence can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() % items.len() as u64) as usize]
-    }
 }
 
 /// Random users perform random writes, reads, renames and deletes on sessions, runs and

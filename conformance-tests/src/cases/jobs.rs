@@ -1,12 +1,16 @@
 //! The durable job queue: exactly-once claims, fencing, idempotency, retries.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use agno_storage_core::{EnqueueRejection, ErrorKind, Job, JobQuery, JobStatus};
+use agno_storage_core::{AgnoDb, EnqueueRejection, ErrorKind, Job, JobQuery, JobStatus};
+use futures::StreamExt;
 use serde_json::json;
+use tokio::task::JoinHandle;
 
-use super::uid;
-use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx};
+use super::{uid, Rng};
+use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx, JobStress};
 
 fn job() -> Job {
     Job::new(
@@ -235,4 +239,197 @@ pub(crate) async fn two_claimers_of_one_job_one_winner(ctx: &Ctx) -> CaseResult 
         }
     }
     ensure_eq(winners, 1, "claimers that got the job")
+}
+
+/// How long a killed worker's claim stays leased before another worker may take it over.
+const STRESS_GRACE_SECONDS: i64 = 2;
+
+/// What the stress workers share: successful completions per job, and the claims of
+/// workers that died holding a job (id, attempt, worker).
+#[derive(Default)]
+struct StressLedger {
+    completions: HashMap<String, u32>,
+    abandoned: Vec<(String, i64, String)>,
+    claims: u64,
+}
+
+/// One worker: claims and completes until it is aborted; every 97th claim (counted over all
+/// workers) it dies holding the job, as a process killed between claim and completion would.
+async fn stress_worker(
+    db: AgnoDb,
+    worker: String,
+    ledger: Arc<Mutex<StressLedger>>,
+) -> agno_storage_core::Result<()> {
+    let store = db.jobs()?;
+    loop {
+        let Some(j) = store.claim_job(&worker, STRESS_GRACE_SECONDS, None).await? else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let dies = {
+            let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
+            ledger.claims += 1;
+            let dies = ledger.claims % 97 == 13;
+            if dies {
+                ledger
+                    .abandoned
+                    .push((j.id.clone(), j.attempt, worker.clone()));
+            }
+            dies
+        };
+        if dies {
+            return Ok(());
+        }
+        match store
+            .complete_job(&j.id, &worker, j.attempt, JobStatus::Completed, None)
+            .await
+        {
+            Ok(_) => {
+                let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
+                *ledger.completions.entry(j.id).or_default() += 1;
+            }
+            // Our lease ran out and another worker took the job over: move on.
+            Err(e) if e.kind() == ErrorKind::LeaseLost => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The stress trial: 2,000 jobs (fewer where the harness says so), each submitted
+/// twice at once under one idempotency key; 8 workers drain them while workers are aborted
+/// at random points (mid-claim, mid-completion) and others die holding a job, and are
+/// restarted. Exactly one submission per key is accepted, every job completes exactly once,
+/// none is lost, and every dead worker's late completion is refused with `LeaseLost`.
+pub(crate) async fn stress_exactly_once_with_killed_workers(ctx: &Ctx) -> CaseResult {
+    let JobStress { jobs: n, workers } = ctx.job_stress();
+    let db = ctx.db().await?;
+    let session_id = uid("s");
+    let seed = 0x10b5_u64 ^ agno_storage_core::now_epoch_seconds() as u64;
+    let mut rng = Rng(seed | 1);
+    let fail = |what: String| format!("seed {seed:#x}: {what}");
+
+    let submissions = futures::stream::iter(0..n)
+        .map(|i| {
+            let (db, session_id) = (db.clone(), session_id.clone());
+            async move {
+                let submit = |copy: usize| {
+                    let mut j = job();
+                    j.session_id = session_id.clone();
+                    j.user_id = Some("stress-user".into());
+                    j.idempotency_key = Some(format!("key-{i}"));
+                    j.max_attempts = 1_000;
+                    j.id = format!("{}-{copy}", j.id);
+                    let db = db.clone();
+                    async move { db.jobs()?.enqueue_job(j, 0).await }
+                };
+                let (a, b) = futures::join!(submit(0), submit(1));
+                Ok::<_, agno_storage_core::Error>((a?, b?))
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    let mut accepted = 0;
+    for result in submissions {
+        let (a, b) = result?;
+        let (kept, dup) = match (a.rejection, b.rejection) {
+            (None, Some(EnqueueRejection::Duplicate)) => (a, b),
+            (Some(EnqueueRejection::Duplicate), None) => (b, a),
+            other => {
+                return Err(fail(format!(
+                    "two concurrent submissions under one key: expected one accepted and one duplicate, got {other:?}"
+                ))
+                .into())
+            }
+        };
+        let id = |o: &agno_storage_core::EnqueueOutcome| o.job.as_ref().map(|j| j.id.clone());
+        ensure_eq(
+            id(&dup),
+            id(&kept),
+            "the duplicate returns the original job",
+        )?;
+        accepted += 1;
+    }
+    ensure_eq(accepted, n, "accepted submissions")?;
+
+    let ledger = Arc::new(Mutex::new(StressLedger::default()));
+    let spawn = |slot: usize, generation: usize| {
+        tokio::spawn(stress_worker(
+            db.clone(),
+            format!("worker-{slot}-{generation}"),
+            ledger.clone(),
+        ))
+    };
+    let mut pool: Vec<(usize, JoinHandle<_>)> = (0..workers).map(|s| (0, spawn(s, 0))).collect();
+    let mut kills = 0;
+    let store = db.jobs()?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    let completed = JobQuery {
+        status: Some(JobStatus::Completed),
+        pagination: agno_storage_core::Pagination::limit(1),
+        ..Default::default()
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(20 + rng.next() % 80)).await;
+        // Abort one worker wherever it is, at most four times per worker slot.
+        if kills < 4 * workers {
+            let slot = (rng.next() % workers as u64) as usize;
+            pool[slot].1.abort();
+            kills += 1;
+        }
+        for (slot, (generation, handle)) in pool.iter_mut().enumerate() {
+            if handle.is_finished() {
+                let finished = std::mem::replace(handle, spawn(slot, *generation + 1));
+                *generation += 1;
+                match finished.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(fail(format!("worker failed: {e}")).into()),
+                    Err(e) if e.is_cancelled() => {}
+                    Err(e) => return Err(fail(format!("worker panicked: {e}")).into()),
+                }
+            }
+        }
+        if store.list_jobs(completed.clone()).await?.total as usize == n {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(fail("the jobs were not all completed within 10 minutes".into()).into());
+        }
+    }
+    for (_, handle) in &pool {
+        handle.abort();
+    }
+
+    let (completions, abandoned) = {
+        let ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
+        (ledger.completions.clone(), ledger.abandoned.clone())
+    };
+    if let Some((id, count)) = completions.iter().find(|(_, &c)| c > 1) {
+        return Err(fail(format!("job {id} was completed {count} times")).into());
+    }
+    let all = store
+        .list_jobs(JobQuery {
+            pagination: agno_storage_core::Pagination::limit(1),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(
+        all.total as usize,
+        n,
+        "jobs stored (none lost, none duplicated)",
+    )?;
+    ensure(
+        n < 100 || !abandoned.is_empty(),
+        fail("no worker died holding a job; the trial did not test takeover".into()),
+    )?;
+    for (id, attempt, worker) in abandoned {
+        expect_err(
+            store
+                .complete_job(&id, &worker, attempt, JobStatus::Completed, None)
+                .await,
+            ErrorKind::LeaseLost,
+            &fail(format!("late completion of {id} by dead {worker}")),
+        )?;
+    }
+    Ok(())
 }

@@ -44,6 +44,10 @@ pub(crate) fn all() -> Vec<Case> {
             scoping::sessions_and_runs_are_user_scoped,
             ["sessions", "runs"]
         ),
+        case!(
+            scoping::runs_go_only_into_the_writers_sessions,
+            ["sessions", "runs"]
+        ),
         case!(scoping::memories_are_user_scoped, ["memories"]),
         case!(scoping::evals_are_user_scoped, ["evals"]),
         case!(scoping::knowledge_reads_owner_or_shared, ["knowledge"]),
@@ -88,6 +92,7 @@ pub(crate) fn all() -> Vec<Case> {
         ),
         case!(jobs::retry_then_fail_and_cleanup, ["jobs"]),
         case!(jobs::two_claimers_of_one_job_one_winner, ["jobs"]),
+        case!(jobs::stress_exactly_once_with_killed_workers, ["jobs"]),
         case!(
             migrations::up_twice_is_idempotent,
             ["migrations", "legacy_runs", "runs"]
@@ -117,6 +122,21 @@ pub(crate) fn all() -> Vec<Case> {
 }
 
 /// A unique id with a readable prefix.
+/// A small deterministic generator, so a failing sequence can be replayed from its seed.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub(crate) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
 pub(crate) fn uid(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }

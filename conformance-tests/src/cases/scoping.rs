@@ -10,6 +10,57 @@ use serde_json::json;
 use super::{run_row, session, uid};
 use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx};
 
+/// A run goes only into a session its writer may write: appending a run to another user's
+/// session (agno's adapters accept it, and the run then shows in that user's history) is
+/// refused with `PermissionDenied` and writes nothing; an unowned session takes anyone's runs.
+pub(crate) async fn runs_go_only_into_the_writers_sessions(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let (sessions, runs) = (db.sessions()?, db.runs()?);
+    let alices = session(SessionType::Agent, Some("alice"));
+    let shared = session(SessionType::Agent, None);
+    sessions.upsert_session(alices.clone()).await?;
+    sessions.upsert_session(shared.clone()).await?;
+    runs.upsert_run(run_row(
+        &alices,
+        &format!("{}-own", alices.session_id),
+        "COMPLETED",
+    ))
+    .await?;
+    for (writer, what) in [(Some("bob"), "bob"), (None, "an unscoped writer")] {
+        let planted_id = format!("{}-planted-{}", alices.session_id, writer.unwrap_or("none"));
+        let mut planted = run_row(&alices, &planted_id, "COMPLETED");
+        planted.user_id = writer.map(str::to_owned);
+        expect_err(
+            runs.upsert_run(planted.clone()).await,
+            ErrorKind::PermissionDenied,
+            &format!("{what} appending a run to alice's session"),
+        )?;
+        ensure(
+            runs.get_run(&planted.run_id, None).await?.is_none(),
+            &format!("the refused run of {what} was stored"),
+        )?;
+    }
+    let history = runs
+        .get_runs(RunQuery {
+            session_id: Some(alices.session_id.clone()),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(
+        history.total,
+        1,
+        "runs in alice's session after the refusals",
+    )?;
+    let mut bobs = run_row(&shared, &format!("{}-bob", shared.session_id), "COMPLETED");
+    bobs.user_id = Some("bob".into());
+    runs.upsert_run(bobs.clone()).await?;
+    ensure(
+        runs.get_run(&bobs.run_id, Some("bob")).await?.is_some(),
+        "bob's run in an unowned session",
+    )?;
+    Ok(())
+}
+
 /// Sessions and runs: reads, renames and deletes of one user never reach another's rows,
 /// and deleting a user's sessions removes only their runs.
 pub(crate) async fn sessions_and_runs_are_user_scoped(ctx: &Ctx) -> CaseResult {
