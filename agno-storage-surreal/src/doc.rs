@@ -417,9 +417,10 @@ enum Op {
     Delete,
     /// Only the precondition: the record is read and compared, not written.
     Check,
-    /// Sets `touched_at` on the record (creating it): a write that makes concurrent
-    /// transactions touching or deleting the same record conflict.
-    Touch,
+    /// Sets `touched_at` on a run-index counter record (creating it): a write that makes
+    /// concurrent transactions touching or deleting the same record conflict. With a
+    /// `run_index`, a seeded counter (one with `next`) is raised past it.
+    Touch(Option<i64>),
     /// Deletes every record of the table whose field (the write's `id`) equals the value.
     DeleteWhere(SValue),
 }
@@ -561,13 +562,14 @@ impl SurrealDb {
         }
     }
 
-    /// Sets `touched_at` on record `id` of `table` (creating it), so that this commit and any
-    /// other writing that record cannot both commit.
-    pub(crate) fn touch(&self, table: &str, id: &str) -> Write {
+    /// Sets `touched_at` on run-index counter `id` of `table` (creating it), so that this
+    /// commit and any other writing that record cannot both commit; a seeded counter is
+    /// raised past `run_index`.
+    pub(crate) fn touch(&self, table: &str, id: &str, run_index: Option<i64>) -> Write {
         Write {
             table: table.to_owned(),
             id: id.to_owned(),
-            op: Op::Touch,
+            op: Op::Touch(run_index),
             pre: Pre::Any,
         }
     }
@@ -624,9 +626,16 @@ impl SurrealDb {
                     sql.push_str(&format!("UPSERT $r{i} CONTENT $v{i} RETURN NONE;\n"));
                 }
                 Op::Delete => sql.push_str(&format!("DELETE $r{i} RETURN NONE;\n")),
-                Op::Touch => sql.push_str(&format!(
+                Op::Touch(None) => sql.push_str(&format!(
                     "UPSERT $r{i} SET touched_at = time::now() RETURN NONE;\n"
                 )),
+                Op::Touch(Some(index)) => {
+                    vars.push((format!("v{i}"), SValue::Number(Number::Int(index + 1))));
+                    sql.push_str(&format!(
+                        "UPSERT $r{i} SET touched_at = time::now(), next = IF next = NONE {{ NONE }} \
+                         ELSE {{ math::max([next, $v{i}]) }} RETURN NONE;\n"
+                    ));
+                }
                 Op::Check | Op::DeleteWhere(_) => {}
             }
         }

@@ -59,8 +59,15 @@ impl LegacyRunsStore for SurrealDb {
             let fields = to_fields(row, "a run")?;
             let mut settled = false;
             for attempt in 0..CAS_ATTEMPTS {
-                let write = self.put(&self.inner.names.runs, &row.run_id, &fields, Pre::Absent);
-                match self.commit("copy legacy runs", vec![write]).await? {
+                let writes = vec![
+                    self.put(&self.inner.names.runs, &row.run_id, &fields, Pre::Absent),
+                    self.touch(
+                        &self.inner.names.meta,
+                        &crate::runs::run_counter_id(&row.session_id),
+                        row.run_index,
+                    ),
+                ];
+                match self.commit("copy legacy runs", writes).await? {
                     Commit::Done => {
                         outcome.inserted += 1;
                         settled = true;

@@ -1,10 +1,10 @@
 //! Runs (`agno_runs`): one record per run, record id `agno_runs:⟨run_id⟩`, agno's
 //! `build_single_run_row` shape with `datetime` timestamps.
 //!
-//! A run appended without a `run_index` gets one past the session's highest from a
-//! per-session counter record in the meta table, bumped by one `UPSERT … SET next =
-//! math::max(…) + 1` (seeded from the runs already stored): a single atomic statement, so
-//! concurrent appends never share an index. The run itself is written in a transaction
+//! A run appended without a `run_index` gets one from a per-session counter record in the
+//! meta table, bumped by one atomic `UPDATE … SET next += 1` (O(1); a counter never seeded
+//! is seeded once from the runs already stored). Every run write raises a seeded counter
+//! past its `run_index`, so explicit indexes and migrated runs are never handed out again. The run itself is written in a transaction
 //! that re-checks its session (still there, same owner) and the run record it read.
 
 use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
@@ -41,42 +41,64 @@ impl SurrealDb {
         Ok(runs)
     }
 
-    /// The next free `run_index` of `session_id`, taken atomically.
+    /// The next free `run_index` of `session_id`, taken atomically: one `UPDATE` bumping the
+    /// session's counter; only a counter never seeded is seeded from the runs stored (one
+    /// past the highest `run_index`).
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
-        let floor = self
-            .session_runs(session_id)
-            .await?
-            .iter()
-            .filter_map(|r| r.run_index)
-            .max()
-            .unwrap_or(-1)
-            + 1;
         let counter = rid(&self.inner.names.meta, &run_counter_id(session_id));
+        let next_of = |values: Vec<SValue>| -> Option<i64> {
+            let row = match values.into_iter().next()? {
+                SValue::Array(a) => a.into_iter().next()?,
+                other => other,
+            };
+            match row {
+                SValue::Object(o) => match o.get("next") {
+                    Some(SValue::Number(Number::Int(n))) => Some(*n),
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
         for attempt in 0..CAS_ATTEMPTS {
-            let out = self
+            let bumped = self
                 .run(
                     "next run index",
-                    "UPSERT ONLY $c SET next = math::max([next OR 0, $floor]) + 1, \
-                     session_id = $sid RETURN AFTER;",
-                    vec![
-                        ("c".into(), counter.clone()),
-                        ("floor".into(), SValue::Number(Number::Int(floor))),
-                        ("sid".into(), SValue::String(session_id.to_owned())),
-                    ],
+                    "UPDATE $c SET next += 1 WHERE next != NONE RETURN AFTER;",
+                    vec![("c".into(), counter.clone())],
                 )
                 .await;
-            match out {
+            let seeded = match bumped {
+                Ok(values) => match next_of(values) {
+                    Some(n) => return Ok(n - 1),
+                    None => {
+                        let floor = self
+                            .session_runs(session_id)
+                            .await?
+                            .iter()
+                            .filter_map(|r| r.run_index)
+                            .max()
+                            .unwrap_or(-1)
+                            + 1;
+                        self.run(
+                            "next run index",
+                            "UPSERT ONLY $c SET next = math::max([next OR 0, $floor]) + 1, \
+                             session_id = $sid RETURN AFTER;",
+                            vec![
+                                ("c".into(), counter.clone()),
+                                ("floor".into(), SValue::Number(Number::Int(floor))),
+                                ("sid".into(), SValue::String(session_id.to_owned())),
+                            ],
+                        )
+                        .await
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            match seeded {
                 Ok(values) => {
-                    let next = match values.into_iter().next() {
-                        Some(SValue::Object(o)) => match o.get("next") {
-                            Some(SValue::Number(Number::Int(n))) => Some(*n),
-                            _ => None,
-                        },
-                        _ => None,
-                    };
-                    return next.map(|n| n - 1).ok_or_else(|| {
+                    return next_of(values).map(|n| n - 1).ok_or_else(|| {
                         Error::new(ErrorKind::Unexpected, "run index counter returned no value")
-                    });
+                    })
                 }
                 Err(e) if e.kind() == ErrorKind::Conflict => backoff(attempt).await,
                 Err(e) => return Err(e),
@@ -131,7 +153,11 @@ impl RunStore for SurrealDb {
             let writes = vec![
                 self.check(&self.inner.names.sessions, &session.id, session.unchanged()),
                 // Conflicts with a concurrent `delete_sessions`, which deletes the counter.
-                self.touch(&self.inner.names.meta, &run_counter_id(&run.session_id)),
+                self.touch(
+                    &self.inner.names.meta,
+                    &run_counter_id(&run.session_id),
+                    next.run_index,
+                ),
                 self.put(coll, &id, &to_fields(&next, "a run")?, pre),
             ];
             match self.commit("upsert run", writes).await? {

@@ -185,3 +185,33 @@ async fn a_new_database_is_stamped_like_agno() {
         assert!(matches!(field(&stamp, "updated_at"), Value::Number(_)));
     }
 }
+
+#[tokio::test]
+async fn run_index_counter_is_seeded_once_and_raised_by_explicit_indexes() {
+    let db = open().await;
+    let agno = db.agno_db();
+    let s = Session::new("s1", SessionType::Agent, "agent-1").with_user("alice");
+    agno.sessions().unwrap().upsert_session(s).await.unwrap();
+    let runs = agno.runs().unwrap();
+    let run = |id: &str, index: Option<i64>| {
+        let mut data = json!({"run_id": id, "agent_id": "agent-1", "status": "COMPLETED"});
+        if let Some(i) = index {
+            data["run_index"] = json!(i);
+        }
+        RunRecord::from_run_data("s1", Some("alice".into()), data).unwrap()
+    };
+    // An explicit index before the counter is seeded: the seed must still see it.
+    runs.upsert_run(run("r-explicit-3", Some(3))).await.unwrap();
+    let a = runs.upsert_run(run("r-a", None)).await.unwrap();
+    assert_eq!(
+        a.run_index,
+        Some(4),
+        "seeded one past the highest stored index"
+    );
+    // An explicit index past the counter raises it.
+    runs.upsert_run(run("r-explicit-9", Some(9))).await.unwrap();
+    let b = runs.upsert_run(run("r-b", None)).await.unwrap();
+    assert_eq!(b.run_index, Some(10), "raised past the explicit index");
+    let c = runs.upsert_run(run("r-c", None)).await.unwrap();
+    assert_eq!(c.run_index, Some(11));
+}
