@@ -1,9 +1,11 @@
 //! JSON ⇄ DynamoDB items with agno's encoding (`db/dynamo/utils.py`): `None` omitted,
 //! bool as `BOOL`, numbers as `N`, strings as `S`, objects and arrays as an `S` holding
-//! their JSON text. Reading decodes an `S` back only when it holds a JSON object or array.
+//! their JSON text as Python's `json.dumps` writes it (`", "`/`": "` separators, non-ASCII
+//! escaped), byte for byte. Reading decodes an `S` back only when it holds a JSON object or array.
 
 use std::collections::HashMap;
 
+use agno_storage_core::json::to_python_json;
 use agno_storage_core::{Error, ErrorKind, Result};
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::de::DeserializeOwned;
@@ -22,7 +24,7 @@ pub(crate) fn attr(value: &Value) -> Option<AttributeValue> {
         Value::Bool(b) => AttributeValue::Bool(*b),
         Value::Number(n) => AttributeValue::N(n.to_string()),
         Value::String(s) => AttributeValue::S(s.clone()),
-        Value::Array(_) | Value::Object(_) => AttributeValue::S(value.to_string()),
+        Value::Array(_) | Value::Object(_) => AttributeValue::S(to_python_json(value)),
     })
 }
 
@@ -156,12 +158,15 @@ mod tests {
 
     #[test]
     fn agno_encoding_round_trips() {
-        let v = serde_json::json!({"a": {"x": [1, 2]}, "b": true, "c": 3, "d": 2.5, "e": "t", "f": null, "g": "42", "h": "{\"$ne\": null}"});
+        let v = serde_json::json!({"a": {"x": [1, 2], "ü": "é"}, "b": true, "c": 3, "d": 2.5, "e": "t", "f": null, "g": "42", "h": "{\"$ne\": null}"});
         let item = to_item(&v);
         assert!(!item.contains_key("f"));
         assert_eq!(
             item.get("a"),
-            Some(&AttributeValue::S("{\"x\":[1,2]}".into()))
+            // `json.dumps`: spaced separators, non-ASCII escaped.
+            Some(&AttributeValue::S(
+                "{\"x\": [1, 2], \"\\u00fc\": \"\\u00e9\"}".into()
+            ))
         );
         assert_eq!(item.get("b"), Some(&AttributeValue::Bool(true)));
         let back = Value::Object(from_item(&item, &["a"]));

@@ -1,6 +1,6 @@
 //! [`DynamoDb`]: the client, table names and specs, and the item operations every store
-//! shares (consistent reads, full scans that follow `LastEvaluatedKey`, conditional writes,
-//! transactions).
+//! shares (consistent reads, full scans and GSI queries that follow `LastEvaluatedKey`,
+//! conditional writes, transactions).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -122,6 +122,12 @@ pub struct DynamoOptions {
     pub credentials: Option<StaticCredentials>,
     /// The table names.
     pub tables: TableNames,
+    /// The `Limit` of each Scan and Query request: at most this many items are evaluated per
+    /// request, and the rest follows through `LastEvaluatedKey`. `None` (the default) sets no
+    /// limit, so only DynamoDB's own 1 MB page splits a read. Small values cost more round
+    /// trips; they exist to bound one request's work (and let tests exercise paging). Must
+    /// be at least 1.
+    pub page_size: Option<i32>,
 }
 
 impl Default for DynamoOptions {
@@ -131,6 +137,7 @@ impl Default for DynamoOptions {
             region: "us-east-1".into(),
             credentials: None,
             tables: TableNames::default(),
+            page_size: None,
         }
     }
 }
@@ -233,6 +240,8 @@ pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) names: TableNames,
     ensured: Mutex<HashSet<Tbl>>,
+    /// The `Limit` of each Scan and Query request ([`DynamoOptions::page_size`]).
+    page_size: Option<i32>,
 }
 
 /// One set of agno tables in DynamoDB. Cheap to clone.
@@ -416,7 +425,9 @@ impl DynamoDb {
                 Client::new(&loader.load().await)
             }
         };
-        Self::open(client, options.tables).await
+        Self::open(client, options.tables)
+            .await?
+            .with_page_size(options.page_size)
     }
 
     /// Opens the tables `names` with an existing client (see [`DynamoDb::connect`]).
@@ -444,6 +455,7 @@ impl DynamoDb {
                 client,
                 names,
                 ensured: Mutex::new(HashSet::new()),
+                page_size: None,
             }),
         };
         if fresh {
@@ -453,6 +465,30 @@ impl DynamoDb {
             }
         }
         Ok(me)
+    }
+
+    /// This handle with another Scan/Query page size (see [`DynamoOptions::page_size`]);
+    /// `InvalidInput` when it is below 1.
+    pub fn with_page_size(self, page_size: Option<i32>) -> Result<Self> {
+        if let Some(n) = page_size.filter(|n| *n < 1) {
+            return Err(
+                Error::invalid_input(format!("page_size must be at least 1, got {n}"))
+                    .with_backend(BACKEND),
+            );
+        }
+        Ok(DynamoDb {
+            inner: Arc::new(Inner {
+                client: self.inner.client.clone(),
+                names: self.inner.names.clone(),
+                ensured: Mutex::new(HashSet::new()),
+                page_size,
+            }),
+        })
+    }
+
+    /// The Scan/Query page size in use (see [`DynamoOptions::page_size`]).
+    pub fn page_size(&self) -> Option<i32> {
+        self.inner.page_size
     }
 
     /// The underlying client.
@@ -637,6 +673,46 @@ impl DynamoDb {
 
     /// Every item of `tbl`, read consistently, following `LastEvaluatedKey` to the end.
     pub(crate) async fn scan(&self, tbl: Tbl) -> Result<Vec<Item>> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let (page, next) = self.scan_page(tbl, start.take()).await?;
+            items.extend(page);
+            match next {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        Ok(items)
+    }
+
+    /// One consistent Scan request of `tbl` from `start` (exclusive; `None`: the beginning):
+    /// its items and the `LastEvaluatedKey` to continue from (`None`: the scan is complete).
+    pub(crate) async fn scan_page(
+        &self,
+        tbl: Tbl,
+        start: Option<Item>,
+    ) -> Result<(Vec<Item>, Option<Item>)> {
+        let name = self.ensure(tbl).await?;
+        let out = self
+            .inner
+            .client
+            .scan()
+            .table_name(name)
+            .consistent_read(true)
+            .set_limit(self.inner.page_size)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(sdk_err("scan"))?;
+        let next = out.last_evaluated_key.filter(|k| !k.is_empty());
+        Ok((out.items.unwrap_or_default(), next))
+    }
+
+    /// The items of `tbl` whose string attribute `attr` is `value` (a filtered consistent
+    /// scan, following `LastEvaluatedKey` through empty pages). For tables without a GSI on
+    /// `attr`; where agno declares one, [`DynamoDb::query_index`] reads only the matches.
+    pub(crate) async fn scan_eq(&self, tbl: Tbl, attr: &str, value: &str) -> Result<Vec<Item>> {
         let name = self.ensure(tbl).await?;
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
@@ -647,6 +723,10 @@ impl DynamoDb {
                 .scan()
                 .table_name(name)
                 .consistent_read(true)
+                .set_limit(self.inner.page_size)
+                .filter_expression("#a = :v")
+                .expression_attribute_names("#a", attr)
+                .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
@@ -660,9 +740,24 @@ impl DynamoDb {
         Ok(items)
     }
 
-    /// The items of `tbl` whose string attribute `attr` is `value` (a filtered consistent
-    /// scan, following `LastEvaluatedKey` through empty pages).
-    pub(crate) async fn scan_eq(&self, tbl: Tbl, attr: &str, value: &str) -> Result<Vec<Item>> {
+    /// The items of `tbl` whose string attribute `attr` is `value`, through agno's GSI
+    /// `{attr}-created_at-index` (a Query, following `LastEvaluatedKey`): the read costs the
+    /// matching items, not the table. GSIs are eventually consistent and sparse: a write
+    /// may take a moment to show (DynamoDB Local applies it at once), and an item without a
+    /// numeric `created_at` is not indexed (every row this crate and agno write has one).
+    pub(crate) async fn query_index(&self, tbl: Tbl, attr: &str, value: &str) -> Result<Vec<Item>> {
+        let index = tbl
+            .indexes()
+            .into_iter()
+            .find(|(_, hash, _, range)| *hash == attr && matches!(range, Some(("created_at", _))))
+            .map(|(index, ..)| index)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unexpected,
+                    format!("table {} has no {attr}-created_at-index", self.name(tbl)),
+                )
+                .with_backend(BACKEND)
+            })?;
         let name = self.ensure(tbl).await?;
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
@@ -670,16 +765,17 @@ impl DynamoDb {
             let out = self
                 .inner
                 .client
-                .scan()
+                .query()
                 .table_name(name)
-                .consistent_read(true)
-                .filter_expression("#a = :v")
+                .index_name(&index)
+                .key_condition_expression("#a = :v")
                 .expression_attribute_names("#a", attr)
                 .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
+                .set_limit(self.inner.page_size)
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(sdk_err("scan"))?;
+                .map_err(sdk_err("query"))?;
             items.extend(out.items.unwrap_or_default());
             match out.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),

@@ -12,12 +12,20 @@
 //! Differences from agno, all keeping its format: `limit` without `page` is honoured;
 //! `session_data` is replaced, not merged, so keys can be removed; eval `eval_input` and
 //! knowledge `external_id` are stored; `delete_sessions(user_id=…)` deletes only the runs
-//! of sessions it deleted; every scan follows `LastEvaluatedKey`.
+//! of sessions it deleted; every scan and query follows `LastEvaluatedKey`
+//! ([`DynamoOptions::page_size`] bounds each request).
+//!
+//! Reads scoped to one session (`get_session`'s runs, `get_runs(session_id)`, the delete
+//! cascade) Query agno's `session_id-created_at-index`, as agno does, so they cost the
+//! session's runs rather than the runs table. Like every GSI read they are eventually
+//! consistent: on DynamoDB a run written a moment ago may not show yet.
 //!
 //! Every read-modify-write is a conditional write: a compare-and-set on the whole item
 //! (owner guards, claims, releases, fenced job settlements), or `TransactWriteItems` with a
 //! uniqueness item (schedule `(user_id, name)`, job idempotency keys). `run_index` comes
-//! from a per-session counter item.
+//! from a per-session counter item advanced by one atomic conditional update, seeded from
+//! the session's stored runs only when it is missing, so an append costs the same whatever
+//! the table holds.
 //!
 //! # Features
 //!

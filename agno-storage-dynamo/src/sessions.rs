@@ -4,17 +4,21 @@
 //! `runs` attribute (2.x: `S` holding the JSON list) is carried forward untouched on every
 //! write, as agno does, and merged into reads. Every read-modify-write is a compare-and-set
 //! on the whole item; `run_index` comes from a per-session counter item in the meta table.
+//! Reads scoped to one session (its runs, `get_runs(session_id)`, the delete cascade) Query
+//! agno's `session_id-created_at-index` instead of scanning the runs table.
 
+use agno_storage_core::json::to_python_json;
 use agno_storage_core::legacy::{
     decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session,
     InsertedRuns, LegacyRunsStore, LegacySessionRuns,
 };
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery, SessionRead, SessionStore,
+    Error, ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery,
+    SessionRead, SessionStore,
 };
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 
 use crate::codec::{self, from_item, from_json, n, nv, record, record_item, s, sv, Item};
@@ -44,9 +48,21 @@ fn decode_run(item: &Item) -> Result<RunRecord> {
     record(item, &["run_data"], "a run")
 }
 
+/// The meta item holding the next free `run_index` of `session_id` in the runs table `runs`
+/// (attribute `next`, a number).
+fn counter_key(runs: &str, session_id: &str) -> String {
+    format!("run_index#{runs}#{session_id}")
+}
+
 impl DynamoDb {
+    /// Every run item of `session_id`, through agno's `session_id-created_at-index` (a
+    /// Query: the cost is the session's runs, not the table's).
+    async fn session_run_items(&self, session_id: &str) -> Result<Vec<Item>> {
+        self.query_index(Tbl::Runs, "session_id", session_id).await
+    }
+
     async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
-        self.scan_eq(Tbl::Runs, "session_id", session_id)
+        self.session_run_items(session_id)
             .await?
             .iter()
             .map(decode_run)
@@ -67,29 +83,94 @@ impl DynamoDb {
         Ok(session)
     }
 
-    /// The next free `run_index` of a session: a counter item advanced by compare-and-set,
-    /// never below the highest index stored.
+    /// The next free `run_index` of a session, from its counter item in the meta table:
+    /// one conditional `SET next = next + 1` (atomic, so concurrent appends never share an
+    /// index and never retry), whatever the size of the runs table.
+    ///
+    /// Only a missing counter is seeded, once, from the highest index among the session's
+    /// runs (a Query on `session_id-created_at-index`); racing seeders write it with
+    /// `attribute_not_exists`, so one seed wins. Indexes written by this crate without the
+    /// counter (explicit `run_index`, the v3 migration) raise an existing counter (see
+    /// [`DynamoDb::raise_run_counter`]); runs another writer (agno itself) adds to a session
+    /// whose counter exists do not move it. agno numbers runs by their position in the
+    /// session, so such a mix may share an index; reads order equal indexes by `created_at`.
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
-        let pk = format!("run_index#{}#{session_id}", self.inner.names.runs);
+        let pk = counter_key(&self.inner.names.runs, session_id);
         for _ in 0..MAX_ATTEMPTS {
-            let counter = self.get(Tbl::Meta, &pk).await?;
-            let stored = counter.as_ref().and_then(|c| n(c, "next")).unwrap_or(0);
-            let highest = self
-                .session_runs(session_id)
-                .await?
-                .iter()
-                .filter_map(|r| r.run_index)
-                .max()
-                .map_or(0, |m| m + 1);
-            let next = stored.max(highest);
-            let mut item = Item::new();
-            item.insert("pk".into(), sv(&pk));
-            item.insert("next".into(), nv(next + 1));
-            if self.cas(Tbl::Meta, counter.as_ref(), item).await? {
+            if let Some(next) = self.take_run_index(&pk).await? {
                 return Ok(next);
             }
+            let seed = self
+                .session_run_items(session_id)
+                .await?
+                .iter()
+                .filter_map(|item| n(item, "run_index"))
+                .max()
+                .map_or(0, |m| m + 1);
+            let mut item = Item::new();
+            item.insert("pk".into(), sv(&pk));
+            item.insert("next".into(), nv(seed));
+            // A concurrent seeder may have won; either way the counter exists now.
+            self.put(Tbl::Meta, item, Some(Cond::absent("pk"))).await?;
         }
         Err(contention("allocate run_index"))
+    }
+
+    /// Takes the counter's `next` and advances it by one; `None` when there is no counter.
+    async fn take_run_index(&self, pk: &str) -> Result<Option<i64>> {
+        let name = self.ensure(Tbl::Meta).await?;
+        let out = self
+            .inner
+            .client
+            .update_item()
+            .table_name(name)
+            .key("pk", sv(pk))
+            .update_expression("SET #next = #next + :one")
+            .condition_expression("attribute_exists(#next)")
+            .expression_attribute_names("#next", "next")
+            .expression_attribute_values(":one", nv(1))
+            .return_values(ReturnValue::UpdatedOld)
+            .send()
+            .await;
+        match out {
+            Ok(out) => {
+                let taken = out.attributes.as_ref().and_then(|a| n(a, "next"));
+                taken.map(Some).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Serialization,
+                        format!("run_index counter {pk} holds no numeric `next`"),
+                    )
+                    .with_backend(crate::codec::BACKEND)
+                })
+            }
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(None),
+            Err(e) => Err(crate::db::sdk_err("allocate run_index")(e)),
+        }
+    }
+
+    /// Moves the counter of `session_id` to at least `next` when the counter exists (a
+    /// missing one is seeded from the stored runs on the next append, which sees these).
+    /// One conditional update: for indexes this crate writes without taking them from the
+    /// counter, so later appends go past them.
+    async fn raise_run_counter(&self, session_id: &str, next: i64) -> Result<()> {
+        let name = self.ensure(Tbl::Meta).await?;
+        let out = self
+            .inner
+            .client
+            .update_item()
+            .table_name(name)
+            .key("pk", sv(&counter_key(&self.inner.names.runs, session_id)))
+            .update_expression("SET #next = :at_least")
+            .condition_expression("attribute_exists(#next) AND #next < :at_least")
+            .expression_attribute_names("#next", "next")
+            .expression_attribute_values(":at_least", nv(next))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(crate::db::sdk_err("raise run_index counter")(e)),
+        }
     }
 }
 
@@ -221,7 +302,7 @@ impl SessionStore for DynamoDb {
             }
             deleted += 1;
             // Only the runs of sessions this call deleted (agno also deletes other users').
-            for run in self.scan_eq(Tbl::Runs, "session_id", id).await? {
+            for run in self.session_run_items(id).await? {
                 if let Some(run_id) = s(&run, "run_id") {
                     self.delete(Tbl::Runs, run_id, None).await?;
                 }
@@ -253,13 +334,18 @@ impl RunStore for DynamoDb {
                     }
                     stored.parent_run_id = run.parent_run_id.clone();
                     stored.updated_at = Some(now);
-                    stored.run_index = stored.run_index.or(run.run_index);
+                    if let (None, Some(given)) = (stored.run_index, run.run_index) {
+                        self.raise_run_counter(&stored.session_id, given + 1)
+                            .await?;
+                        stored.run_index = Some(given);
+                    }
                     stored
                 }
                 None => {
                     let mut fresh = run.clone();
-                    if fresh.run_index.is_none() {
-                        fresh.run_index = Some(self.next_run_index(&run.session_id).await?);
+                    match fresh.run_index {
+                        Some(given) => self.raise_run_counter(&run.session_id, given + 1).await?,
+                        None => fresh.run_index = Some(self.next_run_index(&run.session_id).await?),
                     }
                     fresh.updated_at = Some(now);
                     fresh
@@ -286,7 +372,7 @@ impl RunStore for DynamoDb {
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
         query.pagination.validate()?;
         let items = match &query.session_id {
-            Some(sid) => self.scan_eq(Tbl::Runs, "session_id", sid).await?,
+            Some(sid) => self.session_run_items(sid).await?,
             None => self.scan(Tbl::Runs).await?,
         };
         let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
@@ -338,7 +424,7 @@ impl RunStore for DynamoDb {
                 let mut next = item.clone();
                 next.insert(
                     LEGACY.into(),
-                    AttributeValue::S(Value::Array(kept).to_string()),
+                    AttributeValue::S(to_python_json(&Value::Array(kept))),
                 );
                 // A concurrent writer wins; the scrub is retried by the next delete.
                 self.cas(Tbl::Sessions, Some(&item), next).await?;
@@ -350,37 +436,63 @@ impl RunStore for DynamoDb {
 
 #[async_trait]
 impl LegacyRunsStore for DynamoDb {
+    /// Pages through the sessions table with `ExclusiveStartKey`, so each page reads only
+    /// its own stretch of the table (never the whole table per page). The order is the
+    /// table's scan order (DynamoDB orders by the hash of `session_id`, not by `session_id`);
+    /// `after`, the last `session_id` of the previous page, resumes right behind it, so the
+    /// cursor contract (every session once, a short page is the last) holds.
     async fn legacy_runs_page(
         &self,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<LegacySessionRuns>> {
         let mut rows = Vec::new();
-        for item in self.scan(Tbl::Sessions).await? {
-            let Some(raw) = item.get(LEGACY) else {
-                continue;
-            };
-            if matches!(raw, AttributeValue::Null(_)) {
-                continue;
-            }
-            let Some(session_id) = s(&item, "session_id") else {
-                continue;
-            };
-            if after.is_some_and(|a| session_id <= a) {
-                continue;
-            }
-            rows.push(LegacySessionRuns {
-                session_id: session_id.to_owned(),
-                user_id: s(&item, "user_id").map(str::to_owned),
-                runs: codec::value(raw),
-            });
+        if limit == 0 {
+            return Ok(rows);
         }
-        rows.sort_by(|a, b| a.session_id.cmp(&b.session_id));
-        rows.truncate(limit);
-        Ok(rows)
+        let mut start = after.map(|a| Item::from([("session_id".to_owned(), sv(a))]));
+        loop {
+            let (items, next) = self.scan_page(Tbl::Sessions, start.take()).await?;
+            for item in &items {
+                let Some(raw) = item.get(LEGACY) else {
+                    continue;
+                };
+                if matches!(raw, AttributeValue::Null(_)) {
+                    continue;
+                }
+                let Some(session_id) = s(item, "session_id") else {
+                    continue;
+                };
+                rows.push(LegacySessionRuns {
+                    session_id: session_id.to_owned(),
+                    user_id: s(item, "user_id").map(str::to_owned),
+                    runs: codec::value(raw),
+                });
+                if rows.len() == limit {
+                    return Ok(rows);
+                }
+            }
+            match next {
+                Some(k) => start = Some(k),
+                None => return Ok(rows),
+            }
+        }
     }
 
     async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        // Raise the sessions' counters first, so an append racing the copy cannot take an
+        // index a copied run is about to hold.
+        let mut highest: Vec<(&str, i64)> = Vec::new();
+        for row in &rows {
+            let Some(index) = row.run_index else { continue };
+            match highest.iter_mut().find(|(sid, _)| *sid == row.session_id) {
+                Some((_, top)) => *top = (*top).max(index),
+                None => highest.push((&row.session_id, index)),
+            }
+        }
+        for (session_id, top) in highest {
+            self.raise_run_counter(session_id, top + 1).await?;
+        }
         let mut outcome = InsertedRuns::default();
         for row in rows {
             let item = record_item(&row, "a run")?;

@@ -93,6 +93,7 @@ async fn open(url: &str, prefix: &str) -> DynamoDb {
             secret_access_key: "test".into(),
         }),
         tables: TableNames::with_prefix(prefix),
+        ..Default::default()
     })
     .await
     .expect("connect")
@@ -305,4 +306,105 @@ fn v2_tables_migrate_and_agno_reads_them() {
         ]
     );
     assert_eq!(table_runs.len(), 5);
+}
+
+/// Every item of every table of `prefix` as agno's driver prints it (`raw`: DynamoDB JSON,
+/// keyed by the table name without the prefix, each table's items in a stable order).
+fn raw(python: &str, url: &str, prefix: &str) -> Value {
+    agno_json(python, "raw", url, prefix)
+}
+
+/// `items` without the attributes in `drop`, sorted by their JSON text.
+fn strip(items: &Value, drop: &[&str]) -> Vec<Value> {
+    let mut items = items.as_array().cloned().unwrap_or_default();
+    for item in &mut items {
+        if let Some(m) = item.as_object_mut() {
+            for key in drop {
+                m.remove(*key);
+            }
+        }
+    }
+    items.sort_by_key(|i| i.to_string());
+    items
+}
+
+/// agno 2.9.0 writes tables A and B; we migrate A, agno 3.1.10 migrates B: agno reads both
+/// the same, and the items are the same, byte for byte, except the copy time.
+#[test]
+fn v2_tables_migrate_like_agno() {
+    let Some((url, python_v2)) = setup_v2() else {
+        return;
+    };
+    let Some((_, python_v3)) = setup() else {
+        return;
+    };
+    let (a, b) = (prefix(), prefix());
+    agno(&python_v2, "write-v2", &url, &a);
+    agno(&python_v2, "write-v2", &url, &b);
+    runtime().block_on(async {
+        let store = open(&url, &a).await;
+        let report = agno_storage_core::MigrationManager::new(&store)
+            .up()
+            .await
+            .expect("our migration");
+        assert!(!report.applied.is_empty(), "{report:?}");
+    });
+    agno(&python_v3, "migrate-v3", &url, &b);
+    let (ours, theirs) = (
+        agno_json(&python_v3, "dump-v3", &url, &a),
+        agno_json(&python_v3, "dump-v3", &url, &b),
+    );
+    assert_eq!(
+        ours, theirs,
+        "agno 3.1.10 reads our migration differently from its own"
+    );
+    assert_eq!(ours["runs"].as_array().map(Vec::len), Some(5), "{ours}");
+    let (raw_ours, raw_theirs) = (raw(&python_v3, &url, &a), raw(&python_v3, &url, &b));
+    // The copied run items are agno's, byte for byte; only `updated_at` (the copy time)
+    // differs.
+    let runs = strip(&raw_ours["agno_runs"], &["updated_at"]);
+    assert_eq!(runs.len(), 5, "{raw_ours}");
+    assert_eq!(runs, strip(&raw_theirs["agno_runs"], &["updated_at"]));
+    // Both migrations leave the 2.9.0 sessions, memories, evals and knowledge as they were
+    // (the legacy `runs` attribute stays as the backup); the two writes of agno 2.9.0 differ
+    // only in the times it stamped when it wrote them.
+    for (table, written_at) in [
+        ("agno_sessions", &["updated_at"][..]),
+        ("agno_memories", &["updated_at"][..]),
+        ("agno_eval_runs", &["created_at", "updated_at"][..]),
+        ("agno_knowledge", &["created_at", "updated_at"][..]),
+    ] {
+        let ours = strip(&raw_ours[table], written_at);
+        assert!(!ours.is_empty(), "table {table} is empty: {raw_ours}");
+        assert_eq!(ours, strip(&raw_theirs[table], written_at), "table {table}");
+    }
+    // The stamps. agno's `DynamoDb` cannot rename its versions table, so agno stamped B in
+    // the unprefixed `agno_schema_versions`; we stamp A in our prefixed one. Each of agno's
+    // stamps (the five tables it has) is ours too, item for item but for the table prefix
+    // and the stamp time; we also stamp the tables agno's DynamoDb lacks.
+    let stamps = |items: &Value, p: &str| -> Vec<Value> {
+        let mut out: Vec<Value> = strip(items, &["updated_at"])
+            .into_iter()
+            .filter_map(|mut item| {
+                let name = item["table_name"]["S"]
+                    .as_str()?
+                    .strip_prefix(p)?
+                    .to_owned();
+                item["table_name"] = json!({ "S": name });
+                Some(item)
+            })
+            .collect();
+        out.sort_by_key(|i| i.to_string());
+        out
+    };
+    let global = agno_json(&python_v3, "raw", &url, "agno_schema_versions");
+    let theirs = stamps(&global[""], &b);
+    let ours = stamps(&raw_ours["agno_schema_versions"], &a);
+    assert_eq!(theirs.len(), 5, "{global}");
+    for stamp in &theirs {
+        assert!(
+            ours.contains(stamp),
+            "agno's stamp {stamp} is not ours: {ours:?}"
+        );
+    }
 }

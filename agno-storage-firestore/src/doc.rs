@@ -280,6 +280,17 @@ impl FirestoreDb {
         id: &str,
         transforms: Vec<(&str, pb::document_transform::field_transform::TransformType)>,
     ) -> Write {
+        self.transform_if(collection, id, transforms, Pre::Any)
+    }
+
+    /// [`FirestoreDb::transform`] when `pre` holds (`Pre::Exists`: never creates it).
+    pub(crate) fn transform_if(
+        &self,
+        collection: &str,
+        id: &str,
+        transforms: Vec<(&str, pb::document_transform::field_transform::TransformType)>,
+        pre: Pre,
+    ) -> Write {
         Write(pb::Write {
             operation: Some(pb::write::Operation::Transform(pb::DocumentTransform {
                 document: self.doc_name(collection, id),
@@ -293,7 +304,7 @@ impl FirestoreDb {
             })),
             update_mask: None,
             update_transforms: vec![],
-            current_document: None,
+            current_document: pre.to_pb(),
         })
     }
 

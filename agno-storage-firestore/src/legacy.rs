@@ -50,6 +50,19 @@ impl LegacyRunsStore for FirestoreDb {
     }
 
     async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        // Raise the sessions' run counters first, so an append racing the copy cannot take
+        // an index a copied run is about to hold.
+        let mut highest: Vec<(&str, i64)> = Vec::new();
+        for row in &rows {
+            let Some(index) = row.run_index else { continue };
+            match highest.iter_mut().find(|(sid, _)| *sid == row.session_id) {
+                Some((_, top)) => *top = (*top).max(index),
+                None => highest.push((&row.session_id, index)),
+            }
+        }
+        for (session_id, top) in highest {
+            self.raise_run_counter(session_id, top + 1).await?;
+        }
         // Create-only writes: a run already stored (newer than its legacy copy) is kept as it
         // is, unlike agno 3.1.10's `batch.set`, which reverts it.
         let mut outcome = InsertedRuns::default();

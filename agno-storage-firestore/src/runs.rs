@@ -2,9 +2,10 @@
 //! `build_single_run_row` shape.
 //!
 //! A run appended without a `run_index` gets one past the session's highest through a
-//! per-session counter document: a server-side `maximum` (seeded from the runs already
-//! stored), then an `increment` whose result is the index. Both are single-document atomic
-//! transforms, so concurrent appends never share an index and never contend on a lock.
+//! per-session counter document: one server-side `increment` whose result is the index (a
+//! single-document atomic transform, so concurrent appends never share an index and never
+//! contend on a lock). The counter is seeded from the runs already stored only when it is
+//! missing, so an append's cost does not grow with the session's history.
 
 use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
 use agno_storage_core::{
@@ -43,44 +44,78 @@ impl FirestoreDb {
         Ok(runs)
     }
 
-    /// The next free `run_index` of `session_id`, taken atomically.
+    /// The next free `run_index` of `session_id`, taken atomically: one server-side
+    /// `increment` of the session's counter document (a single-document atomic transform,
+    /// so concurrent appends never share an index and never contend on a lock), whose
+    /// result is the index. The write requires the counter to exist, so an append costs one
+    /// write whatever the number of runs stored.
+    ///
+    /// Only a missing counter is seeded, once, from the highest index among the session's
+    /// stored runs (a server-side `maximum`, so racing seeders agree). Indexes this crate
+    /// writes without the counter (explicit `run_index`, the v3 migration's copies) raise an
+    /// existing counter ([`FirestoreDb::raise_run_counter`]); runs another writer (agno
+    /// itself) adds to a session whose counter exists do not move it. agno numbers runs by
+    /// their position in the session, so such a mix may share an index; reads order equal
+    /// indexes by `created_at`.
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
-        let highest = self
-            .session_runs(session_id)
-            .await?
-            .iter()
-            .filter_map(|r| r.run_index)
-            .max()
-            .unwrap_or(-1);
         let meta = &self.inner.names.meta;
         let id = run_counter_id(session_id);
-        let seed = self.transform(
-            meta,
-            &id,
-            vec![(
-                "next",
-                TransformType::Maximum(to_pb(&Value::from(highest + 1))),
-            )],
-        );
-        self.commit_all("next run index", vec![seed]).await?;
-        let bump = self.transform(
-            meta,
-            &id,
-            vec![("next", TransformType::Increment(to_pb(&Value::from(1))))],
-        );
-        match self.commit("next run index", vec![bump]).await? {
-            Commit::Done(results) => results
-                .into_iter()
-                .next()
-                .and_then(|r| r.transform_results.into_iter().next())
-                .map(from_pb)
-                .and_then(|v| v.as_i64())
-                .map(|n| n - 1)
-                .ok_or_else(|| {
-                    Error::new(ErrorKind::Unexpected, "run index counter returned no value")
-                }),
-            Commit::Conflict => Err(contended("next run index")),
+        for attempt in 0..CAS_ATTEMPTS {
+            let bump = self.transform_if(
+                meta,
+                &id,
+                vec![("next", TransformType::Increment(to_pb(&Value::from(1))))],
+                Pre::Exists,
+            );
+            if let Commit::Done(results) = self.commit("next run index", vec![bump]).await? {
+                return results
+                    .into_iter()
+                    .next()
+                    .and_then(|r| r.transform_results.into_iter().next())
+                    .map(from_pb)
+                    .and_then(|v| v.as_i64())
+                    .map(|n| n - 1)
+                    .ok_or_else(|| {
+                        Error::new(ErrorKind::Unexpected, "run index counter returned no value")
+                    });
+            }
+            // No counter yet: seed it from the stored runs, then take an index.
+            let highest = self
+                .session_runs(session_id)
+                .await?
+                .iter()
+                .filter_map(|r| r.run_index)
+                .max()
+                .unwrap_or(-1);
+            let seed = self.transform(
+                meta,
+                &id,
+                vec![(
+                    "next",
+                    TransformType::Maximum(to_pb(&Value::from(highest + 1))),
+                )],
+            );
+            self.commit_all("next run index", vec![seed]).await?;
+            if attempt > 0 {
+                backoff(attempt).await;
+            }
         }
+        Err(contended("next run index"))
+    }
+
+    /// Moves the counter of `session_id` to at least `next` when it exists (a server-side
+    /// `maximum`; a missing counter is seeded from the stored runs on the next append,
+    /// which sees these): for indexes this crate writes without taking them from the counter.
+    pub(crate) async fn raise_run_counter(&self, session_id: &str, next: i64) -> Result<()> {
+        let raise = self.transform_if(
+            &self.inner.names.meta,
+            &run_counter_id(session_id),
+            vec![("next", TransformType::Maximum(to_pb(&Value::from(next))))],
+            Pre::Exists,
+        );
+        // `Conflict` here is the missing counter: nothing to raise.
+        self.commit("raise run index counter", vec![raise]).await?;
+        Ok(())
     }
 }
 
@@ -111,16 +146,23 @@ impl RunStore for FirestoreDb {
                     }
                     current.parent_run_id = run.parent_run_id.clone();
                     current.updated_at = Some(now);
-                    current.run_index = current.run_index.or(run.run_index);
+                    if let (None, Some(given)) = (current.run_index, run.run_index) {
+                        self.raise_run_counter(&current.session_id, given + 1)
+                            .await?;
+                        current.run_index = Some(given);
+                    }
                     (current, stored.unchanged())
                 }
                 None => {
                     let mut new = run.clone();
-                    if new.run_index.is_none() {
-                        if index.is_none() {
-                            index = Some(self.next_run_index(&run.session_id).await?);
+                    match new.run_index {
+                        Some(given) => self.raise_run_counter(&run.session_id, given + 1).await?,
+                        None => {
+                            if index.is_none() {
+                                index = Some(self.next_run_index(&run.session_id).await?);
+                            }
+                            new.run_index = index;
                         }
-                        new.run_index = index;
                     }
                     new.updated_at = Some(now);
                     (new, Pre::Absent)

@@ -193,3 +193,68 @@ async fn metrics_documents_use_agno_ids() {
         .expect("shared");
     assert_eq!(text(shared, "user_id"), Some(""));
 }
+
+fn run_row(session: &str, run_id: &str, index: Option<i64>) -> RunRecord {
+    let mut run = RunRecord::from_run_data(
+        session,
+        None,
+        json!({"run_id": run_id, "agent_id": "a1", "status": "COMPLETED"}),
+    )
+    .expect("run");
+    run.run_index = index;
+    run
+}
+
+/// The run counter is seeded from the stored runs only when it is missing, and the indexes
+/// this crate writes without it (explicit ones, the migration's copies) move it.
+#[tokio::test]
+async fn run_counter_is_seeded_once_and_raised_by_copies() {
+    let Some(db) = open(false).await else { return };
+    // Runs written with explicit indexes and no counter: the first append seeds past them.
+    db.upsert_session(Session::new("explicit", SessionType::Agent, "a1"))
+        .await
+        .expect("session");
+    for i in 0..5 {
+        db.upsert_run(run_row("explicit", &format!("e{i}"), Some(i)))
+            .await
+            .expect("explicit run");
+    }
+    let seeded = db
+        .upsert_run(run_row("explicit", "e-next", None))
+        .await
+        .expect("append");
+    assert_eq!(seeded.run_index, Some(5));
+    // Counter present: an explicit index past it raises it.
+    db.upsert_run(run_row("explicit", "e-far", Some(10)))
+        .await
+        .expect("explicit run");
+    let next = db
+        .upsert_run(run_row("explicit", "e-after-far", None))
+        .await
+        .expect("append");
+    assert_eq!(next.run_index, Some(11));
+
+    // A 2.x session that gets a run before the migration (its counter starts at 1), then
+    // the copies of its three legacy runs (indexes 0-2): the next append goes past them.
+    let s = Session::new("legacy", SessionType::Agent, "a1");
+    db.insert_legacy_session(
+        s,
+        json!([{"run_id": "l0", "agent_id": "a1"}, {"run_id": "l1", "agent_id": "a1"}, {"run_id": "l2", "agent_id": "a1"}]),
+    )
+    .await
+    .expect("legacy session");
+    let early = db
+        .upsert_run(run_row("legacy", "early", None))
+        .await
+        .expect("append before the migration");
+    assert_eq!(early.run_index, Some(0));
+    let (_, inserted) = agno_storage_core::legacy::copy_legacy_runs(&db, 50)
+        .await
+        .expect("copy legacy runs");
+    assert_eq!(inserted, 3);
+    let after = db
+        .upsert_run(run_row("legacy", "after", None))
+        .await
+        .expect("append after the migration");
+    assert_eq!(after.run_index, Some(3));
+}

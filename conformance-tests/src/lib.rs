@@ -33,6 +33,7 @@ use agno_storage_core::{AgnoDb, Capabilities, Error, ErrorKind, Result, Session}
 use serde_json::Value;
 
 mod cases;
+pub mod crash;
 
 /// Writes data the way agno 2.x did, for migration cases.
 #[async_trait]

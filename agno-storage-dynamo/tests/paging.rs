@@ -1,0 +1,359 @@
+//! Reads across many DynamoDB pages: with `DynamoOptions::page_size` at 2, every Scan and
+//! Query returns `LastEvaluatedKey` after two items, so each listing below follows the key
+//! through several pages and must return every item exactly once. Also the run counter:
+//! seeded once from the session's stored runs, raised by the v3 migration's copies.
+//!
+//! Needs `AGNO_TEST_DYNAMODB_URL` (DynamoDB Local from `scripts/test.sh`); without it the
+//! tests pass with a note, except under `CI=true`, where they fail.
+
+use std::collections::{BTreeSet, HashMap};
+
+use agno_storage_core::legacy::copy_legacy_runs;
+use agno_storage_core::{
+    AgnoDb, ErrorKind, MemoryQuery, RunQuery, RunRecord, Session, SessionQuery, SessionRead,
+    SessionType, UserMemory,
+};
+use agno_storage_dynamo::aws_sdk_dynamodb::types::AttributeValue;
+use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
+use serde_json::json;
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn url() -> Option<String> {
+    match std::env::var("AGNO_TEST_DYNAMODB_URL") {
+        Ok(u) => Some(u),
+        Err(_) => {
+            assert!(
+                !ci(),
+                "CI=true but AGNO_TEST_DYNAMODB_URL is not set; run ./scripts/test.sh"
+            );
+            eprintln!("note: AGNO_TEST_DYNAMODB_URL not set; skipping the DynamoDB paging tests");
+            None
+        }
+    }
+}
+
+/// A fresh set of tables (`agno_ct_<epoch>_…`, so the conformance run drops stale ones).
+async fn open(url: &str, page_size: Option<i32>) -> DynamoDb {
+    let prefix = format!(
+        "agno_ct_{}_{}_",
+        agno_storage_core::now_epoch_seconds(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    DynamoDb::connect(DynamoOptions {
+        endpoint: Some(url.to_owned()),
+        credentials: Some(StaticCredentials {
+            access_key_id: "test".into(),
+            secret_access_key: "test".into(),
+        }),
+        tables: TableNames::with_prefix(&prefix),
+        page_size,
+        ..Default::default()
+    })
+    .await
+    .expect("connect")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn run(session: &str, user: &str, id: &str) -> RunRecord {
+    RunRecord::from_run_data(
+        session,
+        Some(user.into()),
+        json!({"run_id": id, "agent_id": "a", "session_id": session, "status": "COMPLETED", "content": id}),
+    )
+    .expect("run row")
+}
+
+/// Every id once: the listing skipped nothing and repeated nothing.
+fn once(ids: Vec<String>, expected: &[String], what: &str) {
+    let unique: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "{what}: an item was repeated: {ids:?}"
+    );
+    let want: BTreeSet<&String> = expected.iter().collect();
+    assert_eq!(unique, want, "{what}");
+}
+
+async fn write(db: &AgnoDb) -> (Vec<String>, Vec<String>) {
+    let mut sessions = Vec::new();
+    for i in 0..9 {
+        let user = if i < 7 { "alice" } else { "bob" };
+        let id = format!("s{i}");
+        let mut s = Session::new(&id, SessionType::Agent, "a").with_user(user);
+        s.created_at = 1_700_000_000 + i;
+        db.sessions().unwrap().upsert_session(s).await.unwrap();
+        sessions.push(id);
+    }
+    let mut runs = Vec::new();
+    for i in 0..11 {
+        let id = format!("s0-r{i}");
+        let written = db
+            .runs()
+            .unwrap()
+            .upsert_run(run("s0", "alice", &id))
+            .await
+            .unwrap();
+        assert_eq!(written.run_index, Some(i));
+        runs.push(id);
+    }
+    for i in 0..3 {
+        let id = format!("s7-r{i}");
+        db.runs()
+            .unwrap()
+            .upsert_run(run("s7", "bob", &id))
+            .await
+            .unwrap();
+        runs.push(id);
+    }
+    (sessions, runs)
+}
+
+#[test]
+fn listings_follow_last_evaluated_key() {
+    let Some(url) = url() else { return };
+    runtime().block_on(async {
+        let store = open(&url, Some(2)).await;
+        assert_eq!(store.page_size(), Some(2));
+        let db = store.agno_db();
+        let (sessions, runs) = write(&db).await;
+
+        let all = db
+            .sessions()
+            .unwrap()
+            .get_sessions(SessionQuery::default())
+            .await
+            .unwrap();
+        assert_eq!(all.total, 9);
+        once(
+            all.items.into_iter().map(|s| s.session_id).collect(),
+            &sessions,
+            "get_sessions",
+        );
+        let alice = db
+            .sessions()
+            .unwrap()
+            .get_sessions(SessionQuery {
+                user_id: Some("alice".into()),
+                include_runs: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        once(
+            alice.items.iter().map(|s| s.session_id.clone()).collect(),
+            &sessions[..7],
+            "get_sessions(alice)",
+        );
+        let s0 = alice.items.iter().find(|s| s.session_id == "s0").unwrap();
+        assert_eq!(s0.runs.as_ref().map(Vec::len), Some(11));
+
+        let session_runs = db
+            .runs()
+            .unwrap()
+            .get_runs(RunQuery {
+                session_id: Some("s0".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            session_runs
+                .items
+                .iter()
+                .map(|r| r.run_index)
+                .collect::<Vec<_>>(),
+            (0..11).map(Some).collect::<Vec<_>>(),
+            "get_runs(session) in run_index order"
+        );
+        let every = db
+            .runs()
+            .unwrap()
+            .get_runs(RunQuery::default())
+            .await
+            .unwrap();
+        once(
+            every.items.into_iter().map(|r| r.run_id).collect(),
+            &runs,
+            "get_runs()",
+        );
+        let read = db
+            .sessions()
+            .unwrap()
+            .get_session("s0", SessionRead::for_user("alice"))
+            .await
+            .unwrap()
+            .unwrap();
+        let merged: Vec<String> = read
+            .runs
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(merged, runs[..11].to_vec(), "get_session runs in order");
+
+        let mut memories = Vec::new();
+        for i in 0..7 {
+            let id = format!("m{i}");
+            let m = UserMemory::new(&id, Some("alice".into()), "remember");
+            db.memories().unwrap().upsert_memory(m).await.unwrap();
+            memories.push(id);
+        }
+        let listed = db
+            .memories()
+            .unwrap()
+            .get_memories(MemoryQuery {
+                user_id: Some("alice".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        once(
+            listed.items.into_iter().map(|m| m.memory_id).collect(),
+            &memories,
+            "get_memories",
+        );
+
+        // The cascade finds every run of the session through the paged index query.
+        let deleted = db
+            .sessions()
+            .unwrap()
+            .delete_sessions(&["s7".into()], Some("bob"))
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1);
+        let left = db
+            .runs()
+            .unwrap()
+            .get_runs(RunQuery::default())
+            .await
+            .unwrap();
+        once(
+            left.items.into_iter().map(|r| r.run_id).collect(),
+            &runs[..11],
+            "runs after deleting s7",
+        );
+    });
+}
+
+#[test]
+fn page_size_below_one_is_refused() {
+    let Some(url) = url() else { return };
+    runtime().block_on(async {
+        let store = open(&url, None).await;
+        let err = store.with_page_size(Some(0)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    });
+}
+
+/// Writes a 2.9.0-style session item (runs inline as an `S` JSON list) straight into the
+/// sessions table.
+async fn legacy_session(store: &DynamoDb, id: &str, runs: usize) {
+    let blob: Vec<_> = (0..runs)
+        .map(|i| json!({"run_id": format!("{id}-l{i}"), "agent_id": "a", "status": "COMPLETED", "created_at": 1_700_000_000 + i}))
+        .collect();
+    let item = HashMap::from([
+        ("session_id".to_owned(), AttributeValue::S(id.into())),
+        ("session_type".to_owned(), AttributeValue::S("agent".into())),
+        ("agent_id".to_owned(), AttributeValue::S("a".into())),
+        ("user_id".to_owned(), AttributeValue::S("carol".into())),
+        (
+            "created_at".to_owned(),
+            AttributeValue::N("1700000000".into()),
+        ),
+        (
+            "runs".to_owned(),
+            AttributeValue::S(serde_json::Value::Array(blob).to_string()),
+        ),
+    ]);
+    store
+        .client()
+        .put_item()
+        .table_name(&store.names().sessions)
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("put a legacy session");
+}
+
+/// The migration's page reader resumes behind its cursor (one stretch of the table per
+/// page, never a rescan), and the copied runs move the sessions' run counters.
+#[test]
+fn legacy_pages_and_run_counters() {
+    let Some(url) = url() else { return };
+    runtime().block_on(async {
+        let store = open(&url, Some(2)).await;
+        let db = store.agno_db();
+        // A current session, so the sessions table exists and holds a non-legacy item.
+        let s = Session::new("plain", SessionType::Agent, "a").with_user("carol");
+        db.sessions().unwrap().upsert_session(s).await.unwrap();
+        let mut ids = Vec::new();
+        for i in 0..8 {
+            let id = format!("legacy{i}");
+            legacy_session(&store, &id, 3).await;
+            ids.push(id);
+        }
+        // legacy0 gets a run before the migration: its counter exists (at 1) when the copy
+        // puts the blob's runs at 0, 1 and 2.
+        let early = db
+            .runs()
+            .unwrap()
+            .upsert_run(run("legacy0", "carol", "legacy0-new"))
+            .await
+            .unwrap();
+        assert_eq!(early.run_index, Some(0));
+
+        let legacy = db.legacy().unwrap();
+        let mut seen = Vec::new();
+        let mut after: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let page = legacy.legacy_runs_page(after.as_deref(), 3).await.unwrap();
+            pages += 1;
+            let full = page.len() == 3;
+            if let Some(last) = page.last() {
+                after = Some(last.session_id.clone());
+            }
+            seen.extend(page.into_iter().map(|p| p.session_id));
+            if !full {
+                break;
+            }
+        }
+        assert_eq!(pages, 3);
+        once(seen, &ids, "legacy_runs_page");
+
+        let (scanned, inserted) = copy_legacy_runs(legacy, 3).await.unwrap();
+        assert_eq!((scanned, inserted), (8, 24));
+        // legacy0's counter was raised past the copies; legacy1 has none and is seeded
+        // from the copied runs.
+        for (session, next) in [("legacy0", 3), ("legacy1", 3)] {
+            let r = db
+                .runs()
+                .unwrap()
+                .upsert_run(run(session, "carol", &format!("{session}-after")))
+                .await
+                .unwrap();
+            assert_eq!(r.run_index, Some(next), "{session}");
+        }
+        // An explicit index raises an existing counter.
+        let mut explicit = run("legacy1", "carol", "legacy1-explicit");
+        explicit.run_index = Some(10);
+        db.runs().unwrap().upsert_run(explicit).await.unwrap();
+        let next = db
+            .runs()
+            .unwrap()
+            .upsert_run(run("legacy1", "carol", "legacy1-next"))
+            .await
+            .unwrap();
+        assert_eq!(next.run_index, Some(11));
+    });
+}

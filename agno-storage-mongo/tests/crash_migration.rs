@@ -1,0 +1,160 @@
+//! Crash during migration on MongoDB: a child process migrating a large agno 2.x database
+//! is killed with SIGKILL at random points, and the database must recover (see
+//! `conformance_tests::crash`).
+//!
+//! The server comes from `AGNO_TEST_MONGODB_URL`; without it the test is skipped, except
+//! under `CI=true`, where it fails.
+//!
+//! The migration lock is a document (`_id: "migration_lock"` in the meta collection) that a
+//! later `lock()` breaks only once it is 15 minutes old: a killed holder blocks every
+//! migration until then (a recovering `up()` gives up after a minute). A holder whose `up()`
+//! returned leaves it too when its process exits right away: the guard deletes it from a task
+//! spawned in `Drop`, which the exiting runtime never runs (a known bug). The `after_child`
+//! hook deletes it, as an operator who knows the holder is dead would (the lock's error
+//! message says so).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result, Session};
+use agno_storage_mongo::mongodb::bson::{self, doc, Document};
+use agno_storage_mongo::mongodb::{Client, Database};
+use agno_storage_mongo::{CollectionNames, MongoDb};
+use conformance_tests::crash::{CrashBackend, CrashDb, Target};
+use conformance_tests::{async_trait, LegacyWriter};
+use serde_json::Value;
+
+fn mongo_err(e: agno_storage_mongo::mongodb::error::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, e.to_string())
+}
+
+struct Mongo {
+    url: String,
+    client: tokio::sync::OnceCell<Client>,
+}
+
+impl Mongo {
+    async fn client(&self) -> Result<&Client> {
+        self.client
+            .get_or_try_init(|| async { Client::with_uri_str(&self.url).await.map_err(mongo_err) })
+            .await
+    }
+}
+
+/// Writes sessions as agno 2.9.0's `MongoDb.upsert_session` did: the whole session dict,
+/// runs included as a BSON array, no stamps.
+struct Writer {
+    db: Database,
+}
+
+#[async_trait]
+impl LegacyWriter for Writer {
+    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+        let runs = match runs_blob {
+            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            other => other,
+        };
+        let mut d: Document =
+            bson::serialize_to_document(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
+        d.insert(
+            "runs",
+            bson::serialize_to_bson(&runs).map_err(|e| Error::invalid_input(e.to_string()))?,
+        );
+        self.db
+            .collection::<Document>("agno_sessions")
+            .insert_one(d)
+            .await
+            .map_err(mongo_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl CrashBackend for Mongo {
+    fn name(&self) -> &str {
+        "mongodb"
+    }
+
+    fn default_sessions(&self) -> usize {
+        // SecantusDB, the test server, is a single-threaded Python server that copies about
+        // 60 runs a second: 100 runs keep the 20 trials near a minute.
+        10
+    }
+
+    async fn create(&self) -> Result<CrashDb> {
+        // `agno_ct_<epoch>_…`: the conformance suite drops such leftovers after three hours.
+        let name = format!(
+            "agno_ct_{}_crash_{}",
+            now_epoch_seconds(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let db = self.client().await?.database(&name);
+        // agno 2.9.0's indexes that 3.x changes, plus the sessions collection itself.
+        for (coll, key, index) in [
+            ("agno_sessions", doc! {"session_id": 1}, "session_id_1"),
+            ("agno_schedules", doc! {"name": 1}, "name_1"),
+            (
+                "agno_metrics",
+                doc! {"date": 1, "aggregation_period": 1},
+                "date_1_aggregation_period_1",
+            ),
+        ] {
+            db.run_command(
+                doc! {"createIndexes": coll, "indexes": [{"key": key, "name": index, "unique": true}]},
+            )
+            .await
+            .map_err(mongo_err)?;
+        }
+        Ok(CrashDb {
+            locator: name,
+            writer: Arc::new(Writer { db }),
+        })
+    }
+
+    async fn open(&self, locator: &str) -> Result<AgnoDb> {
+        let db = self.client().await?.database(locator);
+        Ok(MongoDb::open(db, CollectionNames::default())
+            .await?
+            .agno_db())
+    }
+
+    async fn after_child(&self, locator: &str, killed: bool) -> Result<()> {
+        let meta = CollectionNames::default().meta;
+        let deleted = self
+            .client()
+            .await?
+            .database(locator)
+            .collection::<Document>(&meta)
+            .delete_one(doc! {"_id": "migration_lock"})
+            .await
+            .map_err(mongo_err)?
+            .deleted_count;
+        if deleted > 0 && !killed && std::env::var_os("AGNO_CRASH_VERBOSE").is_some() {
+            eprintln!(
+                "mongodb: a child whose up() returned left its migration lock behind (released by a task \
+                 spawned in LockGuard::drop, which the exiting process never ran)"
+            );
+        }
+        Ok(())
+    }
+
+    async fn destroy(&self, locator: &str) -> Result<()> {
+        self.client()
+            .await?
+            .database(locator)
+            .drop()
+            .await
+            .map_err(mongo_err)
+    }
+}
+
+fn main() -> ExitCode {
+    let target = match std::env::var("AGNO_TEST_MONGODB_URL") {
+        Ok(url) if !url.is_empty() => Target::ready(Mongo {
+            url,
+            client: tokio::sync::OnceCell::new(),
+        }),
+        _ => Target::missing("mongodb", "AGNO_TEST_MONGODB_URL"),
+    };
+    conformance_tests::crash::main(vec![target])
+}
