@@ -12,9 +12,10 @@
 //!
 //! Every read-modify-write is one SurrealQL transaction that re-reads the record and
 //! `THROW`s unless it is the version the caller read; a lost race is retried. `run_index`
-//! comes from a per-session counter record bumped by one atomic `UPSERT`; schedule names
-//! are unique per owner through a unique index on `(user_id, name)`; job idempotency keys
-//! are guard records created in the job's transaction. Unlike agno, `delete_sessions`
+//! comes from a per-session counter record bumped by one atomic `UPDATE` (O(1) per append);
+//! schedule names are unique per owner through a unique index over a digest of
+//! `(user_id, name)`; job idempotency keys are guard records created in the job's
+//! transaction; a job claim is a compare-and-set that takes a new fencing token. Unlike agno, `delete_sessions`
 //! deletes only the runs of the sessions it deleted, and the v3.0.0 migration never
 //! overwrites a newer run and never stamps after a failed copy.
 //!
