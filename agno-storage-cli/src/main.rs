@@ -36,7 +36,10 @@ Backend URLs:
   dynamodb://…  firestore://…  surrealdb://…
                          server databases (the URL goes to the driver as given)
   file://DIR             JSON files in a local directory
-  gs://BUCKET/PREFIX     JSON files in a Google Cloud Storage bucket";
+  gs://BUCKET/PREFIX     JSON files in a Google Cloud Storage bucket
+  surrealdb://[USER:PASS@]HOST:PORT/NS/DB   SurrealDB server over WebSocket (NS/DB default agno)
+  surrealkv://PATH       SurrealDB embedded in a SurrealKV file
+  surrealdb+mem://       SurrealDB embedded in memory";
 
 #[derive(Debug, Parser)]
 #[command(

@@ -11,7 +11,8 @@ use crate::Error;
 
 /// The URL forms [`parse`] accepts, as listed in its errors.
 pub const SUPPORTED: &str = "sqlite://PATH, memory://, postgres://…, mysql://…, mongodb://…, \
-     redis://…, valkey://…, dynamodb://…, firestore://…, surrealdb://…, file://DIR, gs://BUCKET/PREFIX";
+     redis://…, valkey://…, dynamodb://…, firestore://…, surrealdb://…, surrealkv://PATH, \
+     surrealdb+mem://, file://DIR, gs://BUCKET/PREFIX";
 
 /// A parsed backend URL: one variant per backend with the parts its adapter needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,9 +60,11 @@ pub enum BackendUrl {
         /// The URL as given.
         url: String,
     },
-    /// `surrealdb://…`.
+    /// `surrealdb://[USER:PASS@]HOST:PORT/NS/DB` (a server over WebSocket),
+    /// `surrealkv://PATH` (an embedded SurrealKV file) or `surrealdb+mem://` (embedded, in
+    /// memory); namespace and database default to `agno`.
     SurrealDb {
-        /// The URL as given.
+        /// The URL as given (scheme lower-cased).
         url: String,
     },
     /// `file://DIR`: JSON files in a local directory.
@@ -226,6 +229,28 @@ pub fn parse(input: &str) -> Result<BackendUrl, Error> {
         ("surrealdb", _) => Ok(BackendUrl::SurrealDb {
             url: server(&scheme)?,
         }),
+        ("surrealdb+mem", _) => {
+            let path = rest.trim_matches('/');
+            if path.is_empty() || (rest.starts_with('/') && path.split('/').count() == 2) {
+                Ok(BackendUrl::SurrealDb {
+                    url: format!("surrealdb+mem://{rest}"),
+                })
+            } else {
+                Err(Error::new(
+                    "surrealdb+mem:// takes no host: surrealdb+mem:// or surrealdb+mem:///NS/DB",
+                ))
+            }
+        }
+        ("surrealkv", _) => {
+            if rest.is_empty() {
+                return Err(Error::new(
+                    "surrealkv:// needs a path, e.g. surrealkv://agno.skv or surrealkv:///var/lib/agno.skv",
+                ));
+            }
+            Ok(BackendUrl::SurrealDb {
+                url: format!("surrealkv://{rest}"),
+            })
+        }
         ("file", _) => {
             if rest.is_empty() {
                 return Err(Error::new(
@@ -370,8 +395,80 @@ pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
                 .map_err(|e| Error::new(e.to_string()))?;
             Ok(db.agno_db())
         }
+        #[cfg(feature = "surreal")]
+        BackendUrl::SurrealDb { url } => {
+            let target = surreal_target(url)?;
+            let mut options = agno_storage_surreal::SurrealOptions::new(target.ns, target.db);
+            options.credentials = target.credentials;
+            let db = agno_storage_surreal::SurrealDb::connect(&target.engine, options)
+                .await
+                .map_err(|e| Error::new(e.to_string()))?;
+            Ok(db.agno_db())
+        }
         other => Err(not_compiled(other)),
     }
+}
+
+/// What `surrealdb://…`, `surrealkv://…` and `surrealdb+mem://…` name: the engine URL the
+/// `surrealdb` crate takes, namespace, database and root credentials.
+#[cfg_attr(not(feature = "surreal"), allow(dead_code))]
+#[derive(Debug, PartialEq, Eq)]
+struct SurrealTarget {
+    engine: String,
+    ns: String,
+    db: String,
+    credentials: Option<(String, String)>,
+}
+
+/// Splits a SurrealDB backend URL (see [`BackendUrl::SurrealDb`]).
+#[cfg_attr(not(feature = "surreal"), allow(dead_code))]
+fn surreal_target(url: &str) -> Result<SurrealTarget, Error> {
+    let ns_db = |path: &str| -> Result<(String, String), Error> {
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        match parts.as_slice() {
+            [] => Ok(("agno".into(), "agno".into())),
+            [ns, db] => Ok(((*ns).to_owned(), (*db).to_owned())),
+            _ => Err(Error::new(
+                "a SurrealDB URL names the namespace and database as /NS/DB, or neither",
+            )),
+        }
+    };
+    if let Some(rest) = url.strip_prefix("surrealdb+mem://") {
+        let (ns, db) = ns_db(rest)?;
+        return Ok(SurrealTarget {
+            engine: "mem://".into(),
+            ns,
+            db,
+            credentials: None,
+        });
+    }
+    if url.starts_with("surrealkv://") {
+        return Ok(SurrealTarget {
+            engine: url.to_owned(),
+            ns: "agno".into(),
+            db: "agno".into(),
+            credentials: None,
+        });
+    }
+    let parsed =
+        url::Url::parse(url).map_err(|e| Error::new(format!("invalid surrealdb:// URL: {e}")))?;
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| Error::new("surrealdb:// needs a host: surrealdb://HOST:PORT/NS/DB"))?;
+    let port = parsed.port().unwrap_or(8000);
+    let (ns, db) = ns_db(parsed.path())?;
+    let credentials = (!parsed.username().is_empty()).then(|| {
+        (
+            percent_decode(parsed.username()),
+            percent_decode(parsed.password().unwrap_or_default()),
+        )
+    });
+    Ok(SurrealTarget {
+        engine: format!("ws://{host}:{port}"),
+        ns,
+        db,
+        credentials,
+    })
 }
 
 /// The query parameters of a server URL, by name.
@@ -415,7 +512,7 @@ fn dynamo_options(url: &str) -> Result<agno_storage_dynamo::DynamoOptions, Error
 
 /// `%XX` escapes of a URL's user or password decoded (a secret with `/` or `+` is given as
 /// `%2F`, `%2B`); malformed escapes stay as written.
-#[cfg(feature = "dynamo")]
+#[cfg(any(feature = "dynamo", feature = "surreal"))]
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -668,6 +765,51 @@ mod tests {
     }
 
     #[test]
+    fn surreal_urls() {
+        assert_eq!(
+            ok("surrealdb+mem://"),
+            BackendUrl::SurrealDb {
+                url: "surrealdb+mem://".into()
+            }
+        );
+        assert_eq!(
+            ok("SurrealKV://data/agno.skv"),
+            BackendUrl::SurrealDb {
+                url: "surrealkv://data/agno.skv".into()
+            }
+        );
+        assert!(err("surrealkv://").contains("needs a path"));
+        assert!(err("surrealdb+mem://host").contains("takes no host"));
+        let t = surreal_target("surrealdb://root:p%40ss@db.local:8001/ns1/db1").unwrap();
+        assert_eq!(
+            t,
+            SurrealTarget {
+                engine: "ws://db.local:8001".into(),
+                ns: "ns1".into(),
+                db: "db1".into(),
+                credentials: Some(("root".into(), "p@ss".into())),
+            }
+        );
+        let t = surreal_target("surrealdb://localhost").unwrap();
+        assert_eq!(
+            (
+                t.engine.as_str(),
+                t.ns.as_str(),
+                t.db.as_str(),
+                t.credentials
+            ),
+            ("ws://localhost:8000", "agno", "agno", None)
+        );
+        let t = surreal_target("surrealdb+mem:///a/b").unwrap();
+        assert_eq!((t.engine.as_str(), t.ns.as_str()), ("mem://", "a"));
+        assert!(surreal_target("surrealdb://h/only-ns").is_err());
+        assert_eq!(
+            ok("surrealdb://root:secret@h:8000/a/b").to_string(),
+            "surrealdb://root:***@h:8000/a/b"
+        );
+    }
+
+    #[test]
     fn json_directory_and_bucket() {
         assert_eq!(
             ok("file:///var/lib/agno"),
@@ -760,7 +902,11 @@ mod tests {
                 ("valkey://localhost", "redis", cfg!(feature = "redis")),
                 ("dynamodb://us-east-1", "dynamo", cfg!(feature = "dynamo")),
                 ("firestore://p", "firestore", cfg!(feature = "firestore")),
-                ("surrealdb://localhost", "surreal", false),
+                (
+                    "surrealdb://localhost",
+                    "surreal",
+                    cfg!(feature = "surreal"),
+                ),
                 ("file://./d", "json", cfg!(feature = "json")),
                 ("gs://bucket/p", "gcs", cfg!(feature = "gcs")),
             ];

@@ -1,12 +1,23 @@
-//! SurrealDB storage for agno-storage.
+//! SurrealDB storage for agno-storage, byte-compatible with agno 3.1.10's `SurrealDb`.
 //!
-//! This crate will hold the SurrealDB backend, byte-compatible with the tables that
-//! Agno's Python `SurrealDb` writes, so that a Rust service and a Python agent can
-//! share one database. It stores sessions, runs, memories, metrics, evals, knowledge,
-//! schedules, schedule runs, learnings, jobs and schema versions.
+//! [`SurrealDb`] implements every store trait of `agno-storage-core` over the tables agno's
+//! Python `SurrealDb` uses (`agno_sessions`, `agno_runs`, `agno_memories`, …): record ids
+//! `agno_sessions:⟨session_id⟩`, `agno_runs:⟨run_id⟩`, `agno_metrics:⟨date|user⟩`, agent,
+//! team, workflow and user ids stored as record links, timestamps as `datetime`, and the
+//! `agno_schema_versions:⟨table⟩` stamps, so a Rust service and a Python agent can share
+//! one database.
 //!
-//! The backend implements the per-domain store traits of `agno-storage-core` and proves
-//! its behaviour by running the shared `conformance-tests` suite against it.
+//! One type serves every engine: `surrealdb::Surreal<Any>`, opened on `mem://`,
+//! `surrealkv://PATH` or `ws://HOST:PORT`.
+//!
+//! Every read-modify-write is one SurrealQL transaction that re-reads the record and
+//! `THROW`s unless it is the version the caller read; a lost race is retried. `run_index`
+//! comes from a per-session counter record bumped by one atomic `UPDATE` (O(1) per append);
+//! schedule names are unique per owner through a unique index over a digest of
+//! `(user_id, name)`; job idempotency keys are guard records created in the job's
+//! transaction; a job claim is a compare-and-set that takes a new fencing token. Unlike agno, `delete_sessions`
+//! deletes only the runs of the sessions it deleted, and the v3.0.0 migration never
+//! overwrites a newer run and never stamps after a failed copy.
 //!
 //! # Features
 //!
@@ -14,6 +25,38 @@
 //!
 //! - `kv-mem`: the embedded in-memory engine (`mem://`).
 //! - `surrealkv`: the embedded file engine, SurrealKV (`surrealkv://`).
-//! - `remote`: a SurrealDB server over WebSocket (`ws://`).
+//! - `remote`: a SurrealDB 3.x server over WebSocket (`ws://`).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod db;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod doc;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod evals;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod jobs;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod knowledge;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod learnings;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod legacy;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod memories;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod metrics;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod migrate;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod runs;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod schedules;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+mod sessions;
+
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+pub use db::{SurrealDb, SurrealOptions, TableNames};
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+pub use surrealdb;

@@ -1,0 +1,333 @@
+//! [`SurrealDb`]: the connection, table names, options and agno's table definitions.
+
+use std::sync::Arc;
+
+use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+use surrealdb::engine::any::Any;
+use surrealdb::Surreal;
+
+use crate::doc::{check_ident, db_err, BACKEND};
+
+/// Table names, as agno 3.1.10's `SurrealDb` names them by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableNames {
+    /// Sessions, record id = `session_id` (`agno_sessions`).
+    pub sessions: String,
+    /// Runs, one record per run, record id = `run_id` (`agno_runs`).
+    pub runs: String,
+    /// User memories, record id = `memory_id` (`agno_memories`).
+    pub memories: String,
+    /// Daily metrics, record id = `{date}|{user_id}` (`agno_metrics`).
+    pub metrics: String,
+    /// Eval runs, record id = `run_id` (`agno_eval_runs`).
+    pub evals: String,
+    /// Knowledge contents, record id = `id` (`agno_knowledge`).
+    pub knowledge: String,
+    /// Schedules (`agno_schedules`; agno's `SurrealDb` has none, the shapes are Mongo's).
+    pub schedules: String,
+    /// Schedule runs (`agno_schedule_runs`).
+    pub schedule_runs: String,
+    /// Learnings (`agno_learnings`; agno's `SurrealDb` raises `NotImplementedError`).
+    pub learnings: String,
+    /// The job queue (`agno_jobs`; ours).
+    pub jobs: String,
+    /// Per-table schema stamps, record id = table name (`agno_schema_versions`).
+    pub versions: String,
+    /// Our bookkeeping: run-index counters, idempotency guards, the migration lock
+    /// (`agno_storage_meta`; agno never reads it).
+    pub meta: String,
+    /// Link target of a session's or eval's `agent` (`agno_agents`, never written).
+    pub agents: String,
+    /// Link target of `team` (`agno_teams`, never written).
+    pub teams: String,
+    /// Link target of `workflow` (`agno_workflows`, never written).
+    pub workflows: String,
+    /// Link target of a memory's `user` (`agno_users`, never written).
+    pub users: String,
+}
+
+impl Default for TableNames {
+    fn default() -> Self {
+        TableNames {
+            sessions: "agno_sessions".into(),
+            runs: "agno_runs".into(),
+            memories: "agno_memories".into(),
+            metrics: "agno_metrics".into(),
+            evals: "agno_eval_runs".into(),
+            knowledge: "agno_knowledge".into(),
+            schedules: "agno_schedules".into(),
+            schedule_runs: "agno_schedule_runs".into(),
+            learnings: "agno_learnings".into(),
+            jobs: "agno_jobs".into(),
+            versions: "agno_schema_versions".into(),
+            meta: "agno_storage_meta".into(),
+            agents: "agno_agents".into(),
+            teams: "agno_teams".into(),
+            workflows: "agno_workflows".into(),
+            users: "agno_users".into(),
+        }
+    }
+}
+
+impl TableNames {
+    /// The physical name of a migrated table type.
+    pub fn of(&self, table: TableType) -> &str {
+        match table {
+            TableType::Memories => &self.memories,
+            TableType::Sessions => &self.sessions,
+            TableType::Metrics => &self.metrics,
+            TableType::Evals => &self.evals,
+            TableType::Knowledge => &self.knowledge,
+            TableType::Schedules => &self.schedules,
+            TableType::ScheduleRuns => &self.schedule_runs,
+            TableType::Learnings => &self.learnings,
+        }
+    }
+
+    fn all(&self) -> [&str; 16] {
+        [
+            &self.sessions,
+            &self.runs,
+            &self.memories,
+            &self.metrics,
+            &self.evals,
+            &self.knowledge,
+            &self.schedules,
+            &self.schedule_runs,
+            &self.learnings,
+            &self.jobs,
+            &self.versions,
+            &self.meta,
+            &self.agents,
+            &self.teams,
+            &self.workflows,
+            &self.users,
+        ]
+    }
+
+    /// agno 3.1.10's table definitions (`db/surrealdb/models.py:get_schema`), plus ours.
+    ///
+    /// Differences from agno's: `updated_at` has `DEFAULT time::now()` instead of
+    /// `VALUE time::now()`, so the stored value is the one the adapter returns; schedules
+    /// carry the unique index `idx_user_id_name` on `name_key`, a digest of `(user_id, name)`
+    /// (a unique index over a null `user_id` would not compare it). Every statement is
+    /// `IF NOT EXISTS`: tables agno already defined are left as they are.
+    pub(crate) fn schema(&self) -> String {
+        let dates = |t: &str, created: bool| {
+            let mut s = String::new();
+            if created {
+                s.push_str(&format!(
+                    "DEFINE FIELD IF NOT EXISTS created_at ON {t} TYPE datetime DEFAULT time::now();\n"
+                ));
+            }
+            s.push_str(&format!(
+                "DEFINE FIELD IF NOT EXISTS updated_at ON {t} TYPE datetime DEFAULT time::now();\n"
+            ));
+            s
+        };
+        let mut sql = String::new();
+        for t in self.all() {
+            if [&self.agents, &self.teams, &self.workflows, &self.users].contains(&&t.to_owned()) {
+                continue;
+            }
+            sql.push_str(&format!("DEFINE TABLE IF NOT EXISTS {t} SCHEMALESS;\n"));
+        }
+        sql.push_str(&dates(&self.sessions, true));
+        sql.push_str(&dates(&self.memories, false));
+        sql.push_str(&dates(&self.knowledge, true));
+        sql.push_str(&dates(&self.evals, true));
+        sql.push_str(&dates(&self.runs, true));
+        let r = &self.runs;
+        sql.push_str(&format!(
+            "DEFINE INDEX IF NOT EXISTS idx_run_id ON {r} FIELDS run_id UNIQUE;\n"
+        ));
+        for f in [
+            "session_id",
+            "user_id",
+            "agent_id",
+            "team_id",
+            "workflow_id",
+            "status",
+        ] {
+            sql.push_str(&format!(
+                "DEFINE INDEX IF NOT EXISTS idx_{f} ON {r} FIELDS {f};\n"
+            ));
+        }
+        let s = &self.schedules;
+        sql.push_str(&format!(
+            "DEFINE INDEX IF NOT EXISTS idx_user_id_name ON {s} FIELDS {} UNIQUE;\n",
+            crate::doc::NAME_KEY
+        ));
+        for (t, f) in [
+            (&self.sessions, "user_id"),
+            (&self.schedule_runs, "schedule_id"),
+            (&self.jobs, "status"),
+        ] {
+            sql.push_str(&format!(
+                "DEFINE INDEX IF NOT EXISTS idx_{f} ON {t} FIELDS {f};\n"
+            ));
+        }
+        sql
+    }
+}
+
+/// Where and how [`SurrealDb::connect`] opens a database.
+#[derive(Debug, Clone)]
+pub struct SurrealOptions {
+    /// The namespace (`db_ns` in agno).
+    pub namespace: String,
+    /// The database (`db_db` in agno).
+    pub database: String,
+    /// Root credentials `(user, password)` to sign in with; `None` for embedded engines.
+    pub credentials: Option<(String, String)>,
+    /// Table names (agno's defaults).
+    pub names: TableNames,
+    /// When none of agno's tables holds a record, stamp every table at the latest schema
+    /// version (a new database). Turn off to open an empty database that agno 2.x data will
+    /// be imported into and then migrated. Default: on.
+    pub stamp_new_database: bool,
+}
+
+impl SurrealOptions {
+    /// Namespace `namespace`, database `database`, agno's table names, no credentials.
+    pub fn new(namespace: impl Into<String>, database: impl Into<String>) -> Self {
+        SurrealOptions {
+            namespace: namespace.into(),
+            database: database.into(),
+            credentials: None,
+            names: TableNames::default(),
+            stamp_new_database: true,
+        }
+    }
+
+    /// Signs in as root user `user` with `password`.
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.credentials = Some((user.into(), password.into()));
+        self
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: Surreal<Any>,
+    pub(crate) names: TableNames,
+}
+
+/// One SurrealDB database (a namespace and database) holding agno's tables. Cheap to clone.
+///
+/// Table names, record ids, field encodings (record links for agent/team/workflow/user ids,
+/// `datetime` timestamps) and the schema-version records are agno 3.1.10's. Every
+/// read-modify-write is one SurrealQL transaction that re-checks the record it read.
+#[derive(Clone)]
+pub struct SurrealDb {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SurrealDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SurrealDb")
+            .field("names", &self.inner.names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SurrealDb {
+    /// Connects to `url` (`mem://`, `surrealkv://PATH`, `ws://HOST:PORT`, as the enabled
+    /// features allow), signs in when credentials are given, selects the namespace and
+    /// database, then [`SurrealDb::open`]s it.
+    pub async fn connect(url: &str, options: SurrealOptions) -> Result<Self> {
+        let client = surrealdb::engine::any::connect(url.to_owned())
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot connect to SurrealDB at {url}: {}", e.message()),
+                )
+                .with_backend(BACKEND)
+                .with_operation("connect")
+            })?;
+        if let Some((user, pass)) = &options.credentials {
+            client
+                .signin(surrealdb::opt::auth::Root {
+                    username: user.clone(),
+                    password: pass.clone(),
+                })
+                .await
+                .map_err(|e| db_err("sign in", e))?;
+        }
+        client
+            .use_ns(options.namespace.clone())
+            .use_db(options.database.clone())
+            .await
+            .map_err(|e| db_err("use namespace and database", e))?;
+        Self::open(client, options).await
+    }
+
+    /// Opens a connected client (namespace and database already selected): defines agno's
+    /// tables and indexes where missing. A database whose agno tables are all empty is new:
+    /// its tables are stamped at the latest schema version (unless
+    /// [`SurrealOptions::stamp_new_database`] is off). An existing unstamped database is
+    /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
+    pub async fn open(client: Surreal<Any>, options: SurrealOptions) -> Result<Self> {
+        for t in options.names.all() {
+            check_ident(t)?;
+        }
+        let me = SurrealDb {
+            inner: Arc::new(Inner {
+                client,
+                names: options.names,
+            }),
+        };
+        me.run("define tables", &me.inner.names.schema(), Vec::new())
+            .await?;
+        if options.stamp_new_database {
+            let mut fresh = true;
+            for t in TableType::ALL {
+                if me.any_doc(me.inner.names.of(t)).await? {
+                    fresh = false;
+                    break;
+                }
+            }
+            if fresh {
+                for t in TableType::ALL {
+                    me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
+                        .await?;
+                }
+            }
+        }
+        Ok(me)
+    }
+
+    /// The underlying `surrealdb` client.
+    pub fn client(&self) -> &Surreal<Any> {
+        &self.inner.client
+    }
+
+    /// The table names in use.
+    pub fn names(&self) -> &TableNames {
+        &self.inner.names
+    }
+
+    /// One handle over every store of this database.
+    pub fn agno_db(&self) -> AgnoDb {
+        let me = Arc::new(self.clone());
+        AgnoDb::builder(BACKEND)
+            .sessions(me.clone())
+            .runs(me.clone())
+            .memories(me.clone())
+            .metrics(me.clone())
+            .evals(me.clone())
+            .knowledge(me.clone())
+            .schedules(me.clone())
+            .learnings(me.clone())
+            .jobs(me.clone())
+            .migrations(me.clone())
+            .legacy(me)
+            .durable(true)
+            .build()
+    }
+}

@@ -1,0 +1,130 @@
+//! Eval runs (`agno_eval_runs`): record id = `run_id`, agent/team/workflow ids as record
+//! links, as agno's `serialize_eval_run_record`.
+
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, sort_records, visible_to, Error, ErrorKind, EvalFilterType,
+    EvalQuery, EvalRun, EvalStore, Page, Result, Sort, SortOrder,
+};
+
+use crate::doc::{backoff, contended, opt, to_fields, Commit, Pre, CAS_ATTEMPTS};
+use crate::SurrealDb;
+
+fn exists(run_id: &str) -> Error {
+    Error::new(
+        ErrorKind::AlreadyExists,
+        format!("eval run {run_id} already exists: every eval run needs its own run_id"),
+    )
+}
+
+#[async_trait]
+impl EvalStore for SurrealDb {
+    async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
+        let coll = &self.inner.names.evals;
+        if self.find(coll, "run_id", &run.run_id).await?.is_some() {
+            return Err(exists(&run.run_id));
+        }
+        let write = self.put(
+            coll,
+            &run.run_id,
+            &to_fields(&run, "an eval run")?,
+            Pre::Absent,
+        );
+        match self.commit("create eval run", vec![write]).await? {
+            Commit::Done => Ok(run),
+            Commit::Conflict => Err(exists(&run.run_id)),
+        }
+    }
+
+    async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
+        let Some(stored) = self.find(&self.inner.names.evals, "run_id", run_id).await? else {
+            return Ok(None);
+        };
+        let run: EvalRun = stored.decode("an eval run")?;
+        Ok(visible_to(run.user_id.as_deref(), user_id).then_some(run))
+    }
+
+    async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
+        query.pagination.validate()?;
+        let mut eq = Vec::new();
+        if let Some(u) = &query.user_id {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let mut rows = Vec::new();
+        for d in self.query(&self.inner.names.evals, &eq).await? {
+            let r: EvalRun = d.decode("an eval run")?;
+            let keep = visible_to(r.user_id.as_deref(), query.user_id.as_deref())
+                && same(&query.agent_id, &r.agent_id)
+                && same(&query.team_id, &r.team_id)
+                && same(&query.workflow_id, &r.workflow_id)
+                && same(&query.model_id, &r.model_id)
+                && (query.eval_types.is_empty() || query.eval_types.contains(&r.eval_type))
+                && match query.filter_type {
+                    Some(EvalFilterType::Agent) => r.agent_id.is_some(),
+                    Some(EvalFilterType::Team) => r.team_id.is_some(),
+                    Some(EvalFilterType::Workflow) => r.workflow_id.is_some(),
+                    None => true,
+                };
+            if keep {
+                rows.push(r);
+            }
+        }
+        let sort = match &query.sort.sort_by {
+            Some(_) => query.sort.clone(),
+            None => Sort::by("created_at", SortOrder::Desc),
+        };
+        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn rename_eval_run(
+        &self,
+        run_id: &str,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<EvalRun>> {
+        let coll = &self.inner.names.evals;
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some(stored) = self.find(coll, "run_id", run_id).await? else {
+                return Ok(None);
+            };
+            let mut run: EvalRun = stored.decode("an eval run")?;
+            if !visible_to(run.user_id.as_deref(), user_id) {
+                return Ok(None);
+            }
+            run.name = Some(name.to_owned());
+            run.updated_at = Some(now_epoch_seconds());
+            let write = self.put(
+                coll,
+                &stored.id,
+                &to_fields(&run, "an eval run")?,
+                stored.unchanged(),
+            );
+            match self.commit("rename eval run", vec![write]).await? {
+                Commit::Done => return Ok(Some(run)),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(contended("rename eval run"))
+    }
+
+    async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let coll = &self.inner.names.evals;
+        let mut deleted = 0;
+        for id in run_ids {
+            let Some(stored) = self.find(coll, "run_id", id).await? else {
+                continue;
+            };
+            if !visible_to(stored.str("user_id"), user_id) {
+                continue;
+            }
+            self.commit_all(
+                "delete eval runs",
+                vec![self.delete(coll, &stored.id, Pre::Any)],
+            )
+            .await?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+}

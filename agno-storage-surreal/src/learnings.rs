@@ -1,0 +1,115 @@
+//! Learnings (`agno_learnings`, record id = `learning_id`). agno's `SurrealDb` raises
+//! `NotImplementedError` for learnings; the layout follows agno's `MongoDb`.
+
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
+    Learning, LearningQuery, LearningStore, Page, Result, Sort,
+};
+
+use crate::doc::{backoff, contended, opt, to_fields, Commit, Pre, CAS_ATTEMPTS};
+use crate::SurrealDb;
+
+#[async_trait]
+impl LearningStore for SurrealDb {
+    async fn upsert_learning(&self, learning: Learning) -> Result<Learning> {
+        let coll = &self.inner.names.learnings;
+        let id = learning.learning_id.clone();
+        for attempt in 0..CAS_ATTEMPTS {
+            let now = now_epoch_seconds();
+            let (next, pre) = match self.get(coll, &id).await? {
+                Some(stored) => {
+                    let mut current: Learning = stored.decode("a learning")?;
+                    if !writable_by(current.user_id.as_deref(), learning.user_id.as_deref()) {
+                        return Err(owned_by_another_user("learning", &learning.learning_id));
+                    }
+                    current.content = learning.content.clone();
+                    current.metadata = learning.metadata.clone();
+                    current.updated_at = Some(now);
+                    (current, stored.unchanged())
+                }
+                None => {
+                    let mut new = learning.clone();
+                    new.updated_at = new.updated_at.or(Some(now));
+                    (new, Pre::Absent)
+                }
+            };
+            let write = self.put(coll, &id, &to_fields(&next, "a learning")?, pre);
+            match self.commit("upsert learning", vec![write]).await? {
+                Commit::Done => return Ok(next),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(contended("upsert learning"))
+    }
+
+    async fn get_learning(
+        &self,
+        learning_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Learning>> {
+        let Some(stored) = self.get(&self.inner.names.learnings, learning_id).await? else {
+            return Ok(None);
+        };
+        let l: Learning = stored.decode("a learning")?;
+        Ok(
+            (l.learning_id == learning_id && visible_to(l.user_id.as_deref(), user_id))
+                .then_some(l),
+        )
+    }
+
+    async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
+        query.pagination.validate()?;
+        let mut eq = Vec::new();
+        if let (Some(u), false) = (&query.user_id, query.include_global) {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let mut rows = Vec::new();
+        for d in self.query(&self.inner.names.learnings, &eq).await? {
+            let l: Learning = d.decode("a learning")?;
+            let owner_ok = match (&query.user_id, query.include_global) {
+                (None, _) => true,
+                (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
+                (Some(u), false) => l.user_id.as_deref() == Some(u),
+            };
+            if owner_ok
+                && query
+                    .learning_type
+                    .as_deref()
+                    .is_none_or(|t| t == l.learning_type)
+                && same(&query.agent_id, &l.agent_id)
+                && same(&query.team_id, &l.team_id)
+                && same(&query.session_id, &l.session_id)
+                && same(&query.namespace, &l.namespace)
+                && same(&query.entity_id, &l.entity_id)
+                && same(&query.entity_type, &l.entity_type)
+            {
+                rows.push(l);
+            }
+        }
+        let sort = match &query.sort.sort_by {
+            Some(_) => query.sort.clone(),
+            None => Sort {
+                sort_by: Some("updated_at".into()),
+                sort_order: query.sort.sort_order,
+            },
+        };
+        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
+        let coll = &self.inner.names.learnings;
+        let id = learning_id.to_owned();
+        let Some(stored) = self.get(coll, &id).await? else {
+            return Ok(false);
+        };
+        let l: Learning = stored.decode("a learning")?;
+        if l.learning_id != learning_id || !visible_to(l.user_id.as_deref(), user_id) {
+            return Ok(false);
+        }
+        self.commit_all("delete learning", vec![self.delete(coll, &id, Pre::Any)])
+            .await?;
+        Ok(true)
+    }
+}

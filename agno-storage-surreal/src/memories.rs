@@ -1,0 +1,164 @@
+//! User memories (`agno_memories`): record id = `memory_id`, the owner as a `user` link to
+//! `agno_users`.
+
+use agno_storage_core::user_memory::memory_stats;
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
+    MemoryQuery, MemoryStats, MemoryStore, Page, Pagination, Result, UserMemory,
+};
+use serde_json::Value;
+
+use crate::doc::{
+    backoff, contended, from_fields, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
+};
+use crate::SurrealDb;
+
+/// A stored memory; a `created_at` left as ISO text is read as epoch seconds.
+fn decode_memory(stored: &Stored) -> Result<UserMemory> {
+    let mut fields = stored.fields.clone();
+    if let Some(Value::String(text)) = fields.get("created_at") {
+        let seconds = chrono::DateTime::parse_from_rfc3339(text)
+            .map(|t| t.timestamp())
+            .or_else(|_| {
+                chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+                    .map(|t| t.and_utc().timestamp())
+            })
+            .unwrap_or_default();
+        fields.insert("created_at".into(), Value::from(seconds));
+    }
+    from_fields(fields, "a memory")
+}
+
+/// A memory record as agno 3.1.10 writes it (`asdict(memory)`): `user_id` becomes the
+/// `user` link and the timestamps `datetime`s (the codec's work).
+fn encode_memory(memory: &UserMemory) -> Result<crate::doc::Fields> {
+    to_fields(memory, "a memory")
+}
+
+impl SurrealDb {
+    async fn memories_of(&self, user_id: Option<&str>) -> Result<Vec<UserMemory>> {
+        let mut eq = Vec::new();
+        if let Some(u) = user_id {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        self.query(&self.inner.names.memories, &eq)
+            .await?
+            .iter()
+            .map(decode_memory)
+            .filter(|m| {
+                m.as_ref()
+                    .map_or(true, |m| visible_to(m.user_id.as_deref(), user_id))
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl MemoryStore for SurrealDb {
+    async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
+        let coll = &self.inner.names.memories;
+        for attempt in 0..CAS_ATTEMPTS {
+            let mut next = memory.clone();
+            let (doc, pre) = match self.find(coll, "memory_id", &memory.memory_id).await? {
+                Some(stored) => {
+                    let current = decode_memory(&stored)?;
+                    if !writable_by(current.user_id.as_deref(), memory.user_id.as_deref()) {
+                        return Err(owned_by_another_user("memory", &memory.memory_id));
+                    }
+                    next.user_id = current.user_id;
+                    next.created_at = current.created_at;
+                    next.updated_at = Some(now_epoch_seconds());
+                    (stored.id.clone(), stored.unchanged())
+                }
+                None => {
+                    next.updated_at = next.updated_at.or(Some(next.created_at));
+                    (memory.memory_id.clone(), Pre::Absent)
+                }
+            };
+            let write = self.put(coll, &doc, &encode_memory(&next)?, pre);
+            match self.commit("upsert memory", vec![write]).await? {
+                Commit::Done => return Ok(next),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(contended("upsert memory"))
+    }
+
+    async fn get_memory(
+        &self,
+        memory_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<UserMemory>> {
+        let Some(stored) = self
+            .find(&self.inner.names.memories, "memory_id", memory_id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let m = decode_memory(&stored)?;
+        Ok(visible_to(m.user_id.as_deref(), user_id).then_some(m))
+    }
+
+    async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>> {
+        query.pagination.validate()?;
+        let search = query.search_content.as_ref().map(|s| s.to_lowercase());
+        let mut rows: Vec<UserMemory> = self
+            .memories_of(query.user_id.as_deref())
+            .await?
+            .into_iter()
+            .filter(|m| {
+                (query.agent_id.is_none() || query.agent_id == m.agent_id)
+                    && (query.team_id.is_none() || query.team_id == m.team_id)
+                    && query
+                        .topics
+                        .iter()
+                        .all(|t| m.topics.as_ref().is_some_and(|ts| ts.contains(t)))
+                    && search
+                        .as_deref()
+                        .is_none_or(|s| m.memory.to_lowercase().contains(s))
+            })
+            .collect();
+        sort_records(&mut rows, &query.sort, UserMemory::SORTABLE)?;
+        Page::paginate(rows, &query.pagination)
+    }
+
+    async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {
+        let mut topics: Vec<String> = self
+            .memories_of(user_id)
+            .await?
+            .into_iter()
+            .flat_map(|m| m.topics.unwrap_or_default())
+            .collect();
+        topics.sort();
+        topics.dedup();
+        Ok(topics)
+    }
+
+    async fn get_memory_stats(
+        &self,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<MemoryStats>> {
+        memory_stats(&self.memories_of(user_id).await?, user_id, &pagination)
+    }
+
+    async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let coll = &self.inner.names.memories;
+        let mut deleted = 0;
+        for id in memory_ids {
+            let Some(stored) = self.find(coll, "memory_id", id).await? else {
+                continue;
+            };
+            if !visible_to(stored.str("user_id"), user_id) {
+                continue;
+            }
+            self.commit_all(
+                "delete memories",
+                vec![self.delete(coll, &stored.id, Pre::Any)],
+            )
+            .await?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+}

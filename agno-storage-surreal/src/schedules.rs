@@ -1,0 +1,352 @@
+//! Schedules (`agno_schedules`, record id = `id`) and schedule runs
+//! (`agno_schedule_runs`, record id = `id`), in agno's `MongoDb` shapes (agno's
+//! `SurrealDb` has no schedules).
+//!
+//! The unique `(user_id, name)` is a unique index (`idx_user_id_name`, on a `name_key`
+//! digest of the pair): a create or rename that would duplicate it fails its transaction.
+//! Claim and release are compare-and-sets on the schedule record, release checks the holder.
+
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Pagination, Result,
+    Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate,
+};
+
+use crate::doc::{backoff, contended, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
+use crate::SurrealDb;
+
+fn name_taken(name: &str) -> Error {
+    Error::new(
+        ErrorKind::AlreadyExists,
+        format!("Schedule with name '{name}' already exists"),
+    )
+}
+
+impl SurrealDb {
+    /// Whether another schedule than `id` holds `(user_id, name)`.
+    async fn name_held(&self, user_id: Option<&str>, name: &str, id: &str) -> Result<bool> {
+        let docs = self
+            .query(
+                &self.inner.names.schedules,
+                &[("name", opt(Some(name))), ("user_id", opt(user_id))],
+            )
+            .await?;
+        Ok(docs.iter().any(|d| d.str("id") != Some(id)))
+    }
+
+    async fn schedule_doc(&self, id: &str) -> Result<Option<(Stored, Schedule)>> {
+        let Some(stored) = self.get(&self.inner.names.schedules, id).await? else {
+            return Ok(None);
+        };
+        let s: Schedule = stored.decode("a schedule")?;
+        Ok((s.id == id).then_some((stored, s)))
+    }
+
+    async fn schedule_run_doc(&self, id: &str) -> Result<Option<(Stored, ScheduleRun)>> {
+        let Some(stored) = self.get(&self.inner.names.schedule_runs, id).await? else {
+            return Ok(None);
+        };
+        let r: ScheduleRun = stored.decode("a schedule run")?;
+        Ok((r.id == id).then_some((stored, r)))
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for SurrealDb {
+    async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let writes = vec![self.put(
+                &self.inner.names.schedules,
+                &schedule.id,
+                &to_fields(&schedule, "a schedule")?,
+                Pre::Absent,
+            )];
+            match self.commit("create schedule", writes).await? {
+                Commit::Done => return Ok(schedule),
+                Commit::Conflict => {
+                    if self.schedule_doc(&schedule.id).await?.is_some() {
+                        return Err(Error::new(
+                            ErrorKind::AlreadyExists,
+                            format!("schedule {} already exists", schedule.id),
+                        ));
+                    }
+                    if self
+                        .name_held(schedule.user_id.as_deref(), &schedule.name, &schedule.id)
+                        .await?
+                    {
+                        return Err(name_taken(&schedule.name));
+                    }
+                    backoff(attempt).await;
+                }
+            }
+        }
+        Err(contended("create schedule"))
+    }
+
+    async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
+        Ok(self
+            .schedule_doc(id)
+            .await?
+            .map(|(_, s)| s)
+            .filter(|s| visible_to(s.user_id.as_deref(), user_id)))
+    }
+
+    async fn get_schedule_by_name(
+        &self,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Schedule>> {
+        let docs = self
+            .query(
+                &self.inner.names.schedules,
+                &[("name", opt(Some(name))), ("user_id", opt(user_id))],
+            )
+            .await?;
+        for d in docs {
+            let s: Schedule = d.decode("a schedule")?;
+            if s.name == name && s.user_id.as_deref() == user_id {
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn get_schedules(
+        &self,
+        enabled: Option<bool>,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<Schedule>> {
+        pagination.validate()?;
+        let mut eq = Vec::new();
+        if let Some(u) = user_id {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        let mut rows = Vec::new();
+        for d in self.query(&self.inner.names.schedules, &eq).await? {
+            let s: Schedule = d.decode("a schedule")?;
+            if enabled.is_none_or(|e| s.enabled == e) && visible_to(s.user_id.as_deref(), user_id) {
+                rows.push(s);
+            }
+        }
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        Page::paginate(rows, &pagination)
+    }
+
+    async fn update_schedule(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        update: ScheduleUpdate,
+    ) -> Result<Option<Schedule>> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some((stored, current)) = self.schedule_doc(id).await? else {
+                return Ok(None);
+            };
+            if !visible_to(current.user_id.as_deref(), user_id) {
+                return Ok(None);
+            }
+            let updated = update.apply_to(&current, now_epoch_seconds())?;
+            let renamed = updated.name != current.name || updated.user_id != current.user_id;
+            let writes = vec![self.put(
+                &self.inner.names.schedules,
+                &stored.id,
+                &to_fields(&updated, "a schedule")?,
+                stored.unchanged(),
+            )];
+            match self.commit("update schedule", writes).await? {
+                Commit::Done => return Ok(Some(updated)),
+                Commit::Conflict => {
+                    if renamed
+                        && self
+                            .name_held(updated.user_id.as_deref(), &updated.name, id)
+                            .await?
+                    {
+                        return Err(name_taken(&updated.name));
+                    }
+                    backoff(attempt).await;
+                }
+            }
+        }
+        Err(contended("update schedule"))
+    }
+
+    async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let Some((stored, s)) = self.schedule_doc(id).await? else {
+            return Ok(false);
+        };
+        if !visible_to(s.user_id.as_deref(), user_id) {
+            return Ok(false);
+        }
+        let mut writes = vec![self.delete(&self.inner.names.schedules, &stored.id, Pre::Any)];
+        for run in self
+            .query(
+                &self.inner.names.schedule_runs,
+                &[("schedule_id", opt(Some(id)))],
+            )
+            .await?
+        {
+            writes.push(self.delete(&self.inner.names.schedule_runs, &run.id, Pre::Any));
+        }
+        self.commit_all("delete schedule", writes).await?;
+        Ok(true)
+    }
+
+    async fn claim_due_schedule(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<Option<Schedule>> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let now = now_epoch_seconds();
+            let mut due = Vec::new();
+            for d in self
+                .query(&self.inner.names.schedules, &[("enabled", true.into())])
+                .await?
+            {
+                let s: Schedule = d.decode("a schedule")?;
+                if s.is_due(now, lock_grace_seconds) {
+                    due.push((d, s));
+                }
+            }
+            if due.is_empty() {
+                return Ok(None);
+            }
+            due.sort_by(|a, b| (a.1.next_run_at, &a.1.id).cmp(&(b.1.next_run_at, &b.1.id)));
+            for (stored, mut s) in due {
+                s.locked_by = Some(worker_id.to_owned());
+                s.locked_at = Some(now);
+                let write = self.put(
+                    &self.inner.names.schedules,
+                    &stored.id,
+                    &to_fields(&s, "a schedule")?,
+                    stored.unchanged(),
+                );
+                if let Commit::Done = self.commit("claim schedule", vec![write]).await? {
+                    return Ok(Some(s));
+                }
+            }
+            backoff(attempt).await;
+        }
+        Err(contended("claim schedule"))
+    }
+
+    async fn release_schedule(
+        &self,
+        id: &str,
+        worker_id: &str,
+        locked_at: Option<i64>,
+        next_run_at: Option<i64>,
+    ) -> Result<bool> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some((stored, mut s)) = self.schedule_doc(id).await? else {
+                return Ok(false);
+            };
+            if !s.release(worker_id, locked_at, next_run_at, now_epoch_seconds()) {
+                return Ok(false);
+            }
+            let write = self.put(
+                &self.inner.names.schedules,
+                &stored.id,
+                &to_fields(&s, "a schedule")?,
+                stored.unchanged(),
+            );
+            match self.commit("release schedule", vec![write]).await? {
+                Commit::Done => return Ok(true),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(contended("release schedule"))
+    }
+
+    async fn create_schedule_run(&self, mut run: ScheduleRun) -> Result<ScheduleRun> {
+        let Some((_, schedule)) = self.schedule_doc(&run.schedule_id).await? else {
+            return Err(Error::not_found(format!(
+                "schedule {} does not exist",
+                run.schedule_id
+            )));
+        };
+        run.user_id = schedule.user_id;
+        let write = self.put(
+            &self.inner.names.schedule_runs,
+            &run.id,
+            &to_fields(&run, "a schedule run")?,
+            Pre::Absent,
+        );
+        match self.commit("create schedule run", vec![write]).await? {
+            Commit::Done => Ok(run),
+            Commit::Conflict => Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("schedule run {} already exists", run.id),
+            )),
+        }
+    }
+
+    async fn update_schedule_run(
+        &self,
+        run: ScheduleRun,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some((stored, current)) = self.schedule_run_doc(&run.id).await? else {
+                return Ok(None);
+            };
+            if !visible_to(current.user_id.as_deref(), user_id) {
+                return Ok(None);
+            }
+            let next = ScheduleRun {
+                id: current.id.clone(),
+                schedule_id: current.schedule_id.clone(),
+                user_id: current.user_id.clone(),
+                created_at: current.created_at,
+                ..run.clone()
+            };
+            let write = self.put(
+                &self.inner.names.schedule_runs,
+                &stored.id,
+                &to_fields(&next, "a schedule run")?,
+                stored.unchanged(),
+            );
+            match self.commit("update schedule run", vec![write]).await? {
+                Commit::Done => return Ok(Some(next)),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(contended("update schedule run"))
+    }
+
+    async fn get_schedule_run(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
+        Ok(self
+            .schedule_run_doc(id)
+            .await?
+            .map(|(_, r)| r)
+            .filter(|r| visible_to(r.user_id.as_deref(), user_id)))
+    }
+
+    async fn get_schedule_runs(
+        &self,
+        schedule_id: &str,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<ScheduleRun>> {
+        pagination.validate()?;
+        let mut rows = Vec::new();
+        for d in self
+            .query(
+                &self.inner.names.schedule_runs,
+                &[("schedule_id", opt(Some(schedule_id)))],
+            )
+            .await?
+        {
+            let r: ScheduleRun = d.decode("a schedule run")?;
+            if r.schedule_id == schedule_id && visible_to(r.user_id.as_deref(), user_id) {
+                rows.push(r);
+            }
+        }
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        Page::paginate(rows, &pagination)
+    }
+}

@@ -1,0 +1,188 @@
+//! The conformance suite against SurrealDB.
+//!
+//! Always on the embedded in-memory engine (`mem://`, a fresh datastore per case). When
+//! `AGNO_TEST_SURREALDB_URL` is set (`ws://[USER:PASS@]HOST:PORT`, e.g.
+//! `ws://root:root@127.0.0.1:8000`), the same suite runs again against that server, each
+//! case in its own namespace and database; set but unreachable fails the run. Unset, only
+//! the server suite is skipped. `AGNO_TEST_JOB_STRESS=N` sets the job stress case's size.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
+use agno_storage_surreal::{SurrealDb, SurrealOptions};
+use conformance_tests::{async_trait, Ctx, Harness, JobStress, LegacyDb, LegacyWriter};
+use serde_json::Value;
+
+/// One engine: a URL and optional root credentials.
+struct Surreal {
+    name: &'static str,
+    url: String,
+    credentials: Option<(String, String)>,
+}
+
+impl Surreal {
+    /// A fresh namespace and database per case (`ct_<case>_<random>`).
+    fn options(&self, case: &str, stamp: bool) -> SurrealOptions {
+        let short: String = case
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(40)
+            .collect();
+        let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let mut o = SurrealOptions::new(format!("ct_{tag}"), format!("{short}_{tag}"));
+        o.credentials = self.credentials.clone();
+        o.stamp_new_database = stamp;
+        o
+    }
+}
+
+/// Writes sessions as agno 2.9.0's `SurrealDb.upsert_session` did: record
+/// `agno_sessions:⟨session_id⟩` holding the whole session, runs as a native array.
+struct Writer {
+    db: SurrealDb,
+}
+
+#[async_trait]
+impl LegacyWriter for Writer {
+    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+        // 2.9.0 stored native arrays; a string that is not JSON stays a string: a corrupt blob.
+        let runs = match runs_blob {
+            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            other => other,
+        };
+        self.db.insert_legacy_session(s, runs).await
+    }
+}
+
+#[async_trait]
+impl Harness for Surreal {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all()
+    }
+
+    /// 500 jobs (the suite's 2,000 with `AGNO_TEST_JOB_STRESS=2000`): the engine runs
+    /// unoptimized in test builds (about 5 ms for a one-record read), so the full stress
+    /// case alone takes minutes; 500 jobs exercise the same races.
+    fn job_stress(&self) -> JobStress {
+        let jobs = std::env::var("AGNO_TEST_JOB_STRESS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(500);
+        JobStress { jobs, workers: 8 }
+    }
+
+    async fn open(&self, case: &str) -> Result<AgnoDb> {
+        Ok(SurrealDb::connect(&self.url, self.options(case, true))
+            .await?
+            .agno_db())
+    }
+
+    async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
+        let db = SurrealDb::connect(&self.url, self.options(case, false)).await?;
+        Ok(LegacyDb {
+            db: db.agno_db(),
+            writer: Arc::new(Writer { db }),
+        })
+    }
+}
+
+/// `ws://USER:PASS@HOST:PORT` → (`ws://HOST:PORT`, credentials).
+fn split_credentials(url: &str) -> (String, Option<(String, String)>) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_owned(), None);
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => {
+            let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            (
+                format!("{scheme}://{host}"),
+                Some((user.to_owned(), pass.to_owned())),
+            )
+        }
+        None => (url.to_owned(), None),
+    }
+}
+
+fn trials(
+    harness: Arc<dyn Harness>,
+    runtime: &Arc<tokio::runtime::Runtime>,
+) -> Vec<libtest_mimic::Trial> {
+    let capabilities = harness.capabilities();
+    conformance_tests::all_cases()
+        .into_iter()
+        .map(|case| {
+            let missing: Vec<&str> = case
+                .requires
+                .iter()
+                .copied()
+                .filter(|r| !capabilities.has(r))
+                .collect();
+            let name = format!("{}::{}", harness.name(), case.name);
+            let (runtime, harness) = (runtime.clone(), harness.clone());
+            let trial = libtest_mimic::Trial::test(name, move || {
+                let ctx = Ctx::new(harness, case.name);
+                runtime
+                    .block_on(case.run(&ctx))
+                    .map_err(|f| f.to_string().into())
+            });
+            if missing.is_empty() {
+                trial
+            } else {
+                trial
+                    .with_ignored_flag(true)
+                    .with_kind(format!("unsupported: {}", missing.join(",")))
+            }
+        })
+        .collect()
+}
+
+fn main() -> ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Arc::new(rt),
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut all = trials(
+        Arc::new(Surreal {
+            name: "surrealdb-mem",
+            url: "mem://".into(),
+            credentials: None,
+        }),
+        &runtime,
+    );
+    match std::env::var("AGNO_TEST_SURREALDB_URL") {
+        Ok(url) if !url.is_empty() => {
+            let (url, credentials) = split_credentials(&url);
+            let host = url.split_once("://").map_or(url.as_str(), |(_, h)| h);
+            let host = host.split('/').next().unwrap_or(host);
+            if std::net::TcpStream::connect(host).is_err() {
+                eprintln!("error: AGNO_TEST_SURREALDB_URL is set but {host} is unreachable");
+                return ExitCode::FAILURE;
+            }
+            all.extend(trials(
+                Arc::new(Surreal {
+                    name: "surrealdb-server",
+                    url,
+                    credentials,
+                }),
+                &runtime,
+            ));
+        }
+        _ => eprintln!(
+            "note: AGNO_TEST_SURREALDB_URL is not set; the server suite is skipped (mem:// runs)"
+        ),
+    }
+    libtest_mimic::run(&args, all).exit_code()
+}
