@@ -21,5 +21,5 @@ ensure_gcs
 ensure_s3
 ensure_mongodb
 
-FEATURES="agno-storage-sql/sqlite,agno-storage-sql/postgres,agno-storage-sql/mysql,agno-storage-cli/full,agno-storage-json/fs,agno-storage-json/memory,agno-storage-json/gcs,agno-storage-json/s3,agno-storage-mongo/mongodb,agno-storage-kv/redis,agno-storage-dynamo/dynamodb,agno-storage-firestore/firestore"
+FEATURES="agno-storage-sql/sqlite,agno-storage-sql/postgres,agno-storage-sql/mysql,agno-storage-cli/full,agno-storage-json/fs,agno-storage-json/memory,agno-storage-json/gcs,agno-storage-json/s3,agno-storage-mongo/mongodb,agno-storage-kv/redis,agno-storage-dynamo/dynamodb,agno-storage-firestore/firestore,agno-storage-surreal/kv-mem,agno-storage-surreal/surrealkv,agno-storage-surreal/remote"
 cargo test --workspace --no-fail-fast --features "$FEATURES" "$@"

@@ -486,7 +486,8 @@ impl<'a> MigrationManager<'a> {
 }
 
 /// The result of a locked run: its own error first; otherwise a failed release, which says
-/// the work itself is done.
+/// the work itself is done. (The error type is `up()`'s public one, hence the allow.)
+#[allow(clippy::result_large_err)]
 fn finish(
     outcome: Result<()>,
     released: Result<()>,

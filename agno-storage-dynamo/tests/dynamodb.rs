@@ -17,6 +17,7 @@ use agno_storage_dynamo::aws_sdk_dynamodb::types::{
 };
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
+use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
 
@@ -24,10 +25,6 @@ const PREFIX: &str = "agno_ct_";
 
 fn ddb_err(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Unavailable, e.to_string())
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// A client for DynamoDB Local with static test credentials (never a default profile).
@@ -225,15 +222,9 @@ async fn drop_stale_tables(client: &Client) -> std::result::Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let Ok(url) = std::env::var("AGNO_TEST_DYNAMODB_URL") else {
-        if ci() {
-            eprintln!(
-                "error: CI=true but AGNO_TEST_DYNAMODB_URL is not set; run ./scripts/test.sh"
-            );
-            return ExitCode::FAILURE;
-        }
-        eprintln!("note: AGNO_TEST_DYNAMODB_URL is not set; skipping the DynamoDB suite (./scripts/test.sh sets it)");
-        return ExitCode::SUCCESS;
+    let url = match servers::url_for_suite(Backend::DynamoDb) {
+        Ok(url) => url,
+        Err(code) => return code,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -251,8 +242,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     drop(runtime);
-    conformance_tests::main(Dynamo {
+    let code = conformance_tests::main(Dynamo {
         url,
         client: tokio::sync::OnceCell::new(),
-    })
+    });
+    servers::stop_all();
+    code
 }

@@ -10,12 +10,9 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
+use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
 
 /// `agno-ct-<case>-<random>`: a project id of lowercase letters, digits and hyphens.
 fn project_id(case: &str) -> String {
@@ -98,18 +95,12 @@ impl Harness for Firestore {
 }
 
 fn main() -> ExitCode {
-    let host = std::env::var("FIRESTORE_EMULATOR_HOST")
-        .ok()
-        .or_else(|| std::env::var("AGNO_TEST_FIRESTORE_URL").ok());
-    let Some(host) = host else {
-        if ci() {
-            eprintln!(
-                "error: CI=true but FIRESTORE_EMULATOR_HOST is not set; run ./scripts/test.sh"
-            );
-            return ExitCode::FAILURE;
-        }
-        eprintln!("note: FIRESTORE_EMULATOR_HOST is not set; skipping the Firestore suite (./scripts/test.sh sets it)");
-        return ExitCode::SUCCESS;
+    let host = match std::env::var("FIRESTORE_EMULATOR_HOST") {
+        Ok(host) => host,
+        Err(_) => match servers::url_for_suite(Backend::Firestore) {
+            Ok(url) => url,
+            Err(code) => return code,
+        },
     };
     let host = host
         .trim_start_matches("http://")
@@ -123,5 +114,7 @@ fn main() -> ExitCode {
         eprintln!("error: the Firestore emulator at {host} is unreachable");
         return ExitCode::FAILURE;
     }
-    conformance_tests::main(Firestore)
+    let code = conformance_tests::main(Firestore);
+    servers::stop_all();
+    code
 }

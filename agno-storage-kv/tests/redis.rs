@@ -6,5 +6,5 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run_suite("redis", "AGNO_TEST_REDIS_URL")
+    common::run_suite("redis", conformance_tests::servers::Backend::Redis)
 }

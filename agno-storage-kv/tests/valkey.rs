@@ -6,5 +6,5 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run_suite("valkey", "AGNO_TEST_VALKEY_URL")
+    common::run_suite("valkey", conformance_tests::servers::Backend::Valkey)
 }

@@ -13,6 +13,7 @@ use agno_storage_core::{
 use agno_storage_mongo::mongodb::bson::{self, doc, Document};
 use agno_storage_mongo::mongodb::{Client, Database};
 use agno_storage_mongo::{CollectionNames, MongoDb};
+use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
 
@@ -20,10 +21,6 @@ const DB_PREFIX: &str = "agno_ct_";
 
 fn mongo_err(e: agno_storage_mongo::mongodb::error::Error) -> Error {
     Error::new(ErrorKind::Unavailable, e.to_string())
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 struct Mongo {
@@ -163,13 +160,9 @@ async fn drop_stale_databases(
 }
 
 fn main() -> ExitCode {
-    let Ok(url) = std::env::var("AGNO_TEST_MONGODB_URL") else {
-        if ci() {
-            eprintln!("error: CI=true but AGNO_TEST_MONGODB_URL is not set; run ./scripts/test.sh");
-            return ExitCode::FAILURE;
-        }
-        eprintln!("note: AGNO_TEST_MONGODB_URL is not set; skipping the MongoDB suite (./scripts/test.sh sets it)");
-        return ExitCode::SUCCESS;
+    let url = match servers::url_for_suite(Backend::MongoDb) {
+        Ok(url) => url,
+        Err(code) => return code,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -194,8 +187,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     drop(runtime);
-    conformance_tests::main(Mongo {
+    let code = conformance_tests::main(Mongo {
         url,
         client: tokio::sync::OnceCell::new(),
-    })
+    });
+    servers::stop_all();
+    code
 }

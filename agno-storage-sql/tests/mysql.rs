@@ -14,6 +14,7 @@ use agno_storage_core::{
     now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
 };
 use agno_storage_sql::{SqlDb, TableNames};
+use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
 use serde_json::Value;
 use sqlx::mysql::MySqlPoolOptions;
@@ -164,13 +165,9 @@ async fn drop_stale_databases(url: &str) -> std::result::Result<(), sqlx::Error>
 }
 
 fn main() -> ExitCode {
-    let Ok(url) = std::env::var("AGNO_TEST_MYSQL_URL") else {
-        if common::ci() {
-            eprintln!("error: CI=true but AGNO_TEST_MYSQL_URL is not set; run ./scripts/test.sh");
-            return ExitCode::FAILURE;
-        }
-        eprintln!("note: AGNO_TEST_MYSQL_URL is not set; skipping the MySQL suite (./scripts/test.sh sets it)");
-        return ExitCode::SUCCESS;
+    let url = match servers::url_for_suite(Backend::MySql) {
+        Ok(url) => url,
+        Err(code) => return code,
     };
     let checked = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -187,5 +184,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    conformance_tests::main(MySql { url })
+    let code = conformance_tests::main(MySql { url });
+    servers::stop_all();
+    code
 }

@@ -12,6 +12,7 @@ use agno_storage_core::{
     now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
 };
 use agno_storage_sql::{SqlDb, TableNames};
+use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
@@ -157,15 +158,9 @@ async fn drop_stale_schemas(url: &str) -> std::result::Result<(), sqlx::Error> {
 }
 
 fn main() -> ExitCode {
-    let Ok(url) = std::env::var("AGNO_TEST_POSTGRES_URL") else {
-        if common::ci() {
-            eprintln!(
-                "error: CI=true but AGNO_TEST_POSTGRES_URL is not set; run ./scripts/test.sh"
-            );
-            return ExitCode::FAILURE;
-        }
-        eprintln!("note: AGNO_TEST_POSTGRES_URL is not set; skipping the PostgreSQL suite (./scripts/test.sh sets it)");
-        return ExitCode::SUCCESS;
+    let url = match servers::url_for_suite(Backend::Postgres) {
+        Ok(url) => url,
+        Err(code) => return code,
     };
     let checked = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -182,5 +177,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    conformance_tests::main(Postgres { url })
+    let code = conformance_tests::main(Postgres { url });
+    servers::stop_all();
+    code
 }

@@ -4,7 +4,7 @@
 //! `AGNO_TEST_SURREALDB_URL` is set (`ws://[USER:PASS@]HOST:PORT`, e.g.
 //! `ws://root:root@127.0.0.1:8000`), the same suite runs again against that server, each
 //! case in its own namespace and database; set but unreachable fails the run. Unset, only
-//! the server suite is skipped. `AGNO_TEST_JOB_STRESS=N` sets the job stress case's size.
+//! the server suite is skipped. `AGNO_JOB_STRESS_JOBS=N` sets the job stress case's size.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -65,15 +65,14 @@ impl Harness for Surreal {
         Capabilities::all()
     }
 
-    /// 500 jobs (the suite's 2,000 with `AGNO_TEST_JOB_STRESS=2000`): the engine runs
+    /// 500 jobs (the suite's 2,000 with `AGNO_JOB_STRESS_JOBS=2000`): the engine runs
     /// unoptimized in test builds (about 5 ms for a one-record read), so the full stress
     /// case alone takes minutes; 500 jobs exercise the same races.
     fn job_stress(&self) -> JobStress {
-        let jobs = std::env::var("AGNO_TEST_JOB_STRESS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(500);
-        JobStress { jobs, workers: 8 }
+        JobStress {
+            jobs: 500,
+            ..JobStress::default()
+        }
     }
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {

@@ -196,6 +196,27 @@ pub fn url_blocking(backend: Backend) -> Result<Option<String>> {
     }
 }
 
+/// For a harness's `main`: the backend's URL ([`url_blocking`]), or the exit code to return
+/// without running the suite: success after a note when the backend is not configured
+/// (outside CI), failure after the error otherwise.
+pub fn url_for_suite(backend: Backend) -> std::result::Result<String, std::process::ExitCode> {
+    match url_blocking(backend) {
+        Ok(Some(url)) => Ok(url),
+        Ok(None) => {
+            eprintln!(
+                "note: {} is not set and no container was started; skipping the {backend} suite \
+                 (./scripts/test.sh sets it)",
+                backend.env_var()
+            );
+            Err(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {backend}: {e}");
+            Err(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
 /// Stops and removes every container [`url`] started in this process. Call it from
 /// synchronous code once the suite has run (after [`crate::main`] returns); later calls to
 /// [`url`] for those backends answer the old, now dead, URL. Without the `containers`

@@ -11,6 +11,7 @@ use agno_storage_core::{
     now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session, SessionType,
 };
 use agno_storage_kv::{KvDb, KvOptions};
+use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
 use serde_json::{json, Value};
 
@@ -239,17 +240,15 @@ impl Harness for Kv {
     }
 }
 
-/// Runs the whole suite against the server in `var`, as harness `name`: drops stale test
-/// prefixes first, this run's keys afterwards.
-pub fn run_suite(name: &'static str, var: &str) -> ExitCode {
-    let url = match url(var) {
-        Ok(Some(url)) => url,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
+/// Runs the whole suite against `backend` (its `AGNO_TEST_*_URL`, or a container with the
+/// `conformance-tests/containers` feature), as harness `name`: drops stale test prefixes
+/// first, this run's keys afterwards.
+pub fn run_suite(name: &'static str, backend: Backend) -> ExitCode {
+    let url = match servers::url_for_suite(backend) {
+        Ok(url) => url,
+        Err(code) => return code,
     };
+    let var = backend.env_var();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -295,5 +294,6 @@ pub fn run_suite(name: &'static str, var: &str) -> ExitCode {
             eprintln!("warning: could not delete this run's keys ({stem}_*): {e}");
         }
     }
+    servers::stop_all();
     code
 }
