@@ -13,7 +13,8 @@
 #   CARGO_TARGET_DIR=$HOME/.cache/agno-storage/target scripts/bench-copy.sh
 #
 # BENCH_DIR (default $TMPDIR/agno-bench-copy) holds the files and is removed afterwards;
-# BENCH_ROUNDS (default 2) alternations of the four contenders.
+# BENCH_ROUNDS (default 2) alternations of the four contenders. AGNO_STORAGE_BIN overrides the
+# binary (built with --features postgres; default: a release build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${AGNO_TEST_PYTHON_V2:?set AGNO_TEST_PYTHON_V2 (agno 2.9.0 venv python)}"
@@ -23,7 +24,9 @@ RUNS=${BENCH_RUNS:-10}
 MEMORIES=${BENCH_MEMORIES:-2000}
 export BENCH_DIR=${BENCH_DIR:-${TMPDIR:-/tmp}/agno-bench-copy}
 TARGET=${CARGO_TARGET_DIR:-target}
-nice -n 5 cargo build --release -q -p agno-storage-cli --features postgres
+if [[ -z "${AGNO_STORAGE_BIN:-}" ]]; then
+  nice -n 5 cargo build --release -q -p agno-storage-cli --features postgres
+fi
 export AGNO_STORAGE_BIN=${AGNO_STORAGE_BIN:-$(cd "$TARGET" && pwd)/release/agno-storage}
 rm -rf "$BENCH_DIR" && mkdir -p "$BENCH_DIR"
 export BENCH_COPY_SRC="$BENCH_DIR/source.db"
