@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
-    SchemaVersion, SchemaVersionStore, TableRef, TableType,
+    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, MigrationTarget,
+    RekeyLearningsStep, SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
 use serde_json::{json, Value};
@@ -55,8 +55,31 @@ struct LockGuard {
     holder: String,
 }
 
+#[async_trait]
+impl HeldLock for LockGuard {
+    /// Deletes the lock record if this holder still owns it.
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        let holder = std::mem::take(&mut self.holder);
+        let meta = self.db.inner.names.meta.clone();
+        if let Some(lock) = self.db.get(&meta, LOCK_ID).await? {
+            if lock.str("holder") == Some(holder.as_str()) {
+                self.db
+                    .commit(
+                        "migration unlock",
+                        vec![self.db.delete(&meta, LOCK_ID, lock.unchanged())],
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if self.holder.is_empty() {
+            return; // released
+        }
         let db = self.db.clone();
         let holder = std::mem::take(&mut self.holder);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
