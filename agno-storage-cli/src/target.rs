@@ -512,7 +512,6 @@ fn dynamo_options(url: &str) -> Result<agno_storage_dynamo::DynamoOptions, Error
 
 /// `%XX` escapes of a URL's user or password decoded (a secret with `/` or `+` is given as
 /// `%2F`, `%2B`); malformed escapes stay as written.
-#[cfg(any(feature = "dynamo", feature = "surreal"))]
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
