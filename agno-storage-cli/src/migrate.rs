@@ -1,13 +1,30 @@
 //! `migrate`: plans (`--dry-run`) or applies the schema migrations of every table.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 
 use agno_storage_core::migration::{MigrationFailure, MigrationReport, StepOutcome};
 use agno_storage_core::{AgnoDb, MigrationManager, SchemaVersion};
+use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::status::table_type_name;
 use crate::target::{self, BackendUrl};
 use crate::Error;
+
+/// A spinner with elapsed time on stderr while `up()` runs (a migration of a large
+/// database takes minutes); hidden when stderr is not a terminal.
+fn spinner(message: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
 
 /// Prints the plan when `dry_run`, otherwise runs `up()` and prints what it did.
 pub async fn run(url: &BackendUrl, dry_run: bool) -> Result<String, Error> {
@@ -56,7 +73,10 @@ pub async fn migrate(db: &AgnoDb, url: &str, dry_run: bool) -> Result<String, Er
         }
         return Ok(out);
     }
-    let report = manager.up().await.map_err(failure_message)?;
+    let spinner = spinner(&format!("migrating {tables} tables of {url}"));
+    let report = manager.up().await;
+    spinner.finish_and_clear();
+    let report = report.map_err(failure_message)?;
     if report.applied.is_empty() && report.stamped.is_empty() {
         return Ok(format!(
             "Nothing to migrate: all {tables} tables of {url} are at {latest}.\n"
