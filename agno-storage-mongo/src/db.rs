@@ -1,9 +1,10 @@
 //! [`MongoDb`]: the connection, collection names and indexes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
-use agno_storage_core::{AgnoDb, Result};
+use agno_storage_core::{AgnoDb, Error, Result};
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -12,6 +13,7 @@ use mongodb::options::ClientOptions;
 use mongodb::{Client, ClientSession, Collection, Database};
 
 use crate::doc::{db_err, BACKEND};
+use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
 use crate::schema::{self, IndexSpec};
 
 /// How often a transaction that hit a transient conflict is retried.
@@ -102,6 +104,8 @@ impl CollectionNames {
 pub(crate) struct Inner {
     pub(crate) db: Database,
     pub(crate) names: CollectionNames,
+    /// The migration lock's lease ([`MongoDb::with_migration_lock_lease`]).
+    pub(crate) lock_lease: Duration,
 }
 
 /// One MongoDB database holding agno's collections. Cheap to clone.
@@ -146,7 +150,11 @@ impl MongoDb {
             .iter()
             .any(|t| existing.iter().any(|c| c == names.of(*t)));
         let me = MongoDb {
-            inner: Arc::new(Inner { db, names }),
+            inner: Arc::new(Inner {
+                db,
+                names,
+                lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
+            }),
         };
         me.drop_index_if(&me.inner.names.metrics, |_, name| {
             name == schema::LEGACY_METRICS_INDEX
@@ -162,6 +170,37 @@ impl MongoDb {
             }
         }
         Ok(me)
+    }
+
+    /// This handle with another migration lock lease (default
+    /// [`DEFAULT_MIGRATION_LOCK_LEASE`], 30 s); `InvalidInput` below one second.
+    ///
+    /// While a migration holds the lock, a heartbeat renews the lease every `lease / 3`; a
+    /// lock whose holder died (no heartbeat) is taken over by the next migration once its
+    /// lease passes, so a crashed migration blocks others for at most `lease`. The holder's
+    /// lease is written into the lock, so a waiter honours the holder's lease, not its own.
+    /// Too short a lease lets a holder stalled longer than two thirds of it (a long pause, an
+    /// unreachable server) lose the lock while it still works; `release` then reports the
+    /// loss.
+    pub fn with_migration_lock_lease(self, lease: Duration) -> Result<Self> {
+        if lease < MIN_MIGRATION_LOCK_LEASE {
+            return Err(Error::invalid_input(format!(
+                "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
+            ))
+            .with_backend(BACKEND));
+        }
+        Ok(MongoDb {
+            inner: Arc::new(Inner {
+                db: self.inner.db.clone(),
+                names: self.inner.names.clone(),
+                lock_lease: lease,
+            }),
+        })
+    }
+
+    /// The migration lock lease in use (see [`MongoDb::with_migration_lock_lease`]).
+    pub fn migration_lock_lease(&self) -> Duration {
+        self.inner.lock_lease
     }
 
     /// The underlying database.

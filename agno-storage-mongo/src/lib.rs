@@ -52,6 +52,6 @@ mod sessions;
 #[cfg(feature = "mongodb")]
 pub use db::{CollectionNames, MongoDb};
 #[cfg(feature = "mongodb")]
-pub use migrate::RepairScheduleIndexesStep;
+pub use migrate::{RepairScheduleIndexesStep, DEFAULT_MIGRATION_LOCK_LEASE};
 #[cfg(feature = "mongodb")]
 pub use mongodb;

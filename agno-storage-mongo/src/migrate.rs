@@ -1,6 +1,23 @@
 //! Schema stamps (`agno_schema_versions`), the v3.0.0 steps and the migration lock.
+//!
+//! The migration lock is a lease: one document `{_id: "migration_lock", holder, locked_at,
+//! lease_until}` in the meta collection. `holder` is a random token per `lock()` call,
+//! `lease_until` the epoch milliseconds until which the lease holds and `locked_at` the epoch
+//! seconds of the last heartbeat (the field a version without heartbeats wrote and read).
+//! While the lock is held, a background task renews it every lease/3 with an update that
+//! matches the holder's token; when that update matches nothing, another migrator took the
+//! lock over (or it was deleted): the task stops without writing the lock back, and
+//! `release` reports the loss. A lock whose lease has passed is taken over by the next
+//! `lock()` with a replace that matches the exact record it read (token and heartbeat), so of
+//! several waiters one wins and a holder that renewed in between keeps its lock. A record
+//! without `lease_until` (written by a version without heartbeats, which never renews) is
+//! taken over once its `locked_at` is 15 minutes old, as that version did; that version
+//! breaks our lock only after the same 15 minutes without a heartbeat.
+//!
+//! Expiry compares the holder's clock (which wrote `lease_until`) with the waiter's: clocks
+//! of the processes that migrate one database must agree to well within a lease.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agno_storage_core::migration::{
@@ -8,17 +25,32 @@ use agno_storage_core::migration::{
     RekeyLearningsStep, SchemaVersion, SchemaVersionStore, StepOutcome, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
-use mongodb::bson::{doc, Bson};
+use mongodb::bson::{doc, Bson, Document};
 
 use crate::doc::{db_err, is_duplicate_key};
 use crate::schema::{self, UQ_USER_NAME};
 use crate::MongoDb;
 
-/// A lock older than this is taken to be left by a crashed migration and is broken.
-const STALE_LOCK_SECONDS: i64 = 15 * 60;
-/// How long `lock()` waits for another migration before giving up.
+/// The migration lock's lease unless [`MongoDb::with_migration_lock_lease`] sets another: a
+/// migration whose process died is taken over this long after its last heartbeat.
+pub const DEFAULT_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(30);
+/// The shortest lease [`MongoDb::with_migration_lock_lease`] accepts.
+pub(crate) const MIN_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(1);
+/// A lock record without `lease_until` (from a version without heartbeats) is taken over
+/// once its `locked_at` is this old, as that version broke stale locks.
+const LEGACY_STALE_LOCK_SECONDS: i64 = 15 * 60;
+/// How long `lock()` waits for another migration before giving up (at least two leases).
 const LOCK_WAIT: Duration = Duration::from_secs(60);
 const LOCK_ID: &str = "migration_lock";
+
+/// Now, in epoch milliseconds.
+fn now_epoch_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
 
 #[async_trait]
 impl SchemaVersionStore for MongoDb {
@@ -111,28 +143,157 @@ impl MigrationStep for RepairScheduleIndexesStep {
     }
 }
 
-/// Held while a migration runs: a document in the meta collection, deleted on drop.
+/// Why a holder lost its lock, set by the heartbeat task.
+type Lost = Arc<Mutex<Option<String>>>;
+
+fn record_loss(lost: &Lost, why: String) {
+    let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
+    slot.get_or_insert(why);
+}
+
+fn loss(lost: &Lost) -> Option<String> {
+    lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The error `release` returns when the lease was lost while the migration ran.
+fn lost_error(meta: &str, why: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "the migration lock (document _id {LOCK_ID:?} in {meta}) was lost while the migration ran: {why}; \
+             another migration may have run at the same time. The steps are idempotent: run the migration \
+             again to make sure every table is migrated"
+        ),
+    )
+    .with_backend(crate::doc::BACKEND)
+}
+
+/// The lock document of `holder`, its lease running `lease` from `now_ms`.
+fn lock_record(holder: &str, now_ms: i64, lease: Duration) -> Document {
+    doc! {
+        "_id": LOCK_ID,
+        "holder": holder,
+        "locked_at": now_ms / 1000,
+        "lease_until": now_ms.saturating_add(millis(lease)),
+    }
+}
+
+fn number(v: Option<&Bson>) -> Option<i64> {
+    match v? {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(f) if f.is_finite() => Some(*f as i64),
+        _ => None,
+    }
+}
+
+/// Whether the lock `lock` may be taken over at `now_ms`: its lease has passed, or (a record
+/// without a lease) its `locked_at` is [`LEGACY_STALE_LOCK_SECONDS`] old, or it has neither
+/// field (no version writes such a record).
+fn expired(lock: &Document, now_ms: i64) -> bool {
+    match number(lock.get("lease_until")) {
+        Some(until) => until <= now_ms,
+        None => number(lock.get("locked_at"))
+            .is_none_or(|at| at < now_ms / 1000 - LEGACY_STALE_LOCK_SECONDS),
+    }
+}
+
+/// A filter matching exactly the lock record `lock` (its token and heartbeat).
+fn same_record(lock: &Document) -> Document {
+    let mut filter = doc! {"_id": LOCK_ID};
+    for field in ["holder", "locked_at", "lease_until"] {
+        match lock.get(field) {
+            Some(v) => filter.insert(field, v.clone()),
+            None => filter.insert(field, doc! {"$exists": false}),
+        };
+    }
+    filter
+}
+
+/// Renews `holder`'s lease every `lease / 3` (sooner after a failed round trip) until it is
+/// aborted, or until a renewal matches nothing: then the lock was taken over or deleted, the
+/// loss is recorded in `lost` and the task ends without writing the lock back.
+fn spawn_heartbeat(
+    db: MongoDb,
+    holder: String,
+    lease: Duration,
+    lost: Lost,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let coll = db.coll(&db.inner.names.meta);
+        let mut pause = lease / 3;
+        loop {
+            tokio::time::sleep(pause).await;
+            let now_ms = now_epoch_millis();
+            let renewed = coll
+                .update_one(
+                    doc! {"_id": LOCK_ID, "holder": &holder},
+                    doc! {"$set": {
+                        "locked_at": now_ms / 1000,
+                        "lease_until": now_ms.saturating_add(millis(lease)),
+                    }},
+                )
+                .await;
+            match renewed {
+                Ok(r) if r.matched_count > 0 => pause = lease / 3,
+                Ok(_) => {
+                    record_loss(
+                        &lost,
+                        "a heartbeat found the lock taken over by another migrator (its lease had \
+                         passed) or deleted"
+                            .into(),
+                    );
+                    return;
+                }
+                // A failed round trip: retry soon. If the lease passes meanwhile and another
+                // migrator takes the lock over, the next renewal matches nothing.
+                Err(_) => pause = lease / 10,
+            }
+        }
+    })
+}
+
+/// Held while a migration runs: the lock document, renewed by a heartbeat task until it is
+/// released (or dropped: the task stops and the document is deleted, best effort).
 struct LockGuard {
     db: MongoDb,
     holder: String,
+    heartbeat: tokio::task::JoinHandle<()>,
+    lost: Lost,
 }
 
 #[async_trait]
 impl HeldLock for LockGuard {
-    /// Deletes the lock document if this holder still owns it.
+    /// Stops the heartbeat and deletes the lock document if this holder still owns it.
+    /// `Conflict` when the lock was lost while held (taken over after the lease passed, or
+    /// deleted): the migration may have overlapped with another.
     async fn release(mut self: Box<Self>) -> Result<()> {
+        self.heartbeat.abort();
         let holder = std::mem::take(&mut self.holder);
-        self.db
-            .coll(&self.db.inner.names.meta)
+        let meta = &self.db.inner.names.meta;
+        if let Some(why) = loss(&self.lost) {
+            return Err(lost_error(meta, &why));
+        }
+        let deleted = self
+            .db
+            .coll(meta)
             .delete_one(doc! {"_id": LOCK_ID, "holder": holder})
             .await
-            .map_err(db_err("release the migration lock"))?;
+            .map_err(db_err("release the migration lock"))?
+            .deleted_count;
+        if deleted == 0 {
+            return Err(lost_error(
+                meta,
+                "at release it was held by another migrator (its lease had passed) or deleted",
+            ));
+        }
         Ok(())
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.heartbeat.abort();
         if self.holder.is_empty() {
             return; // released
         }
@@ -140,7 +301,7 @@ impl Drop for LockGuard {
         let holder = std::mem::take(&mut self.holder);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                // Best effort: a lock that is not released goes stale and is broken later.
+                // Best effort: a lock that is not released is taken over once its lease passes.
                 let _ = coll
                     .delete_one(doc! {"_id": LOCK_ID, "holder": holder})
                     .await;
@@ -149,6 +310,24 @@ impl Drop for LockGuard {
     }
 }
 
+impl MongoDb {
+    /// The guard of a lock `holder` just took.
+    fn hold(&self, holder: String) -> MigrationLock {
+        let lost = Lost::default();
+        let heartbeat = spawn_heartbeat(
+            self.clone(),
+            holder.clone(),
+            self.inner.lock_lease,
+            lost.clone(),
+        );
+        Box::new(LockGuard {
+            db: self.clone(),
+            holder,
+            heartbeat,
+            lost,
+        })
+    }
+}
 #[async_trait]
 impl MigrationTarget for MongoDb {
     fn tables(&self) -> Vec<TableRef> {
@@ -174,28 +353,38 @@ impl MigrationTarget for MongoDb {
         ]
     }
 
+    /// Takes the migration lock (see the module docs): inserts the lock document, or takes
+    /// over one whose lease has passed, retrying every 100 ms. `Conflict` after a minute (or
+    /// two leases, if longer) while a live holder keeps renewing it.
     async fn lock(&self) -> Result<MigrationLock> {
         let coll = self.coll(&self.inner.names.meta);
+        let lease = self.inner.lock_lease;
         let holder = uuid::Uuid::new_v4().to_string();
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT.max(lease * 2);
         loop {
-            let now = now_epoch_seconds();
-            match coll
-                .insert_one(doc! {"_id": LOCK_ID, "holder": &holder, "locked_at": now})
-                .await
-            {
-                Ok(_) => {
-                    return Ok(Box::new(LockGuard {
-                        db: self.clone(),
-                        holder,
-                    }))
-                }
+            let now_ms = now_epoch_millis();
+            let record = lock_record(&holder, now_ms, lease);
+            match coll.insert_one(record.clone()).await {
+                Ok(_) => return Ok(self.hold(holder)),
                 Err(e) if is_duplicate_key(&e) => {
-                    coll.delete_one(
-                        doc! {"_id": LOCK_ID, "locked_at": {"$lt": now - STALE_LOCK_SECONDS}},
-                    )
-                    .await
-                    .map_err(db_err("migration lock"))?;
+                    let current = coll
+                        .find_one(doc! {"_id": LOCK_ID})
+                        .await
+                        .map_err(db_err("migration lock"))?;
+                    match current {
+                        // Released meanwhile: insert again at once.
+                        None => continue,
+                        Some(current) if expired(&current, now_ms) => {
+                            let taken = coll
+                                .replace_one(same_record(&current), record)
+                                .await
+                                .map_err(db_err("migration lock"))?;
+                            if taken.matched_count > 0 {
+                                return Ok(self.hold(holder));
+                            }
+                        }
+                        Some(_) => {}
+                    }
                 }
                 Err(e) => return Err(db_err("migration lock")(e)),
             }
@@ -203,9 +392,11 @@ impl MigrationTarget for MongoDb {
                 return Err(Error::new(
                     ErrorKind::Conflict,
                     format!(
-                        "another migration holds the lock (document _id {LOCK_ID:?} in {}); wait for it to finish, or \
-                         delete that document if its process is gone",
-                        self.inner.names.meta
+                        "another migration holds the lock (document _id {LOCK_ID:?} in {}); wait for it to \
+                         finish. A lock whose holder died is taken over once its lease ({} s from the last \
+                         heartbeat) passes",
+                        self.inner.names.meta,
+                        lease.as_secs_f64()
                     ),
                 ));
             }

@@ -5,15 +5,16 @@
 //! The server comes from `AGNO_TEST_MONGODB_URL`; without it the test is skipped, except
 //! under `CI=true`, where it fails.
 //!
-//! The migration lock is a document (`_id: "migration_lock"` in the meta collection) that a
-//! later `lock()` breaks only once it is 15 minutes old: a killed holder blocks every
-//! migration until then (a recovering `up()` gives up after a minute). A holder whose `up()` returned must leave no lock: `up()` awaits
-//! `HeldLock::release`, and the `after_child` hook fails the trial when a finished child
-//! left its lock. After a kill the hook deletes the lock, as an operator who knows the
-//! holder is dead would (the lock's error message says so).
+//! The migration lock is a lease (`_id: "migration_lock"` in the meta collection) that its
+//! holder renews every lease/3; the trial's children and parent use a 2-second lease (the
+//! default is 30 s), so after a kill the recovering `up()` waits up to 2 seconds for the dead
+//! child's lease to pass and takes the lock over: nothing clears it by hand. A holder whose
+//! `up()` returned must leave no lock: `up()` awaits `HeldLock::release`, and the
+//! `after_child` hook fails the trial when a finished child left its lock.
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result, Session};
 use agno_storage_mongo::mongodb::bson::{self, doc, Document};
@@ -22,6 +23,9 @@ use agno_storage_mongo::{CollectionNames, MongoDb};
 use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 use conformance_tests::{async_trait, LegacyWriter};
 use serde_json::Value;
+
+/// The migration lock lease of the children and the parent.
+const LEASE: Duration = Duration::from_secs(2);
 
 fn mongo_err(e: agno_storage_mongo::mongodb::error::Error) -> Error {
     Error::new(ErrorKind::Unavailable, e.to_string())
@@ -114,21 +118,25 @@ impl CrashBackend for Mongo {
         let db = self.client().await?.database(locator);
         Ok(MongoDb::open(db, CollectionNames::default())
             .await?
+            .with_migration_lock_lease(LEASE)?
             .agno_db())
     }
 
     async fn after_child(&self, locator: &str, killed: bool) -> Result<()> {
+        if killed {
+            // The dead child's lock stays: the recovering up() takes it over after the lease.
+            return Ok(());
+        }
         let meta = CollectionNames::default().meta;
-        let deleted = self
+        let held = self
             .client()
             .await?
             .database(locator)
             .collection::<Document>(&meta)
-            .delete_one(doc! {"_id": "migration_lock"})
+            .find_one(doc! {"_id": "migration_lock"})
             .await
-            .map_err(mongo_err)?
-            .deleted_count;
-        if deleted > 0 && !killed {
+            .map_err(mongo_err)?;
+        if held.is_some() {
             return Err(Error::new(
                 ErrorKind::Conflict,
                 "a child whose up() returned left its migration lock behind: up() must release it",

@@ -1,11 +1,13 @@
-//! MongoDB-only behaviour the shared suite cannot see: agno's v3.0.0 index repairs and the
-//! migration of a database agno 2.9.0 left behind.
+//! MongoDB-only behaviour the shared suite cannot see: agno's v3.0.0 index repairs, the
+//! migration of a database agno 2.9.0 left behind, and the migration lock's lease.
 //!
 //! Uses `AGNO_TEST_MONGODB_URL`; skipped without it, except under `CI=true`.
 
+use std::time::{Duration, Instant};
+
 use agno_storage_core::{
-    now_epoch_seconds, ErrorKind, MigrationManager, Pagination, Schedule, SchemaVersion,
-    SchemaVersionStore,
+    now_epoch_seconds, ErrorKind, MigrationManager, MigrationTarget, Pagination, Schedule,
+    SchemaVersion, SchemaVersionStore,
 };
 use agno_storage_mongo::mongodb::bson::{doc, Document};
 use agno_storage_mongo::mongodb::{Client, Database};
@@ -154,5 +156,114 @@ fn duplicate_schedule_names_abort_unstamped() {
         assert!(indexes(&db, "agno_schedules")
             .await
             .contains(&("uq_user_name".into(), true)));
+    });
+}
+
+/// The lease the lock tests use (the default is 30 s).
+const LEASE: Duration = Duration::from_secs(2);
+
+/// The lock document of `db`, if any.
+async fn lock_doc(db: &Database) -> Option<Document> {
+    db.collection::<Document>("agno_storage_meta")
+        .find_one(doc! {"_id": "migration_lock"})
+        .await
+        .expect("read the lock")
+}
+
+async fn leased(db: Database) -> MongoDb {
+    MongoDb::open(db, CollectionNames::default())
+        .await
+        .expect("open")
+        .with_migration_lock_lease(LEASE)
+        .expect("lease")
+}
+
+/// A holder killed while it holds the lock (its runtime shut down: no heartbeat, no release)
+/// blocks the next migration only until its lease passes; then the lock is taken over.
+#[test]
+fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
+    let Some(url) = url() else { return };
+    let runtime = rt();
+    let (name, store) = runtime.block_on(async {
+        let db = fresh(&url, "lock_dead").await;
+        (db.name().to_owned(), leased(db).await)
+    });
+    let taken_at = {
+        let (url, name) = (url.clone(), name.clone());
+        std::thread::spawn(move || {
+            let runtime = rt();
+            let lock = runtime.block_on(async {
+                let client = Client::with_uri_str(&url).await.expect("client");
+                let db = leased(client.database(&name)).await;
+                db.lock().await.expect("the first lock")
+            });
+            let taken_at = Instant::now();
+            std::mem::forget(lock);
+            drop(runtime); // the "kill": the heartbeat task dies with its runtime
+            taken_at
+        })
+        .join()
+        .expect("the holder thread")
+    };
+    runtime.block_on(async {
+        assert!(
+            lock_doc(store.database()).await.is_some(),
+            "the dead holder's lock"
+        );
+        let lock = store
+            .lock()
+            .await
+            .expect("take over the dead holder's lock");
+        let waited = taken_at.elapsed();
+        assert!(
+            waited >= LEASE - Duration::from_millis(200)
+                && waited < LEASE + Duration::from_secs(10),
+            "taken over {waited:?} after the dead holder locked (lease {LEASE:?})"
+        );
+        lock.release().await.expect("release");
+        assert!(lock_doc(store.database()).await.is_none(), "released");
+        store.database().drop().await.expect("drop");
+    });
+}
+
+/// A holder whose heartbeat runs keeps the lock through several leases; once it releases,
+/// the waiter gets the lock at once.
+#[test]
+fn a_live_holders_lock_is_not_taken_over() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let store = leased(fresh(&url, "lock_live").await).await;
+        let held = store.lock().await.expect("lock");
+        let waiting = tokio::time::timeout(LEASE * 3, store.lock()).await;
+        assert!(waiting.is_err(), "a live holder's lock was taken over");
+        held.release().await.expect("the holder kept its lock");
+        let next = tokio::time::timeout(Duration::from_secs(5), store.lock())
+            .await
+            .expect("the released lock is free at once")
+            .expect("lock");
+        next.release().await.expect("release");
+        store.database().drop().await.expect("drop");
+    });
+}
+
+/// A holder whose lock disappears (here deleted behind its back) notices at its next
+/// heartbeat, does not write the lock back, and reports the loss on release.
+#[test]
+fn a_holder_that_lost_its_lock_reports_it() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let store = leased(fresh(&url, "lock_lost").await).await;
+        let held = store.lock().await.expect("lock");
+        store
+            .database()
+            .collection::<Document>("agno_storage_meta")
+            .delete_one(doc! {"_id": "migration_lock"})
+            .await
+            .expect("delete the lock");
+        tokio::time::sleep(LEASE).await;
+        assert!(lock_doc(store.database()).await.is_none(), "resurrected");
+        let err = held.release().await.expect_err("the loss is reported");
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        store.database().drop().await.expect("drop");
     });
 }
