@@ -12,6 +12,7 @@ the same way):
     jobs-enqueue  (agno 3.1.10) enqueue job py-j1 for carol with idempotency key k1; print the outcome
     jobs-work     (agno 3.1.10) claim one job as worker py-worker and complete it; print the claimed job
     jobs-dump     (agno 3.1.10) print every job agno lists, by id
+    delete-v3     (agno 3.1.10) delete write-v3's session py-s1 and memory py-m1 through agno
     check-bytes   (agno 3.1.10) re-encode every string value under the prefix as agno would
                   (records: serialize_data; job tickets: json.dumps) and print the keys whose
                   stored bytes differ, as a JSON list
@@ -43,6 +44,11 @@ def jobs_dump(db):
     print(json.dumps(sorted(jobs, key=lambda j: j["id"])))
 
 
+def delete_v3(db):
+    assert db.delete_session("py-s1", user_id="carol")
+    db.delete_user_memory("py-m1", user_id="carol")
+
+
 def check_bytes(db):
     from agno.db.redis.utils import serialize_data
 
@@ -63,7 +69,8 @@ def check_bytes(db):
     print(json.dumps(sorted(differ)))
 
 
-COMMANDS = {**COMMANDS, "check-bytes": check_bytes, "jobs-enqueue": jobs_enqueue, "jobs-work": jobs_work, "jobs-dump": jobs_dump}
+COMMANDS = {**COMMANDS, "check-bytes": check_bytes, "jobs-enqueue": jobs_enqueue, "jobs-work": jobs_work, "jobs-dump": jobs_dump,
+            "delete-v3": delete_v3}
 
 
 def open_db(target):

@@ -22,7 +22,9 @@
 //!   status, by due time) are written in the same atomic step as the record, so listing a
 //!   user's sessions costs O(log n + page). They live under `{prefix}:{table}:index:`,
 //!   which agno's scans skip. Records agno writes are not in them until
-//!   [`KvDb::rebuild_indexes`] (or the migration) indexes them; reads by id never need them.
+//!   [`KvDb::rebuild_indexes`] (or the migration) indexes them, or, live, while a
+//!   [`KvDb::follow_foreign_writes`] follower runs (keyspace notifications; one connection
+//!   and one `GET` per write); reads by id never need them.
 //! - **Atomic read-modify-writes.** Every write is a compare-and-set in one Lua script: the
 //!   owner guards, `run_index` assignment, schedule and job claims, fenced job transitions,
 //!   idempotency keys, metrics upserts and unique `(user_id, name)` schedule names.
@@ -60,6 +62,10 @@ mod coordination;
 #[cfg(feature = "redis")]
 mod evals;
 #[cfg(feature = "redis")]
+mod follower;
+#[cfg(feature = "redis")]
+mod indexing;
+#[cfg(feature = "redis")]
 mod jobs;
 #[cfg(feature = "redis")]
 mod knowledge;
@@ -86,6 +92,10 @@ mod store;
 pub use client::{IndexReport, KvDb, KvOptions};
 #[cfg(feature = "redis")]
 pub use coordination::Coordination;
+#[cfg(feature = "redis")]
+pub use follower::{
+    FollowError, FollowerStatus, IndexFollower, KEYSPACE_EVENTS_SETTING, REQUIRED_KEYSPACE_EVENTS,
+};
 
 #[cfg(feature = "redis")]
 mod client {
@@ -93,6 +103,7 @@ mod client {
 
     use agno_storage_core::{AgnoDb, Error, ErrorKind, Result, TableType};
 
+    use crate::follower::{FollowError, Follower, IndexFollower};
     use crate::migrate::KvMigrations;
     use crate::store::{redis_err, KvStore};
 
@@ -128,6 +139,7 @@ mod client {
     #[derive(Clone)]
     pub struct KvDb {
         store: Arc<KvStore>,
+        client: redis::Client,
         durable: bool,
     }
 
@@ -186,7 +198,11 @@ mod client {
             if options.stamp_new {
                 store.stamp_if_new().await?;
             }
-            Ok(KvDb { store, durable })
+            Ok(KvDb {
+                store,
+                client,
+                durable,
+            })
         }
 
         /// One handle over every store of this database.
@@ -219,9 +235,10 @@ mod client {
         }
 
         /// Indexes every record under the prefix from a `SCAN` (O(keys)): run it after agno
-        /// (Python) wrote to the same prefix, so listings include its records. Additive and
-        /// safe to run while serving; entries of records deleted by agno are dropped when a
-        /// listing meets them.
+        /// (Python) wrote to the same prefix, so listings include its records (or keep an
+        /// [`KvDb::follow_foreign_writes`] follower running instead). Additive and safe to
+        /// run while serving; entries of records deleted by agno are dropped when a listing
+        /// meets them.
         pub async fn rebuild_indexes(&self) -> Result<IndexReport> {
             let mut report = IndexReport::default();
             for t in TableType::ALL {
@@ -232,6 +249,55 @@ mod client {
                 .tables
                 .push(("agno_jobs".into(), self.store.reindex_jobs().await?));
             Ok(report)
+        }
+
+        /// Starts a background follower that indexes records other writers (agno in Python,
+        /// `redis-cli`, another service) put under this prefix, as they are written, so
+        /// listings include them without [`KvDb::rebuild_indexes`]. Without a follower,
+        /// such records are found by id at once but listed only after a rebuild.
+        ///
+        /// How: it subscribes to the prefix's keyspace notifications
+        /// (`PSUBSCRIBE __keyspace@<db>__:<prefix>:*`), then runs one full rebuild, so
+        /// nothing written before the subscription is missed. On each `set` it reads the
+        /// key and indexes that one record with the rebuild's per-record rule; on `del`,
+        /// `expired` (and `evicted`, `rename_from`) it removes the record from every index
+        /// the follower put it in (a ledger hash per table, `{prefix}:{table}:index:ledger`,
+        /// remembers where; each rebuild also undoes the ledger entries of records deleted
+        /// while no follower listened; entries of records no follower ever indexed are
+        /// dropped lazily by listings, as before). Each update is one atomic script that does nothing if the record changed
+        /// meanwhile. Redis drops events while a subscriber is disconnected, so after a lost
+        /// subscription it reconnects (pausing up to 5 s between attempts) and rebuilds
+        /// again; a silent subscription is checked with `PING` every 15 s.
+        ///
+        /// Cost: one extra connection; one `GET` and one script call per write under the
+        /// prefix — this service's own writes included, since Redis does not say who wrote
+        /// (they are re-indexed idempotently); one script call per deletion; one ledger
+        /// field per record; a full `SCAN` rebuild (about 2 s per 100,000 records) at start
+        /// and after each reconnection.
+        ///
+        /// Needs the server setting [`crate::KEYSPACE_EVENTS_SETTING`]
+        /// (`notify-keyspace-events`) to include [`crate::REQUIRED_KEYSPACE_EVENTS`]
+        /// (`K$gx`; `KEA` also works). When it lacks them the follower adds them with
+        /// `CONFIG SET`, merged into the current value (a server-wide setting: every
+        /// subscriber on the server then receives these events). Where `CONFIG` is
+        /// refused (managed Redis), it checks with a probe key under the prefix that the
+        /// events arrive.
+        ///
+        /// When this returns, every record present under the prefix is indexed and later
+        /// writes are followed. Undecodable records are skipped and reported in
+        /// [`crate::FollowerStatus`]; the follower carries on. Call it once per process
+        /// (several followers are harmless, each doing the same work). Needs a tokio
+        /// runtime; the task runs until the handle is dropped or stopped.
+        ///
+        /// # Errors
+        ///
+        /// [`FollowError::KeyspaceEventsOff`] when the events are off and cannot be turned
+        /// on (the operator must set `notify-keyspace-events`); [`FollowError::Storage`]
+        /// when the server is unreachable or the first rebuild fails.
+        pub async fn follow_foreign_writes(
+            &self,
+        ) -> std::result::Result<IndexFollower, FollowError> {
+            Follower::start(self.store.clone(), self.client.clone()).await
         }
     }
 }

@@ -72,7 +72,7 @@ impl KvStore {
         self.idx(TABLE, "updated:all")
     }
 
-    fn memories_of_user(&self, user: &str) -> String {
+    pub(crate) fn memories_of_user(&self, user: &str) -> String {
         self.idx(TABLE, &format!("updated:user:{user}"))
     }
 

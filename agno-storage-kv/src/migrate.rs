@@ -1,5 +1,5 @@
-//! Schema stamps, the migration target (shared v3.0.0 steps plus an index step) and index
-//! rebuilds.
+//! Schema stamps and the migration target (shared v3.0.0 steps plus an index step; the
+//! rebuild itself is `crate::indexing`'s).
 //!
 //! Stamps live where agno 3.1.10 keeps them: `{prefix}:agno_schema_versions:{table}`, the
 //! version as text, no TTL. agno 2.x wrote no stamps and none of our indexes, so the
@@ -19,7 +19,6 @@ use agno_storage_core::{
     TableType,
 };
 
-use crate::cas::Entry;
 use crate::store::{glob_escape, KvStore};
 
 /// How long a migration lock lives without being refreshed (a crashed holder frees it).
@@ -73,139 +72,6 @@ impl KvStore {
                 .await?;
         }
         Ok(())
-    }
-
-    /// Rebuilds the indexes of one table from a scan of its records (additive: entries are
-    /// added or re-scored). Returns how many records were indexed. Records that cannot be
-    /// decoded are reported in the error after the others were indexed.
-    pub(crate) async fn reindex(&self, table: TableType) -> Result<u64> {
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut bad: Vec<String> = Vec::new();
-        let mut indexed = 0u64;
-        let mut names: Vec<(String, String)> = Vec::new();
-        macro_rules! each {
-            ($table:expr, |$key:ident, $raw:ident| $body:expr) => {
-                for (id, $raw) in self.scan_records($table).await? {
-                    let $key = self.key($table, &id);
-                    match $body {
-                        Ok(mut e) => {
-                            indexed += 1;
-                            entries.append(&mut e);
-                        }
-                        Err(err) => bad.push(format!("{}: {}", $key, err.message())),
-                    }
-                }
-            };
-        }
-        match table {
-            TableType::Sessions => {
-                each!(crate::sessions::TABLE, |key, raw| crate::sessions::decode(
-                    &key, &raw
-                )
-                .map(|s| self.session_entries(&s.session, s.legacy.is_some())));
-                each!(crate::runs::TABLE, |key, raw| crate::runs::decode(
-                    &key, &raw
-                )
-                .map(|r| self.run_entries(&r)));
-            }
-            TableType::Memories => {
-                each!(crate::memories::TABLE, |key, raw| crate::memories::decode(
-                    &key, &raw
-                )
-                .map(|m| self.memory_entries(&m)));
-            }
-            TableType::Metrics => {
-                for (id, _) in self.scan_records(crate::metrics::TABLE).await? {
-                    self.move_legacy_metric(&id).await?;
-                }
-                for (id, raw) in self.scan_records(crate::metrics::TABLE).await? {
-                    let key = self.key(crate::metrics::TABLE, &id);
-                    match crate::metrics::decode(&key, &raw) {
-                        Ok((r, legacy)) => {
-                            indexed += 1;
-                            entries.extend(self.metrics_entries(&id, &r, legacy));
-                        }
-                        Err(err) => bad.push(format!("{key}: {}", err.message())),
-                    }
-                }
-            }
-            TableType::Evals => {
-                each!(crate::evals::TABLE, |key, raw| crate::evals::decode(
-                    &key, &raw
-                )
-                .map(|r| self.eval_entries(&r)));
-            }
-            TableType::Knowledge => {
-                each!(crate::knowledge::TABLE, |key, raw| {
-                    crate::knowledge::decode(&key, &raw).map(|c| self.knowledge_entries(&c))
-                });
-            }
-            TableType::Schedules => {
-                each!(crate::schedules::TABLE, |key, raw| {
-                    crate::schedules::decode(&key, &raw).map(|s| {
-                        names.push((
-                            self.schedule_name_key(s.user_id.as_deref(), &s.name),
-                            s.id.clone(),
-                        ));
-                        self.schedule_entries(&s)
-                    })
-                });
-            }
-            TableType::ScheduleRuns => {
-                each!(crate::schedules::RUNS_TABLE, |key, raw| {
-                    crate::schedules::decode_run(&key, &raw).map(|r| self.schedule_run_entries(&r))
-                });
-            }
-            TableType::Learnings => {
-                each!(crate::learnings::TABLE, |key, raw| {
-                    crate::learnings::decode(&key, &raw).map(|l| self.learning_entries(&l))
-                });
-            }
-        }
-        self.add_entries(&entries).await?;
-        for (name_key, id) in names {
-            let set: bool = self
-                .query(redis::cmd("SET").arg(&name_key).arg(&id).arg("NX"))
-                .await
-                .map(|r: Option<String>| r.is_some())?;
-            if !set && self.get(&name_key).await?.as_deref() != Some(id.as_str()) {
-                bad.push(format!(
-                    "schedule {id}: its (user_id, name) is taken by another schedule; rename one of them"
-                ));
-            }
-        }
-        if !bad.is_empty() {
-            let shown: Vec<&str> = bad.iter().take(20).map(String::as_str).collect();
-            return Err(Error::new(
-                ErrorKind::Serialization,
-                format!(
-                    "{} record(s) of {} could not be indexed ({}{}); every other record was. Repair or delete them, then run again",
-                    bad.len(),
-                    table.default_name(),
-                    shown.join("; "),
-                    if bad.len() > shown.len() { "; …" } else { "" }
-                ),
-            )
-            .with_backend(self.server));
-        }
-        Ok(indexed)
-    }
-
-    /// Rebuilds the job queue's indexes (agno maintains `queued`, `running` and `all`; this
-    /// adds ours for tickets agno wrote).
-    pub(crate) async fn reindex_jobs(&self) -> Result<u64> {
-        let mut entries = Vec::new();
-        let mut indexed = 0;
-        for (id, raw) in self.scan_records(crate::jobs::TABLE).await? {
-            if !id.starts_with("job:") {
-                continue;
-            }
-            let key = self.key(crate::jobs::TABLE, &id);
-            entries.extend(self.job_entries(&crate::jobs::decode(&key, &raw)?));
-            indexed += 1;
-        }
-        self.add_entries(&entries).await?;
-        Ok(indexed)
     }
 }
 
