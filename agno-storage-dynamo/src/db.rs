@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
@@ -18,6 +19,7 @@ use aws_sdk_dynamodb::Client;
 use tokio::sync::Mutex;
 
 use crate::codec::{Item, BACKEND};
+use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
 
 /// Table names, as agno 3.1.10's `DynamoDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +130,9 @@ pub struct DynamoOptions {
     /// trips; they exist to bound one request's work (and let tests exercise paging). Must
     /// be at least 1.
     pub page_size: Option<i32>,
+    /// The migration lock's lease (default [`DEFAULT_MIGRATION_LOCK_LEASE`], 30 s; at least
+    /// one second): see [`DynamoDb::with_migration_lock_lease`].
+    pub migration_lock_lease: Duration,
 }
 
 impl Default for DynamoOptions {
@@ -138,6 +143,7 @@ impl Default for DynamoOptions {
             credentials: None,
             tables: TableNames::default(),
             page_size: None,
+            migration_lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
         }
     }
 }
@@ -242,6 +248,8 @@ pub(crate) struct Inner {
     ensured: Mutex<HashSet<Tbl>>,
     /// The `Limit` of each Scan and Query request ([`DynamoOptions::page_size`]).
     page_size: Option<i32>,
+    /// The migration lock's lease ([`DynamoOptions::migration_lock_lease`]).
+    pub(crate) lock_lease: Duration,
 }
 
 /// One set of agno tables in DynamoDB. Cheap to clone.
@@ -427,7 +435,8 @@ impl DynamoDb {
         };
         Self::open(client, options.tables)
             .await?
-            .with_page_size(options.page_size)
+            .with_page_size(options.page_size)?
+            .with_migration_lock_lease(options.migration_lock_lease)
     }
 
     /// Opens the tables `names` with an existing client (see [`DynamoDb::connect`]).
@@ -456,6 +465,7 @@ impl DynamoDb {
                 names,
                 ensured: Mutex::new(HashSet::new()),
                 page_size: None,
+                lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
             }),
         };
         if fresh {
@@ -482,8 +492,42 @@ impl DynamoDb {
                 names: self.inner.names.clone(),
                 ensured: Mutex::new(HashSet::new()),
                 page_size,
+                lock_lease: self.inner.lock_lease,
             }),
         })
+    }
+
+    /// This handle with another migration lock lease (default
+    /// [`DEFAULT_MIGRATION_LOCK_LEASE`], 30 s); `InvalidInput` below one second.
+    ///
+    /// While a migration holds the lock, a heartbeat renews the lease every `lease / 3`; a
+    /// lock whose holder died (no heartbeat) is taken over by the next migration once its
+    /// lease passes, so a crashed migration blocks others for at most `lease`. The holder's
+    /// lease is written into the lock, so a waiter honours the holder's lease, not its own.
+    /// Too short a lease lets a holder stalled longer than two thirds of it (a long pause, an
+    /// unreachable endpoint) lose the lock while it still works; `release` then reports the
+    /// loss.
+    pub fn with_migration_lock_lease(self, lease: Duration) -> Result<Self> {
+        if lease < MIN_MIGRATION_LOCK_LEASE {
+            return Err(Error::invalid_input(format!(
+                "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
+            ))
+            .with_backend(BACKEND));
+        }
+        Ok(DynamoDb {
+            inner: Arc::new(Inner {
+                client: self.inner.client.clone(),
+                names: self.inner.names.clone(),
+                ensured: Mutex::new(HashSet::new()),
+                page_size: self.inner.page_size,
+                lock_lease: lease,
+            }),
+        })
+    }
+
+    /// The migration lock lease in use (see [`DynamoDb::with_migration_lock_lease`]).
+    pub fn migration_lock_lease(&self) -> Duration {
+        self.inner.lock_lease
     }
 
     /// The Scan/Query page size in use (see [`DynamoOptions::page_size`]).

@@ -63,3 +63,5 @@ mod sessions;
 pub use aws_sdk_dynamodb;
 #[cfg(feature = "dynamodb")]
 pub use db::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
+#[cfg(feature = "dynamodb")]
+pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;

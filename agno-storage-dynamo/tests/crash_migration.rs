@@ -5,16 +5,17 @@
 //! The server comes from `AGNO_TEST_DYNAMODB_URL` (DynamoDB Local); without it the test is
 //! skipped, except under `CI=true`, where it fails.
 //!
-//! The migration lock is an item (`pk = "migration_lock#<versions table>"` in the meta table)
-//! that a later `lock()` breaks only once it is 10 minutes old: a killed holder blocks every
-//! migration until then (a recovering `up()` gives up after 30 seconds). A holder whose `up()` returned must leave no lock: `up()` awaits
-//! `HeldLock::release`, and the `after_child` hook fails the trial when a finished child
-//! left its lock. After a kill the hook deletes the lock, as an operator who knows the
-//! holder is dead would (the lock's error message says so).
+//! The migration lock is a lease (`pk = "migration_lock#<versions table>"` in the meta table)
+//! that its holder renews every lease/3; the trial's children and parent use a 2-second
+//! lease (the default is 30 s), so after a kill the recovering `up()` waits up to 2 seconds
+//! for the dead child's lease to pass and takes the lock over: nothing clears it by hand. A
+//! holder whose `up()` returned must leave no lock: `up()` awaits `HeldLock::release`, and the
+//! `after_child` hook fails the trial when a finished child left its lock.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result, Session};
 use agno_storage_dynamo::aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
@@ -27,6 +28,9 @@ use agno_storage_dynamo::{DynamoDb, TableNames};
 use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 use conformance_tests::{async_trait, LegacyWriter};
 use serde_json::Value;
+
+/// The migration lock lease of the children and the parent.
+const LEASE: Duration = Duration::from_secs(2);
 
 fn ddb_err(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Unavailable, e.to_string())
@@ -179,25 +183,30 @@ impl CrashBackend for Dynamo {
             TableNames::with_prefix(locator),
         )
         .await?
+        .with_migration_lock_lease(LEASE)?
         .agno_db())
     }
 
     async fn after_child(&self, locator: &str, killed: bool) -> Result<()> {
+        if killed {
+            // The dead child's lock stays: the recovering up() takes it over after the lease.
+            return Ok(());
+        }
         let names = TableNames::with_prefix(locator);
         let out = self
             .client()
             .await
-            .delete_item()
+            .get_item()
             .table_name(&names.meta)
             .key(
                 "pk",
                 AttributeValue::S(format!("migration_lock#{}", names.versions)),
             )
-            .return_values(agno_storage_dynamo::aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .consistent_read(true)
             .send()
             .await
             .map_err(ddb_err)?;
-        if out.attributes().is_some_and(|a| !a.is_empty()) && !killed {
+        if out.item().is_some_and(|a| !a.is_empty()) {
             return Err(Error::new(
                 ErrorKind::Conflict,
                 "a child whose up() returned left its migration lock behind: up() must release it",

@@ -1,17 +1,20 @@
 //! Reads across many DynamoDB pages: with `DynamoOptions::page_size` at 2, every Scan and
 //! Query returns `LastEvaluatedKey` after two items, so each listing below follows the key
 //! through several pages and must return every item exactly once. Also the run counter:
-//! seeded once from the session's stored runs, raised by the v3 migration's copies.
+//! seeded once from the session's stored runs, raised by the v3 migration's copies; and the
+//! migration lock's lease (`DynamoOptions::migration_lock_lease`): a dead holder's lock is
+//! taken over once its lease passes, a live holder's never.
 //!
 //! Needs `AGNO_TEST_DYNAMODB_URL` (DynamoDB Local from `scripts/test.sh`); without it the
 //! tests pass with a note, except under `CI=true`, where they fail.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
 use agno_storage_core::legacy::copy_legacy_runs;
 use agno_storage_core::{
-    AgnoDb, ErrorKind, MemoryQuery, RunQuery, RunRecord, Session, SessionQuery, SessionRead,
-    SessionType, UserMemory,
+    AgnoDb, ErrorKind, MemoryQuery, MigrationTarget, RunQuery, RunRecord, Session, SessionQuery,
+    SessionRead, SessionType, UserMemory,
 };
 use agno_storage_dynamo::aws_sdk_dynamodb::types::AttributeValue;
 use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
@@ -355,5 +358,147 @@ fn legacy_pages_and_run_counters() {
             .await
             .unwrap();
         assert_eq!(next.run_index, Some(11));
+    });
+}
+
+/// The lease the lock tests use (the default is 30 s).
+const LEASE: Duration = Duration::from_secs(2);
+
+/// The tables under `prefix`, with the test lease.
+async fn leased(url: &str, prefix: &str) -> DynamoDb {
+    DynamoDb::connect(DynamoOptions {
+        endpoint: Some(url.to_owned()),
+        credentials: Some(StaticCredentials {
+            access_key_id: "test".into(),
+            secret_access_key: "test".into(),
+        }),
+        tables: TableNames::with_prefix(prefix),
+        migration_lock_lease: LEASE,
+        ..Default::default()
+    })
+    .await
+    .expect("connect")
+}
+
+fn lock_prefix() -> String {
+    format!(
+        "agno_ct_{}_{}_",
+        agno_storage_core::now_epoch_seconds(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+/// The lock item's key attribute.
+fn lock_key(store: &DynamoDb) -> AttributeValue {
+    AttributeValue::S(format!("migration_lock#{}", store.names().versions))
+}
+
+/// Whether the lock item exists.
+async fn lock_held(store: &DynamoDb) -> bool {
+    store
+        .client()
+        .get_item()
+        .table_name(&store.names().meta)
+        .key("pk", lock_key(store))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read the lock")
+        .item()
+        .is_some()
+}
+
+#[test]
+fn a_lease_below_one_second_is_refused() {
+    let Some(url) = url() else { return };
+    runtime().block_on(async {
+        let store = open(&url, None).await;
+        let err = store
+            .with_migration_lock_lease(Duration::from_millis(500))
+            .expect_err("too short");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    });
+}
+
+/// A holder killed while it holds the lock (its runtime shut down: no heartbeat, no release)
+/// blocks the next migration only until its lease passes; then the lock is taken over.
+#[test]
+fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
+    let Some(url) = url() else { return };
+    let prefix = lock_prefix();
+    let rt = runtime();
+    let store = rt.block_on(leased(&url, &prefix));
+    let taken_at = {
+        let (url, prefix) = (url.clone(), prefix.clone());
+        std::thread::spawn(move || {
+            let rt = runtime();
+            let lock = rt.block_on(async {
+                let db = leased(&url, &prefix).await;
+                db.lock().await.expect("the first lock")
+            });
+            let taken_at = Instant::now();
+            std::mem::forget(lock);
+            drop(rt); // the "kill": the heartbeat task dies with its runtime
+            taken_at
+        })
+        .join()
+        .expect("the holder thread")
+    };
+    rt.block_on(async {
+        assert!(lock_held(&store).await, "the dead holder's lock");
+        let lock = store
+            .lock()
+            .await
+            .expect("take over the dead holder's lock");
+        let waited = taken_at.elapsed();
+        assert!(
+            waited >= LEASE - Duration::from_millis(200)
+                && waited < LEASE + Duration::from_secs(10),
+            "taken over {waited:?} after the dead holder locked (lease {LEASE:?})"
+        );
+        lock.release().await.expect("release");
+        assert!(!lock_held(&store).await, "released");
+    });
+}
+
+/// A holder whose heartbeat runs keeps the lock through several leases; once it releases,
+/// the waiter gets the lock at once.
+#[test]
+fn a_live_holders_lock_is_not_taken_over() {
+    let Some(url) = url() else { return };
+    runtime().block_on(async {
+        let store = leased(&url, &lock_prefix()).await;
+        let held = store.lock().await.expect("lock");
+        let waiting = tokio::time::timeout(LEASE * 3, store.lock()).await;
+        assert!(waiting.is_err(), "a live holder's lock was taken over");
+        held.release().await.expect("the holder kept its lock");
+        let next = tokio::time::timeout(Duration::from_secs(5), store.lock())
+            .await
+            .expect("the released lock is free at once")
+            .expect("lock");
+        next.release().await.expect("release");
+    });
+}
+
+/// A holder whose lock disappears (here deleted behind its back) notices at its next
+/// heartbeat, does not write the lock back, and reports the loss on release.
+#[test]
+fn a_holder_that_lost_its_lock_reports_it() {
+    let Some(url) = url() else { return };
+    runtime().block_on(async {
+        let store = leased(&url, &lock_prefix()).await;
+        let held = store.lock().await.expect("lock");
+        store
+            .client()
+            .delete_item()
+            .table_name(&store.names().meta)
+            .key("pk", lock_key(&store))
+            .send()
+            .await
+            .expect("delete the lock");
+        tokio::time::sleep(LEASE).await;
+        assert!(!lock_held(&store).await, "resurrected");
+        let err = held.release().await.expect_err("the loss is reported");
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
     });
 }
