@@ -1,11 +1,13 @@
 //! [`FirestoreDb`]: the connection, collection names and options.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
 
 use crate::doc::BACKEND;
+use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
 
 /// Collection names, as agno 3.1.10's `FirestoreDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +103,16 @@ pub struct FirestoreOptions {
     /// schema version (a new database). Turn off to open an empty database that agno 2.x
     /// data will be imported into and then migrated. Default: on.
     pub stamp_new_database: bool,
+    /// The migration lock's lease (default [`DEFAULT_MIGRATION_LOCK_LEASE`], 30 s; at least
+    /// one second; [`FirestoreDb::open`] refuses a shorter one with `InvalidInput`).
+    ///
+    /// While a migration holds the lock, a heartbeat renews the lease every `lease / 3`; a
+    /// lock whose holder died (no heartbeat) is taken over by the next migration once its
+    /// lease passes, so a crashed migration blocks others for at most `lease`. The holder's
+    /// lease is written into the lock, so a waiter honours the holder's lease, not its own.
+    /// Too short a lease lets a holder stalled longer than two thirds of it (a long pause, a
+    /// slow emulator) lose the lock while it still works; `release` then reports the loss.
+    pub migration_lock_lease: Duration,
 }
 
 impl Default for FirestoreOptions {
@@ -108,6 +120,7 @@ impl Default for FirestoreOptions {
         FirestoreOptions {
             names: CollectionNames::default(),
             stamp_new_database: true,
+            migration_lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
         }
     }
 }
@@ -115,6 +128,8 @@ impl Default for FirestoreOptions {
 pub(crate) struct Inner {
     pub(crate) client: firestore::FirestoreDb,
     pub(crate) names: CollectionNames,
+    /// The migration lock's lease ([`FirestoreOptions::migration_lock_lease`]).
+    pub(crate) lock_lease: Duration,
 }
 
 /// One Firestore database (the `(default)` database of a project) holding agno's
@@ -163,10 +178,18 @@ impl FirestoreDb {
     /// [`FirestoreOptions::stamp_new_database`] is off). An existing unstamped database is
     /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
     pub async fn open(client: firestore::FirestoreDb, options: FirestoreOptions) -> Result<Self> {
+        let lease = options.migration_lock_lease;
+        if lease < MIN_MIGRATION_LOCK_LEASE {
+            return Err(Error::invalid_input(format!(
+                "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
+            ))
+            .with_backend(BACKEND));
+        }
         let me = FirestoreDb {
             inner: Arc::new(Inner {
                 client,
                 names: options.names,
+                lock_lease: lease,
             }),
         };
         if options.stamp_new_database {
@@ -195,6 +218,11 @@ impl FirestoreDb {
     /// The collection names in use.
     pub fn names(&self) -> &CollectionNames {
         &self.inner.names
+    }
+
+    /// The migration lock lease in use ([`FirestoreOptions::migration_lock_lease`]).
+    pub fn migration_lock_lease(&self) -> Duration {
+        self.inner.lock_lease
     }
 
     /// One handle over every store of this database.

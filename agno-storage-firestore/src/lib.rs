@@ -59,3 +59,5 @@ mod sessions;
 pub use db::{CollectionNames, FirestoreDb, FirestoreOptions};
 #[cfg(feature = "firestore")]
 pub use firestore;
+#[cfg(feature = "firestore")]
+pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;

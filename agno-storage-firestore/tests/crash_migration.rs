@@ -6,15 +6,16 @@
 //! it the test is skipped, except under `CI=true`, where it fails. Each trial gets its own
 //! project (the emulator keeps projects apart and in memory).
 //!
-//! The migration lock is a document (`migration_lock` in the meta collection) that a later
-//! `lock()` breaks only once it is 15 minutes old: a killed holder blocks every migration
-//! until then (a recovering `up()` gives up after a minute). A holder whose `up()` returned must leave no lock: `up()` awaits
-//! `HeldLock::release`, and the `after_child` hook fails the trial when a finished child
-//! left its lock. After a kill the hook deletes the lock, as an operator who knows the
-//! holder is dead would (the lock's error message says so).
+//! The migration lock is a lease (`migration_lock` in the meta collection) that its holder
+//! renews every lease/3; the trial's children and parent use a 2-second lease (the default
+//! is 30 s), so after a kill the recovering `up()` waits up to 2 seconds for the dead child's
+//! lease to pass and takes the lock over: nothing clears it by hand. A holder whose `up()`
+//! returned must leave no lock: `up()` awaits `HeldLock::release`, and the `after_child`
+//! hook fails the trial when a finished child left its lock.
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result, Session};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
@@ -41,9 +42,13 @@ impl LegacyWriter for Writer {
     }
 }
 
+/// The migration lock lease of the children and the parent.
+const LEASE: Duration = Duration::from_secs(2);
+
 fn legacy_options() -> FirestoreOptions {
     FirestoreOptions {
         stamp_new_database: false,
+        migration_lock_lease: LEASE,
         ..FirestoreOptions::default()
     }
 }
@@ -78,35 +83,25 @@ impl CrashBackend for Firestore {
     }
 
     async fn after_child(&self, locator: &str, killed: bool) -> Result<()> {
+        if killed {
+            // The dead child's lock stays: the recovering up() takes it over after the lease.
+            return Ok(());
+        }
         let db = FirestoreDb::connect(locator, legacy_options()).await?;
-        let meta = db.names().meta.clone();
-        let fs_err = |e: agno_storage_firestore::firestore::errors::FirestoreError| {
-            Error::new(ErrorKind::Unavailable, e.to_string())
-        };
         let held: Option<Value> = db
             .client()
             .fluent()
             .select()
-            .by_id_in(&meta)
+            .by_id_in(&db.names().meta)
             .obj()
             .one("migration_lock")
             .await
-            .map_err(fs_err)?;
+            .map_err(|e| Error::new(ErrorKind::Unavailable, e.to_string()))?;
         if held.is_some() {
-            db.client()
-                .fluent()
-                .delete()
-                .from(meta.as_str())
-                .document_id("migration_lock")
-                .execute()
-                .await
-                .map_err(fs_err)?;
-            if !killed {
-                return Err(Error::new(
+            return Err(Error::new(
                 ErrorKind::Conflict,
                 "a child whose up() returned left its migration lock behind: up() must release it",
             ));
-            }
         }
         Ok(())
     }

@@ -1,12 +1,16 @@
 //! agno's layout and the fixes over it, checked on the documents themselves: deterministic
 //! document ids, one document per session under concurrent first writes, agno's
 //! auto-id documents updated in place, the schema-version and metrics document ids, and a
-//! deleted run staying deleted. Needs the emulator (`FIRESTORE_EMULATOR_HOST`); skipped
-//! without it, except under `CI=true`.
+//! deleted run staying deleted; and the migration lock's lease (a dead holder's lock is taken
+//! over once its lease passes, a live holder's never). Needs the emulator
+//! (`FIRESTORE_EMULATOR_HOST`); skipped without it, except under `CI=true`.
+
+use std::time::{Duration, Instant};
 
 use agno_storage_core::metrics::MetricsRecord;
 use agno_storage_core::{
-    MetricsStore, RunRecord, RunStore, Session, SessionRead, SessionStore, SessionType,
+    ErrorKind, MetricsStore, MigrationTarget, RunRecord, RunStore, Session, SessionRead,
+    SessionStore, SessionType,
 };
 use agno_storage_firestore::firestore::gcloud_sdk::google::firestore::v1::{value, Document};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
@@ -257,4 +261,145 @@ async fn run_counter_is_seeded_once_and_raised_by_copies() {
         .await
         .expect("append after the migration");
     assert_eq!(after.run_index, Some(3));
+}
+
+/// The lease the lock tests use (the default is 30 s).
+const LEASE: Duration = Duration::from_secs(2);
+
+/// A fresh project for a lock test, or `None` without the emulator.
+fn lock_project() -> Option<String> {
+    if std::env::var("FIRESTORE_EMULATOR_HOST").is_err() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(
+            !ci,
+            "CI=true but FIRESTORE_EMULATOR_HOST is not set; run ./scripts/test.sh"
+        );
+        eprintln!("note: FIRESTORE_EMULATOR_HOST is not set; skipping");
+        return None;
+    }
+    Some(format!(
+        "agno-lock-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    ))
+}
+
+async fn leased(project: &str) -> FirestoreDb {
+    let options = FirestoreOptions {
+        migration_lock_lease: LEASE,
+        ..FirestoreOptions::default()
+    };
+    FirestoreDb::connect(project, options)
+        .await
+        .expect("connect")
+}
+
+/// The lock document, if any.
+async fn lock_doc(db: &FirestoreDb) -> Option<serde_json::Value> {
+    db.client()
+        .fluent()
+        .select()
+        .by_id_in(&db.names().meta)
+        .obj()
+        .one("migration_lock")
+        .await
+        .expect("read the lock")
+}
+
+#[tokio::test]
+async fn a_lease_below_one_second_is_refused() {
+    let Some(project) = lock_project() else {
+        return;
+    };
+    let options = FirestoreOptions {
+        migration_lock_lease: Duration::from_millis(500),
+        ..FirestoreOptions::default()
+    };
+    let err = FirestoreDb::connect(&project, options)
+        .await
+        .expect_err("too short");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+}
+
+/// A holder killed while it holds the lock (its runtime shut down: no heartbeat, no release)
+/// blocks the next migration only until its lease passes; then the lock is taken over.
+#[tokio::test]
+async fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
+    let Some(project) = lock_project() else {
+        return;
+    };
+    let taken_at = {
+        let project = project.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let lock = rt.block_on(async {
+                let db = leased(&project).await;
+                db.lock().await.expect("the first lock")
+            });
+            let taken_at = Instant::now();
+            std::mem::forget(lock);
+            drop(rt); // the "kill": the heartbeat task dies with its runtime
+            taken_at
+        })
+        .join()
+        .expect("the holder thread")
+    };
+    let store = leased(&project).await;
+    assert!(lock_doc(&store).await.is_some(), "the dead holder's lock");
+    let lock = store
+        .lock()
+        .await
+        .expect("take over the dead holder's lock");
+    let waited = taken_at.elapsed();
+    assert!(
+        waited >= LEASE - Duration::from_millis(500) && waited < LEASE + Duration::from_secs(10),
+        "taken over {waited:?} after the dead holder locked (lease {LEASE:?})"
+    );
+    lock.release().await.expect("release");
+    assert!(lock_doc(&store).await.is_none(), "released");
+}
+
+/// A holder whose heartbeat runs keeps the lock through several leases; once it releases,
+/// the waiter gets the lock at once.
+#[tokio::test]
+async fn a_live_holders_lock_is_not_taken_over() {
+    let Some(project) = lock_project() else {
+        return;
+    };
+    let store = leased(&project).await;
+    let held = store.lock().await.expect("lock");
+    let waiting = tokio::time::timeout(LEASE * 3, store.lock()).await;
+    assert!(waiting.is_err(), "a live holder's lock was taken over");
+    held.release().await.expect("the holder kept its lock");
+    let next = tokio::time::timeout(Duration::from_secs(5), store.lock())
+        .await
+        .expect("the released lock is free at once")
+        .expect("lock");
+    next.release().await.expect("release");
+}
+
+/// A holder whose lock disappears (here deleted behind its back) notices at its next
+/// heartbeat, does not write the lock back, and reports the loss on release.
+#[tokio::test]
+async fn a_holder_that_lost_its_lock_reports_it() {
+    let Some(project) = lock_project() else {
+        return;
+    };
+    let store = leased(&project).await;
+    let held = store.lock().await.expect("lock");
+    store
+        .client()
+        .fluent()
+        .delete()
+        .from(store.names().meta.as_str())
+        .document_id("migration_lock")
+        .execute()
+        .await
+        .expect("delete the lock");
+    tokio::time::sleep(LEASE).await;
+    assert!(lock_doc(&store).await.is_none(), "resurrected");
+    let err = held.release().await.expect_err("the loss is reported");
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
 }
