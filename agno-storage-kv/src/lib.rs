@@ -96,6 +96,8 @@ pub use coordination::Coordination;
 pub use follower::{
     FollowError, FollowerStatus, IndexFollower, KEYSPACE_EVENTS_SETTING, REQUIRED_KEYSPACE_EVENTS,
 };
+#[cfg(feature = "redis")]
+pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 
 #[cfg(feature = "redis")]
 mod client {
@@ -141,6 +143,8 @@ mod client {
         store: Arc<KvStore>,
         client: redis::Client,
         durable: bool,
+        /// The migration lock's lease ([`KvDb::with_migration_lock_lease`]).
+        lock_lease: std::time::Duration,
     }
 
     impl std::fmt::Debug for KvDb {
@@ -202,7 +206,23 @@ mod client {
                 store,
                 client,
                 durable,
+                lock_lease: crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE,
             })
+        }
+
+        /// This handle with another migration lock lease (default
+        /// [`crate::DEFAULT_MIGRATION_LOCK_LEASE`], 30 s); `InvalidInput` below one second.
+        ///
+        /// While a migration holds the lock, a heartbeat renews the key's TTL (the lease)
+        /// every `lease / 3`; the key of a holder that died (no heartbeat) expires once its
+        /// lease passes and the next migration takes it, so a crashed migration blocks others
+        /// for at most `lease`. Too short a lease lets a holder stalled longer than two thirds
+        /// of it (a long pause, an unreachable server) lose the lock while it still works;
+        /// `release` then reports the loss.
+        pub fn with_migration_lock_lease(mut self, lease: std::time::Duration) -> Result<KvDb> {
+            self.lock_lease = crate::migrate::check_lease(lease)
+                .map_err(|e| e.with_backend(self.store.server))?;
+            Ok(self)
         }
 
         /// One handle over every store of this database.
@@ -219,7 +239,10 @@ mod client {
                 .learnings(s.clone())
                 .jobs(s.clone())
                 .legacy(s.clone())
-                .migrations(Arc::new(KvMigrations { store: s }))
+                .migrations(Arc::new(KvMigrations {
+                    store: s,
+                    lease: self.lock_lease,
+                }))
                 .durable(self.durable)
                 .build()
         }

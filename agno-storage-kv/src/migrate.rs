@@ -6,8 +6,17 @@
 //! index step rebuilds every table's indexes from a `SCAN` before the shared steps copy
 //! legacy runs and re-key learnings. A scan error fails the step, so the table is not
 //! stamped (agno's `RedisDb` swallows it and stamps anyway).
+//!
+//! The migration lock is a lease: the key `{prefix}:agno_migration_lock`, set with
+//! `SET NX PX <lease>` to a random token per `lock()` call. While the lock is held, a
+//! background task renews the key's TTL every lease/3 with a Lua script that runs `PEXPIRE`
+//! only while the key still holds the holder's token; when the script finds another token
+//! or no key, the lock was taken over (after it expired) or deleted: the task stops without
+//! writing the lock back, and `release` reports the loss. A holder that dies stops renewing,
+//! the server expires the key once the lease passes, and the next `lock()`'s `SET NX` takes
+//! it; expiry runs on the server's clock, so clients' clocks do not matter.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agno_storage_core::migration::{
@@ -21,10 +30,24 @@ use agno_storage_core::{
 
 use crate::store::{glob_escape, KvStore};
 
-/// How long a migration lock lives without being refreshed (a crashed holder frees it).
-const LOCK_TTL_MS: u64 = 60_000;
-/// How long `lock()` waits for another migration to finish.
+/// The migration lock's lease unless [`crate::KvDb::with_migration_lock_lease`] sets
+/// another: a migration whose process died is taken over this long after its last
+/// heartbeat.
+pub const DEFAULT_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(30);
+/// The shortest lease accepted.
+const MIN_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(1);
+/// How long `lock()` waits for another migration to finish (at least two leases).
 const LOCK_WAIT: Duration = Duration::from_secs(300);
+
+/// `lease` if it is long enough for a migration lock, else `InvalidInput`.
+pub(crate) fn check_lease(lease: Duration) -> Result<Duration> {
+    if lease < MIN_MIGRATION_LOCK_LEASE {
+        return Err(Error::invalid_input(format!(
+            "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
+        )));
+    }
+    Ok(lease)
+}
 
 impl KvStore {
     fn version_key(&self, table_name: &str) -> String {
@@ -123,24 +146,53 @@ impl MigrationStep for IndexStep {
     }
 }
 
-/// Held while a migration runs: a `SET NX PX` key refreshed in the background, released
-/// (only if still ours) when dropped.
+/// Why a holder lost its lock, set by the heartbeat task.
+type Lost = Arc<Mutex<Option<String>>>;
+
+fn loss(lost: &Lost) -> Option<String> {
+    lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Held while a migration runs: a `SET NX PX` key renewed by a heartbeat task until it is
+/// released (or dropped: the task stops and the key is deleted if still ours, best effort).
 struct LockGuard {
-    refresher: tokio::task::JoinHandle<()>,
+    heartbeat: tokio::task::JoinHandle<()>,
     store: Arc<KvStore>,
     token: String,
+    lost: Lost,
 }
 
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 const REFRESH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
+impl LockGuard {
+    /// The error `release` returns when the lease was lost while the migration ran.
+    fn lost_error(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "the migration lock {} was lost while the migration ran: {why}; another migration may have run \
+                 at the same time. The steps are idempotent: run the migration again to make sure every table is \
+                 migrated",
+                self.store.lock_key()
+            ),
+        )
+        .with_backend(self.store.server)
+    }
+}
+
 #[async_trait]
 impl HeldLock for LockGuard {
-    /// Stops the refresher and deletes the key if this holder still owns it.
+    /// Stops the heartbeat and deletes the key if this holder still owns it. `Conflict` when
+    /// the lock was lost while held (expired and taken over, or deleted): the migration may
+    /// have overlapped with another.
     async fn release(mut self: Box<Self>) -> Result<()> {
-        self.refresher.abort();
+        self.heartbeat.abort();
         let token = std::mem::take(&mut self.token);
-        let _: i64 = self
+        if let Some(why) = loss(&self.lost) {
+            return Err(self.lost_error(&why));
+        }
+        let deleted: i64 = self
             .store
             .query(
                 redis::cmd("EVAL")
@@ -150,18 +202,23 @@ impl HeldLock for LockGuard {
                     .arg(&token),
             )
             .await?;
+        if deleted == 0 {
+            return Err(self.lost_error(
+                "at release the key was gone or held by another migrator (it had expired)",
+            ));
+        }
         Ok(())
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.refresher.abort();
+        self.heartbeat.abort();
         if self.token.is_empty() {
             return; // released
         }
         let (store, token) = (self.store.clone(), self.token.clone());
-        // Without a runtime the key expires on its own after LOCK_TTL_MS.
+        // Without a runtime the key expires on its own once its lease passes.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 let _ = redis::Script::new(RELEASE)
@@ -174,9 +231,50 @@ impl Drop for LockGuard {
     }
 }
 
+/// Renews `token`'s lease on `key` every `lease / 3` (sooner after a failed round trip) until
+/// it is aborted, or until the key is gone or holds another token: then the loss is recorded
+/// in `lost` and the task ends without writing the key back.
+fn spawn_heartbeat(
+    store: Arc<KvStore>,
+    key: String,
+    token: String,
+    lease: Duration,
+    lost: Lost,
+) -> tokio::task::JoinHandle<()> {
+    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    tokio::spawn(async move {
+        let mut pause = lease / 3;
+        loop {
+            tokio::time::sleep(pause).await;
+            let kept = redis::Script::new(REFRESH)
+                .key(&key)
+                .arg(&token)
+                .arg(lease_ms)
+                .invoke_async::<i64>(&mut store.conn())
+                .await;
+            match kept {
+                Ok(1) => pause = lease / 3,
+                Ok(_) => {
+                    let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
+                    slot.get_or_insert_with(|| {
+                        "a heartbeat found the key gone or held by another migrator (it had expired)"
+                            .to_owned()
+                    });
+                    return;
+                }
+                // A failed round trip: retry soon. If the key expires meanwhile and another
+                // migrator takes it, the next renewal finds its token.
+                Err(_) => pause = lease / 10,
+            }
+        }
+    })
+}
+
 /// The migration target of one prefix.
 pub(crate) struct KvMigrations {
     pub(crate) store: Arc<KvStore>,
+    /// The migration lock's lease ([`crate::KvDb::with_migration_lock_lease`]).
+    pub(crate) lease: Duration,
 }
 
 #[async_trait]
@@ -205,11 +303,16 @@ impl MigrationTarget for KvMigrations {
         ]
     }
 
+    /// Takes the migration lock (see the module docs) with `SET NX PX`, retrying every
+    /// 200 ms; `Conflict` after five minutes (or two leases, if longer) while a live holder
+    /// keeps renewing it.
     async fn lock(&self) -> Result<MigrationLock> {
         let store = self.store.clone();
         let key = store.lock_key();
         let token = uuid::Uuid::new_v4().to_string();
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        let lease = self.lease;
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT.max(lease * 2);
         loop {
             let taken: Option<String> = store
                 .query(
@@ -218,7 +321,7 @@ impl MigrationTarget for KvMigrations {
                         .arg(&token)
                         .arg("NX")
                         .arg("PX")
-                        .arg(LOCK_TTL_MS),
+                        .arg(lease_ms),
                 )
                 .await?;
             if taken.is_some() {
@@ -228,34 +331,196 @@ impl MigrationTarget for KvMigrations {
                 return Err(Error::new(
                     ErrorKind::Conflict,
                     format!(
-                        "another migration holds {key}; wait for it to finish (or delete the key if its process died)"
+                        "another migration holds {key}; wait for it to finish. A lock whose holder died expires \
+                         once its lease passes (its TTL; {} s from the last heartbeat by default)",
+                        lease.as_secs_f64()
                     ),
                 )
                 .with_backend(store.server));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let refresher = {
-            let (store, key, token) = (store.clone(), key.clone(), token.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_millis(LOCK_TTL_MS / 3)).await;
-                    let kept = redis::Script::new(REFRESH)
-                        .key(&key)
-                        .arg(&token)
-                        .arg(LOCK_TTL_MS)
-                        .invoke_async::<i64>(&mut store.conn())
-                        .await;
-                    if !matches!(kept, Ok(1)) {
-                        break;
-                    }
-                }
-            })
-        };
+        let lost = Lost::default();
+        let heartbeat = spawn_heartbeat(store.clone(), key, token.clone(), lease, lost.clone());
         Ok(Box::new(LockGuard {
-            refresher,
+            heartbeat,
             store,
             token,
+            lost,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The lease against a live server (`AGNO_TEST_REDIS_URL`, else `AGNO_TEST_VALKEY_URL`);
+    //! skipped without one, except under `CI=true`.
+
+    use std::time::{Duration, Instant};
+
+    use agno_storage_core::{AgnoDb, ErrorKind};
+
+    use crate::{KvDb, KvOptions};
+
+    /// The lease these tests use (the default is 30 s).
+    const LEASE: Duration = Duration::from_secs(2);
+
+    fn url() -> Option<String> {
+        let url = ["AGNO_TEST_REDIS_URL", "AGNO_TEST_VALKEY_URL"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()));
+        if url.is_none() {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(
+                !ci,
+                "CI=true but AGNO_TEST_REDIS_URL is not set; run ./scripts/test.sh"
+            );
+            eprintln!("note: AGNO_TEST_REDIS_URL is not set; skipping");
+        }
+        url
+    }
+
+    fn prefix() -> String {
+        format!(
+            "agno_lock_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        )
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    async fn leased(url: &str, prefix: &str) -> AgnoDb {
+        let options = KvOptions {
+            prefix: prefix.to_owned(),
+            stamp_new: false,
+        };
+        KvDb::connect(url, options)
+            .await
+            .expect("connect")
+            .with_migration_lock_lease(LEASE)
+            .expect("lease")
+            .agno_db()
+    }
+
+    async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection")
+    }
+
+    async fn lock_held(url: &str, prefix: &str) -> bool {
+        redis::cmd("EXISTS")
+            .arg(format!("{prefix}:agno_migration_lock"))
+            .query_async::<i64>(&mut raw(url).await)
+            .await
+            .expect("EXISTS")
+            > 0
+    }
+
+    #[test]
+    fn a_lease_below_one_second_is_refused() {
+        let Some(url) = url() else { return };
+        runtime().block_on(async {
+            let options = KvOptions {
+                prefix: prefix(),
+                stamp_new: false,
+            };
+            let db = KvDb::connect(&url, options).await.expect("connect");
+            let err = db
+                .with_migration_lock_lease(Duration::from_millis(500))
+                .expect_err("too short");
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        });
+    }
+
+    /// A holder killed while it holds the lock (its runtime shut down: no heartbeat, no
+    /// release) blocks the next migration only until its lease passes.
+    #[test]
+    fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
+        let Some(url) = url() else { return };
+        let prefix = prefix();
+        let taken_at = {
+            let (url, prefix) = (url.clone(), prefix.clone());
+            std::thread::spawn(move || {
+                let rt = runtime();
+                let lock = rt.block_on(async {
+                    let db = leased(&url, &prefix).await;
+                    let target = db.migrations().expect("migrations");
+                    target.lock().await.expect("the first lock")
+                });
+                let taken_at = Instant::now();
+                std::mem::forget(lock);
+                drop(rt); // the "kill": the heartbeat task dies with its runtime
+                taken_at
+            })
+            .join()
+            .expect("the holder thread")
+        };
+        runtime().block_on(async {
+            assert!(lock_held(&url, &prefix).await, "the dead holder's lock");
+            let db = leased(&url, &prefix).await;
+            let target = db.migrations().expect("migrations");
+            let lock = target
+                .lock()
+                .await
+                .expect("take over the dead holder's lock");
+            let waited = taken_at.elapsed();
+            assert!(
+                waited >= LEASE - Duration::from_millis(200)
+                    && waited < LEASE + Duration::from_secs(10),
+                "taken over {waited:?} after the dead holder locked (lease {LEASE:?})"
+            );
+            lock.release().await.expect("release");
+            assert!(!lock_held(&url, &prefix).await, "released");
+        });
+    }
+
+    /// A holder whose heartbeat runs keeps the lock through several leases; once it
+    /// releases, the waiter gets the lock at once.
+    #[test]
+    fn a_live_holders_lock_is_not_taken_over() {
+        let Some(url) = url() else { return };
+        runtime().block_on(async {
+            let db = leased(&url, &prefix()).await;
+            let target = db.migrations().expect("migrations");
+            let held = target.lock().await.expect("lock");
+            let waiting = tokio::time::timeout(LEASE * 3, target.lock()).await;
+            assert!(waiting.is_err(), "a live holder's lock was taken over");
+            held.release().await.expect("the holder kept its lock");
+            let next = tokio::time::timeout(Duration::from_secs(5), target.lock())
+                .await
+                .expect("the released lock is free at once")
+                .expect("lock");
+            next.release().await.expect("release");
+        });
+    }
+
+    /// A holder whose key disappears (here deleted behind its back) notices at its next
+    /// heartbeat, does not write the key back, and reports the loss on release.
+    #[test]
+    fn a_holder_that_lost_its_lock_reports_it() {
+        let Some(url) = url() else { return };
+        let prefix = prefix();
+        runtime().block_on(async {
+            let db = leased(&url, &prefix).await;
+            let target = db.migrations().expect("migrations");
+            let held = target.lock().await.expect("lock");
+            redis::cmd("DEL")
+                .arg(format!("{prefix}:agno_migration_lock"))
+                .query_async::<i64>(&mut raw(&url).await)
+                .await
+                .expect("DEL");
+            tokio::time::sleep(LEASE).await;
+            assert!(!lock_held(&url, &prefix).await, "resurrected");
+            let err = held.release().await.expect_err("the loss is reported");
+            assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        });
     }
 }

@@ -5,22 +5,26 @@
 //! The servers come from `AGNO_TEST_REDIS_URL` and `AGNO_TEST_VALKEY_URL`; without them a
 //! backend is skipped, except under `CI=true`, where it fails.
 //!
-//! The migration lock is a key with a 60-second TTL (`{prefix}:agno_migration_lock`) that its
-//! holder refreshes: a killed holder leaves it behind until it expires, so a recovering
-//! `up()` would wait for up to a minute. A holder whose `up()` returned must leave no lock: `up()` awaits
-//! `HeldLock::release`, and the `after_child` hook fails the trial when a finished child
-//! left its lock. After a kill the hook deletes the lock, as an operator who knows the
-//! holder is dead would (the lock's error message says so).
+//! The migration lock is a lease: a key (`{prefix}:agno_migration_lock`) whose TTL its holder
+//! renews every lease/3; the trial's children and parent use a 2-second lease (the default
+//! is 30 s), so after a kill the key expires within 2 seconds and the recovering `up()` takes
+//! the lock: nothing clears it by hand. A holder whose `up()` returned must leave no lock:
+//! `up()` awaits `HeldLock::release`, and the `after_child` hook fails the trial when a
+//! finished child left its lock.
 
 mod common;
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
 use agno_storage_kv::{KvDb, KvOptions};
 use conformance_tests::async_trait;
 use conformance_tests::crash::{CrashBackend, CrashDb, Target};
+
+/// The migration lock lease of the children and the parent.
+const LEASE: Duration = Duration::from_secs(2);
 
 struct Crashable {
     name: &'static str,
@@ -57,17 +61,24 @@ impl CrashBackend for Crashable {
             prefix: locator.to_owned(),
             stamp_new: false,
         };
-        Ok(KvDb::connect(&self.url, options).await?.agno_db())
+        Ok(KvDb::connect(&self.url, options)
+            .await?
+            .with_migration_lock_lease(LEASE)?
+            .agno_db())
     }
 
     async fn after_child(&self, locator: &str, killed: bool) -> Result<()> {
+        if killed {
+            // The dead child's key stays: it expires after the lease and up() takes it.
+            return Ok(());
+        }
         let mut conn = common::connection(&self.url).await?;
-        let deleted = redis::cmd("DEL")
+        let held = redis::cmd("EXISTS")
             .arg(format!("{locator}:agno_migration_lock"))
             .query_async::<u64>(&mut conn)
             .await
             .map_err(|e| Error::new(ErrorKind::Unavailable, e.to_string()))?;
-        if deleted > 0 && !killed {
+        if held > 0 {
             return Err(Error::new(
                 ErrorKind::Conflict,
                 "a child whose up() returned left its migration lock behind: up() must release it",
