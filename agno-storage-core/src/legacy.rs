@@ -227,45 +227,55 @@ pub trait LegacyRunsStore: Send + Sync {
 }
 
 /// Copies every legacy blob into the runs store, a page of sessions at a time (never the
-/// whole table in memory), without overwriting newer runs. Returns `(sessions scanned, runs
+/// whole table in memory), without overwriting newer runs. Each page's runs go to the store in
+/// one [`LegacyRunsStore::insert_runs_if_absent`] call (one transaction where the store has
+/// them), so a page costs one commit, not one per session. Returns `(sessions scanned, runs
 /// inserted)`.
 ///
 /// A blob that cannot be decoded does not stop the others: every other session is copied,
 /// then the call fails naming each undecodable session, so the caller does not stamp. A
-/// store that keeps fewer runs than it was given is an error too.
+/// store that keeps fewer runs than it was given is an error too. A `run_id` found in two
+/// sessions is copied once, from the first session (by the page order) that holds it, as
+/// when the sessions were copied one at a time.
 pub async fn copy_legacy_runs(store: &dyn LegacyRunsStore, page_size: usize) -> Result<(u64, u64)> {
     let mut after: Option<String> = None;
     let (mut sessions, mut inserted) = (0u64, 0u64);
     let mut malformed: Vec<String> = Vec::new();
     loop {
         let page = store.legacy_runs_page(after.as_deref(), page_size).await?;
-        let Some(last) = page.last() else { break };
+        let (Some(first), Some(last)) = (page.first(), page.last()) else {
+            break;
+        };
+        let span = format!("{} … {}", first.session_id, last.session_id);
         after = Some(last.session_id.clone());
         let full = page.len() == page_size;
+        let mut seen = std::collections::HashSet::new();
+        let mut rows = Vec::new();
         for legacy in page {
             sessions += 1;
-            let rows = match legacy_run_rows(
+            match legacy_run_rows(
                 &legacy.session_id,
                 legacy.user_id.as_deref(),
                 Some(&legacy.runs),
             ) {
-                Ok(rows) => rows,
-                Err(why) => {
-                    malformed.push(format!("session {}: {why}", legacy.session_id));
-                    continue;
-                }
-            };
-            if rows.is_empty() {
-                continue;
+                Ok(found) => rows.extend(
+                    found
+                        .into_iter()
+                        .filter(|run| seen.insert(run.run_id.clone())),
+                ),
+                Err(why) => malformed.push(format!("session {}: {why}", legacy.session_id)),
             }
+        }
+        if !rows.is_empty() {
             let expected = rows.len() as u64;
             let outcome = store.insert_runs_if_absent(rows).await?;
             if outcome.present != expected {
                 return Err(Error::new(
                     crate::ErrorKind::Conflict,
                     format!(
-                        "copied only {} of the {expected} legacy runs of session {} into the runs table",
-                        outcome.present, legacy.session_id
+                        "copied only {} of the {expected} legacy runs of sessions {span} into the runs table; \
+                         nothing was stamped, run the migration again",
+                        outcome.present
                     ),
                 ));
             }

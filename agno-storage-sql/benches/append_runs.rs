@@ -97,6 +97,14 @@ async fn ours(db: &AgnoDb, n: usize) -> Sample {
     }
 }
 
+/// [`ours`] inside a spawned task, on a runtime worker, where a service's request handler
+/// runs.
+fn in_task(rt: &tokio::runtime::Runtime, db: &AgnoDb, n: usize) -> Sample {
+    let db = db.clone();
+    rt.block_on(tokio::spawn(async move { ours(&db, n).await }))
+        .expect("bench task")
+}
+
 /// The same rows through a bare prepared rusqlite upsert, same pragmas, one commit each.
 fn bare_sqlite(path: &Path, n: usize) -> Sample {
     let conn = rusqlite::Connection::open(path).unwrap();
@@ -321,7 +329,7 @@ fn main() {
             .block_on(SqlDb::open_sqlite(&path, TableNames::default()))
             .unwrap()
             .agno_db();
-        let o = rt.block_on(ours(&db, n));
+        let o = in_task(&rt, &db, n);
         print("sqlite ours", n, &o);
         let bare_path = fresh(&dir, "bare");
         rt.block_on(SqlDb::open_sqlite(&bare_path, TableNames::default()))
@@ -347,7 +355,7 @@ fn main() {
                 .block_on(SqlDb::connect_postgres(url, &schema, TableNames::default()))
                 .unwrap()
                 .agno_db();
-            print("postgres ours", n, &rt.block_on(ours(&db, n)));
+            print("postgres ours", n, &in_task(&rt, &db, n));
             if let Some(a) = agno(&format!("postgres:{url}#{schema}_agno"), n) {
                 print("postgres agno 3.1.10", n, &a);
             }
@@ -363,7 +371,7 @@ fn main() {
                 .block_on(SqlDb::connect_mysql(url, &database, TableNames::default()))
                 .unwrap()
                 .agno_db();
-            let o = rt.block_on(ours(&db, n));
+            let o = in_task(&rt, &db, n);
             print("mysql ours", n, &o);
             println!(
                 "    last/first append {:.2} (<= 1.2 wanted)",

@@ -38,6 +38,14 @@ pub(crate) trait Executor: Send + Sync {
     /// Rows of a query (or of a statement with `RETURNING`).
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>>;
 
+    /// Like [`Executor::query`], for rows with large JSON cells: where the executor can, a
+    /// column declared JSON arrives already decoded (`SqlValue::Json`), parsed straight from
+    /// the driver's buffer instead of through an owned copy of its text. A cell that is not
+    /// valid JSON arrives as text, as from `query`.
+    async fn query_json(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
+        self.query(sql, params).await
+    }
+
     /// Rows affected by a statement (rows matched, for updates).
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64>;
 

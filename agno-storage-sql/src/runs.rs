@@ -26,7 +26,7 @@ fn run_type(s: &str) -> Result<RunType> {
     }
 }
 
-pub(crate) fn run_from_row(row: &Row) -> Result<RunRecord> {
+pub(crate) fn run_from_row(mut row: Row) -> Result<RunRecord> {
     let run_type = run_type(&row.str("run_type")?)?;
     Ok(RunRecord {
         run_id: row.str("run_id")?,
@@ -39,7 +39,7 @@ pub(crate) fn run_from_row(row: &Row) -> Result<RunRecord> {
         workflow_id: row.opt_str("workflow_id")?,
         parent_run_id: row.opt_str("parent_run_id")?,
         status: row.opt_str("status")?,
-        run_data: row.json("run_data")?.unwrap_or(Value::Null),
+        run_data: row.take_json("run_data")?.unwrap_or(Value::Null),
         created_at: row.i64("created_at")?,
         updated_at: row.opt_i64("updated_at")?,
     })
@@ -67,6 +67,10 @@ fn run_params(run: &RunRecord) -> Vec<SqlValue> {
     ]
 }
 
+/// Rows per multi-row `INSERT` of the legacy-runs copy: 13 parameters each, far under
+/// SQLite's 32,766, PostgreSQL's 65,535 and MySQL's 65,535.
+const INSERT_CHUNK: usize = 200;
+
 /// [`run_params`] with the writer's `user_id` after `session_id`, for the owner check of
 /// the `writable_session` subquery.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -81,6 +85,155 @@ impl RunStore for SqlStore {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
         self.check(Tbl::Runs)?;
         let now = now_epoch_seconds();
+        let d = self.dialect;
+        let statement = self
+            .upsert_run_sql
+            .get_or_init(|| self.upsert_run_statement());
+        let sql = statement.0.as_str();
+        let tail = [
+            SqlValue::json(Some(&run.run_data)),
+            SqlValue::int(run.created_at),
+            SqlValue::int(now),
+        ];
+        let result = match d {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                let mut params = writable_run_params(&run);
+                params.push(SqlValue::text(&run.session_id));
+                params.extend(tail);
+                self.exec.query(sql, params).await
+            }
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let mut params = writable_run_params(&run);
+                params.push(SqlValue::text(&run.session_id));
+                params.extend(tail);
+                if run.run_index.is_some() {
+                    // An explicit run_index needs no lock: the statement is atomic on its own.
+                    self.exec.query(sql, params).await
+                } else {
+                    // agno's lock: concurrent appends to one session read MAX(run_index) one
+                    // at a time.
+                    self.exec
+                        .transaction(vec![
+                            (
+                                "SELECT pg_advisory_xact_lock(hashtext('agno_run_index'), hashtext(?)) AS locked".into(),
+                                vec![SqlValue::text(&run.session_id)],
+                            ),
+                            (sql.to_owned(), params),
+                        ])
+                        .await
+                        .map(|mut r| r.pop().unwrap_or_default())
+                }
+            }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => self.upsert_run_mysql(&run, sql, &statement.1, tail).await,
+        };
+        let rows = match result {
+            Ok(rows) => rows,
+            // A missing or foreign session surfaces as a constraint error; say which.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::InvalidInput) => {
+                run.check_session(
+                    self.session_owner(&run.session_id)
+                        .await?
+                        .as_ref()
+                        .map(Option::as_deref),
+                )?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        // The stored row is the input with the columns the upsert keeps or assigns; it is
+        // rebuilt from them rather than by decoding `run_data` again.
+        let row = rows
+            .first()
+            .ok_or_else(|| owned_by_another_user("run", &run.run_id))?;
+        Ok(RunRecord {
+            session_id: row.str("session_id")?,
+            agent_id: row.opt_str("agent_id")?,
+            team_id: row.opt_str("team_id")?,
+            workflow_id: row.opt_str("workflow_id")?,
+            user_id: row.opt_str("user_id")?,
+            parent_run_id: row.opt_str("parent_run_id")?,
+            status: row.opt_str("status")?,
+            run_index: row.opt_i64("run_index")?,
+            created_at: row.i64("created_at")?,
+            updated_at: row.opt_i64("updated_at")?,
+            run_type: run_type(&row.str("run_type")?)?,
+            ..run
+        })
+    }
+
+    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
+        self.check(Tbl::Runs)?;
+        let mut w = Where::default();
+        w.eq("run_id", Some(run_id));
+        w.eq("user_id", user_id);
+        let sql = format!("SELECT * FROM {}{}", self.t(Tbl::Runs), w.sql());
+        self.exec
+            .query_json(&sql, w.params)
+            .await?
+            .into_iter()
+            .next()
+            .map(run_from_row)
+            .transpose()
+    }
+
+    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
+        self.check(Tbl::Runs)?;
+        let paging = limit_offset(&query.pagination)?;
+        let order = order_by(self.dialect, &query.sort, RunRecord::SORTABLE)?
+            .map(|o| format!("{o}, run_id ASC"))
+            .unwrap_or_else(|| "run_index ASC, created_at ASC, run_id ASC".into());
+        let mut w = Where::default();
+        w.eq("session_id", query.session_id.as_deref());
+        w.eq("user_id", query.user_id.as_deref());
+        w.eq("agent_id", query.agent_id.as_deref());
+        w.eq("team_id", query.team_id.as_deref());
+        w.eq("workflow_id", query.workflow_id.as_deref());
+        w.eq("status", query.status.as_deref());
+        let from = format!("FROM {}{}", self.t(Tbl::Runs), w.sql());
+        let total = self.count(&from, w.params.clone()).await?;
+        let rows = self
+            .exec
+            .query_json(
+                &format!("SELECT * {from} ORDER BY {order}{paging}"),
+                w.params,
+            )
+            .await?;
+        Ok(Page {
+            items: rows.into_iter().map(run_from_row).collect::<Result<_>>()?,
+            total,
+        })
+    }
+
+    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.check(Tbl::Runs)?;
+        if run_ids.is_empty() {
+            return Ok(0);
+        }
+        let (list, ids) = in_list(run_ids);
+        let mut w = Where::default();
+        w.push(format!("run_id IN {list}"), ids);
+        w.eq("user_id", user_id);
+        let deleted = self
+            .exec
+            .execute(
+                &format!("DELETE FROM {}{}", self.t(Tbl::Runs), w.sql()),
+                w.params,
+            )
+            .await?;
+        if self.has_legacy_runs_column() {
+            self.scrub_legacy_blobs(run_ids, user_id).await?;
+        }
+        Ok(deleted)
+    }
+}
+
+impl SqlStore {
+    /// `upsert_run`'s statement (with `RETURNING` where the dialect has it) and the
+    /// subquery that computes the next `run_index` of a session.
+    fn upsert_run_statement(&self) -> (String, String) {
         let d = self.dialect;
         let runs = self.t(Tbl::Runs);
         let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
@@ -130,149 +283,15 @@ impl RunStore for SqlStore {
             guard: Some(d.owner_guard()),
         };
         let sql = self.upsert_sql(&upsert);
-        let tail = [
-            SqlValue::json(Some(&run.run_data)),
-            SqlValue::int(run.created_at),
-            SqlValue::int(now),
-        ];
-        let result = match d {
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => {
-                let mut params = writable_run_params(&run);
-                params.push(SqlValue::text(&run.session_id));
-                params.extend(tail);
-                self.exec
-                    .query(&format!("{sql} RETURNING {RETURNED}"), params)
-                    .await
-            }
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => {
-                let mut params = writable_run_params(&run);
-                params.push(SqlValue::text(&run.session_id));
-                params.extend(tail);
-                let sql = format!("{sql} RETURNING {RETURNED}");
-                if run.run_index.is_some() {
-                    // An explicit run_index needs no lock: the statement is atomic on its own.
-                    self.exec.query(&sql, params).await
-                } else {
-                    // agno's lock: concurrent appends to one session read MAX(run_index) one
-                    // at a time.
-                    self.exec
-                        .transaction(vec![
-                            (
-                                "SELECT pg_advisory_xact_lock(hashtext('agno_run_index'), hashtext(?)) AS locked".into(),
-                                vec![SqlValue::text(&run.session_id)],
-                            ),
-                            (sql, params),
-                        ])
-                        .await
-                        .map(|mut r| r.pop().unwrap_or_default())
-                }
-            }
+        let sql = match d {
             #[cfg(feature = "mysql")]
-            Dialect::MySql => self.upsert_run_mysql(&run, &sql, &next_index, tail).await,
+            Dialect::MySql => sql,
+            #[allow(unreachable_patterns)]
+            _ => format!("{sql} RETURNING {RETURNED}"),
         };
-        let rows = match result {
-            Ok(rows) => rows,
-            // A missing or foreign session surfaces as a constraint error; say which.
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::InvalidInput) => {
-                run.check_session(
-                    self.session_owner(&run.session_id)
-                        .await?
-                        .as_ref()
-                        .map(Option::as_deref),
-                )?;
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        // The stored row is the input with the columns the upsert keeps or assigns; it is
-        // rebuilt from them rather than by decoding `run_data` again.
-        let row = rows
-            .first()
-            .ok_or_else(|| owned_by_another_user("run", &run.run_id))?;
-        Ok(RunRecord {
-            session_id: row.str("session_id")?,
-            agent_id: row.opt_str("agent_id")?,
-            team_id: row.opt_str("team_id")?,
-            workflow_id: row.opt_str("workflow_id")?,
-            user_id: row.opt_str("user_id")?,
-            parent_run_id: row.opt_str("parent_run_id")?,
-            status: row.opt_str("status")?,
-            run_index: row.opt_i64("run_index")?,
-            created_at: row.i64("created_at")?,
-            updated_at: row.opt_i64("updated_at")?,
-            run_type: run_type(&row.str("run_type")?)?,
-            ..run
-        })
+        (sql, next_index)
     }
 
-    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
-        self.check(Tbl::Runs)?;
-        let mut w = Where::default();
-        w.eq("run_id", Some(run_id));
-        w.eq("user_id", user_id);
-        let sql = format!("SELECT * FROM {}{}", self.t(Tbl::Runs), w.sql());
-        self.exec
-            .query(&sql, w.params)
-            .await?
-            .first()
-            .map(run_from_row)
-            .transpose()
-    }
-
-    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
-        self.check(Tbl::Runs)?;
-        let paging = limit_offset(&query.pagination)?;
-        let order = order_by(self.dialect, &query.sort, RunRecord::SORTABLE)?
-            .map(|o| format!("{o}, run_id ASC"))
-            .unwrap_or_else(|| "run_index ASC, created_at ASC, run_id ASC".into());
-        let mut w = Where::default();
-        w.eq("session_id", query.session_id.as_deref());
-        w.eq("user_id", query.user_id.as_deref());
-        w.eq("agent_id", query.agent_id.as_deref());
-        w.eq("team_id", query.team_id.as_deref());
-        w.eq("workflow_id", query.workflow_id.as_deref());
-        w.eq("status", query.status.as_deref());
-        let from = format!("FROM {}{}", self.t(Tbl::Runs), w.sql());
-        let total = self.count(&from, w.params.clone()).await?;
-        let rows = self
-            .exec
-            .query(
-                &format!("SELECT * {from} ORDER BY {order}{paging}"),
-                w.params,
-            )
-            .await?;
-        Ok(Page {
-            items: rows.iter().map(run_from_row).collect::<Result<_>>()?,
-            total,
-        })
-    }
-
-    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.check(Tbl::Runs)?;
-        if run_ids.is_empty() {
-            return Ok(0);
-        }
-        let (list, ids) = in_list(run_ids);
-        let mut w = Where::default();
-        w.push(format!("run_id IN {list}"), ids);
-        w.eq("user_id", user_id);
-        let deleted = self
-            .exec
-            .execute(
-                &format!("DELETE FROM {}{}", self.t(Tbl::Runs), w.sql()),
-                w.params,
-            )
-            .await?;
-        if self.has_legacy_runs_column() {
-            self.scrub_legacy_blobs(run_ids, user_id).await?;
-        }
-        Ok(deleted)
-    }
-}
-
-impl SqlStore {
     /// The owner of session `session_id`; `None` when there is no such session.
     async fn session_owner(&self, session_id: &str) -> Result<Option<Option<String>>> {
         let sql = format!(
@@ -445,19 +464,27 @@ impl LegacyRunsStore for SqlStore {
             return Ok(InsertedRuns::default());
         }
         let table = self.t(Tbl::Runs);
-        let values = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-        let ids: Vec<String> = rows.iter().map(|r| r.run_id.clone()).collect();
-        let params_of = |run: &RunRecord| {
-            let mut params = run_params(run);
-            params.extend([
-                SqlValue::json(Some(&run.run_data)),
-                SqlValue::int(run.created_at),
-                SqlValue::Int(run.updated_at),
-            ]);
-            params
+        let row_values = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        // Multi-row statements, a chunk at a time: far fewer round trips and statement
+        // executions than one per run, and every chunk stays under each dialect's parameter
+        // limit (13 per row, plus the chunk's ids in the count).
+        let chunks: Vec<&[RunRecord]> = rows.chunks(INSERT_CHUNK).collect();
+        let chunk_sql = |chunk: &[RunRecord]| {
+            let values = vec![row_values; chunk.len()].join(", ");
+            let mut params = Vec::with_capacity(chunk.len() * 13);
+            for run in chunk {
+                params.extend(run_params(run));
+                params.extend([
+                    SqlValue::json(Some(&run.run_data)),
+                    SqlValue::int(run.created_at),
+                    SqlValue::Int(run.updated_at),
+                ]);
+            }
+            let ids: Vec<String> = chunk.iter().map(|r| r.run_id.clone()).collect();
+            let (list, id_params) = in_list(&ids);
+            let count = format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id IN {list}");
+            (values, params, (count, id_params))
         };
-        let (list, id_params) = in_list(&ids);
-        let count = format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id IN {list}");
         let n = |rows: &[Row]| -> Result<u64> {
             Ok(rows
                 .first()
@@ -470,35 +497,43 @@ impl LegacyRunsStore for SqlStore {
         if self.dialect == Dialect::MySql {
             // A no-op update keeps the stored row; with found-rows counting MySQL reports
             // it like an insert, so the rows present before and after are counted instead.
-            let sql = format!(
-                "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON DUPLICATE KEY UPDATE run_id = run_id"
-            );
             let mut tx = self.exec.begin(None).await?;
-            let before = n(&tx.query(&count, id_params.clone()).await?)?;
-            for run in &rows {
-                tx.execute(&sql, params_of(run)).await?;
+            let mut outcome = InsertedRuns::default();
+            for chunk in chunks {
+                let (values, params, (count, id_params)) = chunk_sql(chunk);
+                let before = n(&tx.query(&count, id_params.clone()).await?)?;
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON DUPLICATE KEY UPDATE run_id = run_id"
+                    ),
+                    params,
+                )
+                .await?;
+                let present = n(&tx.query(&count, id_params).await?)?;
+                outcome.inserted += present.saturating_sub(before);
+                outcome.present += present;
             }
-            let present = n(&tx.query(&count, id_params).await?)?;
             tx.commit().await?;
-            return Ok(InsertedRuns {
-                inserted: present.saturating_sub(before),
-                present,
-            });
+            return Ok(outcome);
         }
-        let sql = format!(
-            "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
-        );
-        let mut statements: Vec<crate::exec::Statement> = rows
-            .iter()
-            .map(|run| (sql.clone(), params_of(run)))
-            .collect();
-        statements.push((count, id_params));
-        let mut results = self.exec.transaction(statements).await?;
-        let present = n(&results.pop().unwrap_or_default())?;
-        Ok(InsertedRuns {
-            inserted: results.iter().map(|r| r.len() as u64).sum(),
-            present,
-        })
+        let mut statements: Vec<crate::exec::Statement> = Vec::with_capacity(chunks.len() * 2);
+        for chunk in chunks {
+            let (values, params, count) = chunk_sql(chunk);
+            statements.push((
+                format!(
+                    "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
+                ),
+                params,
+            ));
+            statements.push(count);
+        }
+        let results = self.exec.transaction(statements).await?;
+        let mut outcome = InsertedRuns::default();
+        for pair in results.chunks(2) {
+            outcome.inserted += pair.first().map_or(0, |r| r.len() as u64);
+            outcome.present += n(pair.get(1).map(Vec::as_slice).unwrap_or_default())?;
+        }
+        Ok(outcome)
     }
 
     async fn count_legacy_runs(&self) -> Result<u64> {

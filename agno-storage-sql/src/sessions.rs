@@ -39,20 +39,22 @@ fn json_or_null(v: &Option<Value>) -> SqlValue {
 }
 
 impl SqlStore {
-    /// Runs of these sessions from the runs table, in session order.
+    /// Runs of these sessions from the runs table, in no particular order: the merge sorts
+    /// them ([`merge_runs`]), which costs far less than a SQL sort of whole rows (SQLite
+    /// would copy every `run_data` into a temporary b-tree to order ties by `created_at`).
     pub(crate) async fn runs_of(&self, session_ids: &[String]) -> Result<Vec<RunRecord>> {
         if session_ids.is_empty() {
             return Ok(Vec::new());
         }
         let (list, params) = in_list(session_ids);
         let sql = format!(
-            "SELECT * FROM {} WHERE session_id IN {list} ORDER BY run_index ASC, created_at ASC, run_id ASC",
+            "SELECT * FROM {} WHERE session_id IN {list}",
             self.t(Tbl::Runs)
         );
         self.exec
-            .query(&sql, params)
+            .query_json(&sql, params)
             .await?
-            .iter()
+            .into_iter()
             .map(run_from_row)
             .collect()
     }

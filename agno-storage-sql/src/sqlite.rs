@@ -1,14 +1,21 @@
-//! The SQLite executor: rusqlite on a blocking thread, one connection per database handle.
+//! The SQLite executor: rusqlite, one connection per database handle.
 //!
 //! Every connection runs `PRAGMA journal_mode=WAL`, `PRAGMA foreign_keys=ON` and a busy
-//! timeout. Each handle owns one connection on its own thread. Writes waiting for that
-//! thread are committed together (group commit): one `BEGIN IMMEDIATE … COMMIT` per batch,
-//! each call in its own savepoint, every caller answered only once its write is durable. The
-//! writer lock is taken up front, so concurrent writers in one process or several wait for
-//! each other (busy timeout) instead of failing with `database is locked`.
+//! timeout. Calls queue for the handle's one connection and are committed together (group
+//! commit): whichever caller finds the connection free becomes the leader, takes every call
+//! waiting in the queue, runs them in one `BEGIN IMMEDIATE … COMMIT` (each call in its own
+//! savepoint), answers every caller once the commit made its write durable, and goes on
+//! until the queue is empty. A lone caller so runs its statement on its own thread, with no
+//! hop to another thread and back; concurrent callers share commits. The leader runs on a
+//! tokio worker inside `block_in_place` (other tasks move to another worker), or, off the
+//! workers of a multi-thread runtime, on the blocking pool. The writer lock is taken up front, so
+//! concurrent writers in one process or several wait for each other (busy timeout) instead
+//! of failing with `database is locked`. Parameters (JSON included) are encoded by the
+//! caller before queueing, so only SQLite's own work is serialized.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use agno_storage_core::migration::{MigrationLock, ReleasedOnDrop};
@@ -22,14 +29,20 @@ use crate::value::{Row, SqlValue};
 const BACKEND: &str = "sqlite";
 
 pub(crate) struct SqliteExecutor {
-    jobs: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
     path: Option<PathBuf>,
     memory_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// Work for the connection thread. `run` gets the connection (or the error that kept the
-/// batch from starting), reports whether it succeeded, and returns how to deliver its outcome
-/// once the batch has committed.
+/// The calls waiting for the connection, and the connection (held by the current leader).
+struct Shared {
+    queue: Mutex<VecDeque<Job>>,
+    conn: Mutex<Connection>,
+}
+
+/// A queued call. `run` gets the connection (or the error that kept the batch from
+/// starting), reports whether it succeeded, and returns how to deliver its outcome once the
+/// batch has committed.
 struct Job {
     writes: bool,
     /// Several statements that must commit together (a `transaction()` call).
@@ -47,62 +60,116 @@ type Delivery = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
 /// At most this many calls share one transaction.
 const MAX_BATCH: usize = 256;
 
-/// The connection thread: takes every call waiting in the queue and runs it in one writer
-/// transaction (group commit), each call in its own savepoint so a failing call rolls back
-/// alone, then commits once and answers every caller. A caller is answered only after the
-/// commit that made its write durable. A batch of reads runs without a transaction.
+/// A leader hands the queue to the blocking pool after this many batches, so a caller whose
+/// own call is long answered is not kept serving a steady stream of others.
+const MAX_LED_BATCHES: usize = 64;
+
 /// Runs a fixed transaction-control statement through the statement cache.
 fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn connection_thread(conn: Connection, jobs: mpsc::Receiver<Job>) {
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        // Reads, and a lone single-statement write, run in autocommit: one statement is
-        // atomic and durable on its own, so a transaction would only add work.
-        if !batch.iter().any(|j| j.writes) || (batch.len() == 1 && !batch[0].atomic) {
-            for job in batch {
-                let (_, deliver) = (job.run)(Ok(&conn));
-                deliver(None);
-            }
-            continue;
-        }
-        if let Err(e) = control(&conn, "BEGIN IMMEDIATE") {
-            for job in batch {
-                let (_, deliver) = (job.run)(Err(&e));
-                deliver(None);
-            }
-            continue;
-        }
-        let mut deliveries = Vec::with_capacity(batch.len());
-        for job in batch {
-            let opened = control(&conn, "SAVEPOINT agno_call");
-            let (ok, deliver) = match &opened {
-                Ok(()) => (job.run)(Ok(&conn)),
-                Err(e) => (job.run)(Err(e)),
+/// A lock whose holder panicked is still usable here: every call ends its own savepoint or
+/// transaction, and a half-run call's transaction is rolled back by the next `BEGIN` failing.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    /// Leads if the connection is free: runs batches until the queue is empty (or hands the
+    /// rest to the blocking pool after [`MAX_LED_BATCHES`]). Returns at once when another
+    /// leader holds the connection; that leader re-checks the queue after letting go, so a
+    /// call queued before this attempt is never stranded.
+    fn lead(self: &Arc<Self>) {
+        let mut led = 0;
+        loop {
+            let conn = match self.conn.try_lock() {
+                Ok(conn) => conn,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
             };
-            if opened.is_ok() {
-                if !ok {
-                    let _ = control(&conn, "ROLLBACK TO agno_call");
+            while led < MAX_LED_BATCHES {
+                let batch: Vec<Job> = {
+                    let mut queue = locked(&self.queue);
+                    let n = queue.len().min(MAX_BATCH);
+                    queue.drain(..n).collect()
+                };
+                if batch.is_empty() {
+                    break;
                 }
-                let _ = control(&conn, "RELEASE agno_call");
+                run_batch(&conn, batch);
+                led += 1;
             }
-            deliveries.push(deliver);
+            drop(conn);
+            if locked(&self.queue).is_empty() {
+                return;
+            }
+            // Calls arrived: serve them, or after enough batches hand them to another thread.
+            if led >= MAX_LED_BATCHES {
+                match tokio::runtime::Handle::try_current() {
+                    Ok(handle) => {
+                        let shared = self.clone();
+                        handle.spawn_blocking(move || shared.lead());
+                        return;
+                    }
+                    Err(_) => led = 0,
+                }
+            }
         }
-        let committed = control(&conn, "COMMIT");
-        if committed.is_err() {
-            let _ = control(&conn, "ROLLBACK");
+    }
+}
+
+/// Whether this thread is a worker (or blocking-pool) thread of a multi-thread tokio
+/// runtime, where `block_in_place` is allowed. Tokio has no public test for it; its threads'
+/// default name is the sign. Anywhere else (a current-thread runtime, a `LocalSet`, the
+/// thread of `Runtime::block_on`, a runtime with custom thread names) the leader runs on the
+/// blocking pool instead: one hop more, never a panic and never a blocked scheduler.
+fn on_runtime_worker() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        && std::thread::current().name() == Some("tokio-runtime-worker")
+}
+
+/// Runs one batch: reads, and a lone single-statement write, in autocommit (one statement is
+/// atomic and durable on its own); otherwise one writer transaction, each call in its own
+/// savepoint so a failing call rolls back alone, committed once before any caller is
+/// answered.
+fn run_batch(conn: &Connection, batch: Vec<Job>) {
+    if !batch.iter().any(|j| j.writes) || (batch.len() == 1 && !batch[0].atomic) {
+        for job in batch {
+            let (_, deliver) = (job.run)(Ok(conn));
+            deliver(None);
         }
-        for deliver in deliveries {
-            deliver(committed.as_ref().err());
+        return;
+    }
+    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+        for job in batch {
+            let (_, deliver) = (job.run)(Err(&e));
+            deliver(None);
         }
+        return;
+    }
+    let mut deliveries = Vec::with_capacity(batch.len());
+    for job in batch {
+        let opened = control(conn, "SAVEPOINT agno_call");
+        let (ok, deliver) = match &opened {
+            Ok(()) => (job.run)(Ok(conn)),
+            Err(e) => (job.run)(Err(e)),
+        };
+        if opened.is_ok() {
+            if !ok {
+                let _ = control(conn, "ROLLBACK TO agno_call");
+            }
+            let _ = control(conn, "RELEASE agno_call");
+        }
+        deliveries.push(deliver);
+    }
+    let committed = control(conn, "COMMIT");
+    if committed.is_err() {
+        let _ = control(conn, "ROLLBACK");
+    }
+    for deliver in deliveries {
+        deliver(committed.as_ref().err());
     }
 }
 
@@ -146,21 +213,60 @@ fn from_sqlite(v: ValueRef<'_>) -> SqlValue {
         ValueRef::Integer(i) => SqlValue::Int(Some(i)),
         ValueRef::Real(f) => SqlValue::Float(Some(f)),
         ValueRef::Text(t) | ValueRef::Blob(t) => {
-            SqlValue::Text(Some(String::from_utf8_lossy(t).into_owned()))
+            SqlValue::Text(Some(match std::str::from_utf8(t) {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(t).into_owned(),
+            }))
         }
     }
 }
 
-fn run_query(conn: &Connection, sql: &str, params: Vec<SqlValue>) -> rusqlite::Result<Vec<Row>> {
+/// A cell of a column declared JSON, decoded from SQLite's buffer; text that is not JSON
+/// stays text (the caller reports it).
+fn json_from_sqlite(v: ValueRef<'_>) -> SqlValue {
+    match v {
+        ValueRef::Text(t) | ValueRef::Blob(t) => match serde_json::from_slice(t) {
+            Ok(value) => SqlValue::Json(Some(value)),
+            Err(_) => from_sqlite(v),
+        },
+        other => from_sqlite(other),
+    }
+}
+
+/// Encodes parameters for SQLite (JSON as agno's text), before the call is queued.
+fn encode(params: Vec<SqlValue>) -> Vec<SqliteValue> {
+    params.into_iter().map(to_sqlite).collect()
+}
+
+/// Rows of a query; with `decode_json`, cells of columns declared `JSON` arrive decoded.
+fn run_query(
+    conn: &Connection,
+    sql: &str,
+    params: Vec<SqliteValue>,
+    decode_json: bool,
+) -> rusqlite::Result<Vec<Row>> {
     let mut stmt = conn.prepare_cached(sql)?;
     let columns: Arc<[String]> = stmt.column_names().into_iter().map(str::to_owned).collect();
-    let params: Vec<SqliteValue> = params.into_iter().map(to_sqlite).collect();
+    let json: Vec<bool> = stmt
+        .columns()
+        .iter()
+        .map(|c| {
+            decode_json
+                && c.decl_type()
+                    .is_some_and(|t| t.eq_ignore_ascii_case("JSON"))
+        })
+        .collect();
     let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
         let mut values = Vec::with_capacity(columns.len());
-        for i in 0..columns.len() {
-            values.push(from_sqlite(row.get_ref(i)?));
+        for (i, is_json) in json.iter().enumerate() {
+            let cell = row.get_ref(i)?;
+            values.push(if *is_json {
+                json_from_sqlite(cell)
+            } else {
+                from_sqlite(cell)
+            });
         }
         out.push(Row {
             columns: columns.clone(),
@@ -170,9 +276,8 @@ fn run_query(conn: &Connection, sql: &str, params: Vec<SqlValue>) -> rusqlite::R
     Ok(out)
 }
 
-fn run_execute(conn: &Connection, sql: &str, params: Vec<SqlValue>) -> rusqlite::Result<u64> {
+fn run_execute(conn: &Connection, sql: &str, params: Vec<SqliteValue>) -> rusqlite::Result<u64> {
     let mut stmt = conn.prepare_cached(sql)?;
-    let params: Vec<SqliteValue> = params.into_iter().map(to_sqlite).collect();
     Ok(stmt.execute(rusqlite::params_from_iter(params))? as u64)
 }
 
@@ -214,27 +319,19 @@ impl SqliteExecutor {
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(map_err)?;
-        let (jobs, queue) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("agno-sqlite".into())
-            .spawn(move || connection_thread(conn, queue))
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Unavailable,
-                    format!("cannot start the SQLite connection thread: {e}"),
-                )
-                .with_backend(BACKEND)
-            })?;
         Ok(SqliteExecutor {
-            jobs,
+            shared: Arc::new(Shared {
+                queue: Mutex::new(VecDeque::new()),
+                conn: Mutex::new(conn),
+            }),
             path: (!in_memory).then(|| path.to_path_buf()),
             memory_lock: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
-    /// Queues `f` on the connection thread and waits for its result; `writes` calls are
-    /// answered after their batch commits; `atomic` calls (several statements) always run
-    /// inside a transaction.
+    /// Queues `f` for the connection, leads if the connection is free, and waits for its
+    /// result; `writes` calls are answered after their batch commits; `atomic` calls
+    /// (several statements) always run inside a transaction.
     async fn call<T: Send + 'static>(
         &self,
         writes: bool,
@@ -269,23 +366,24 @@ impl SqliteExecutor {
                 (ok, deliver)
             },
         );
-        self.jobs
-            .send(Job {
-                writes,
-                atomic,
-                run,
-            })
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::Unavailable,
-                    "the SQLite connection thread has stopped",
-                )
-                .with_backend(BACKEND)
-            })?;
+        locked(&self.shared.queue).push_back(Job {
+            writes,
+            atomic,
+            run,
+        });
+        // Lead if the connection is free; otherwise the current leader answers this call.
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) if on_runtime_worker() => tokio::task::block_in_place(|| self.shared.lead()),
+            Ok(handle) => {
+                let shared = self.shared.clone();
+                handle.spawn_blocking(move || shared.lead());
+            }
+            Err(_) => self.shared.lead(),
+        }
         answer.await.map_err(|_| {
             Error::new(
                 ErrorKind::Unavailable,
-                "the SQLite connection thread dropped a call",
+                "the SQLite connection dropped a call",
             )
             .with_backend(BACKEND)
         })?
@@ -302,13 +400,20 @@ fn is_read(sql: &str) -> bool {
 impl Executor for SqliteExecutor {
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
         let writes = !is_read(sql);
-        let sql = sql.to_owned();
-        self.call(writes, false, move |c| run_query(c, &sql, params))
+        let (sql, params) = (sql.to_owned(), encode(params));
+        self.call(writes, false, move |c| run_query(c, &sql, params, false))
+            .await
+    }
+
+    async fn query_json(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
+        let writes = !is_read(sql);
+        let (sql, params) = (sql.to_owned(), encode(params));
+        self.call(writes, false, move |c| run_query(c, &sql, params, true))
             .await
     }
 
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64> {
-        let sql = sql.to_owned();
+        let (sql, params) = (sql.to_owned(), encode(params));
         self.call(true, false, move |c| run_execute(c, &sql, params))
             .await
     }
@@ -316,10 +421,14 @@ impl Executor for SqliteExecutor {
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>> {
         // The call runs in its own savepoint of the batch's writer transaction: all of its
         // statements commit together or not at all.
+        let statements: Vec<(String, Vec<SqliteValue>)> = statements
+            .into_iter()
+            .map(|(sql, params)| (sql, encode(params)))
+            .collect();
         self.call(true, true, move |c| {
             let mut out = Vec::with_capacity(statements.len());
             for (sql, params) in statements {
-                out.push(run_query(c, &sql, params)?);
+                out.push(run_query(c, &sql, params, false)?);
             }
             Ok(out)
         })

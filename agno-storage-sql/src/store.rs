@@ -20,6 +20,9 @@ pub(crate) struct SqlStore {
     invalid: Mutex<HashMap<Tbl, Vec<String>>>,
     /// Whether the sessions table still has agno 2.x's `runs` column.
     legacy_runs_column: AtomicBool,
+    /// `upsert_run`'s statement and its next-index subquery, built on first use (the
+    /// tables' names never change).
+    pub(crate) upsert_run_sql: std::sync::OnceLock<(String, String)>,
 }
 
 /// ISO-8601 local time with microseconds, as agno stamps `agno_schema_versions`.
@@ -44,6 +47,7 @@ impl SqlStore {
             names,
             invalid: Mutex::new(HashMap::new()),
             legacy_runs_column: AtomicBool::new(false),
+            upsert_run_sql: std::sync::OnceLock::new(),
         }
     }
 

@@ -138,6 +138,19 @@ impl Row {
         }
     }
 
+    /// [`Row::json`], moving a decoded cell out of the row instead of copying it.
+    pub(crate) fn take_json(&mut self, column: &str) -> Result<Option<Value>> {
+        let cell = self
+            .columns
+            .iter()
+            .position(|c| c == column)
+            .and_then(|i| self.values.get_mut(i));
+        match cell {
+            Some(SqlValue::Json(value)) => Ok(value.take().and_then(unwrap_double_encoded)),
+            _ => self.json(column),
+        }
+    }
+
     /// A date cell, `None` when NULL.
     #[cfg(feature = "mysql")]
     pub(crate) fn opt_date(&self, column: &str) -> Result<Option<NaiveDate>> {

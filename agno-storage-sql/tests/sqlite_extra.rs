@@ -96,6 +96,90 @@ fn many_handles_and_tasks_write_one_file() {
     });
 }
 
+/// `writers` tasks append `runs` runs each through one shared handle (so their writes are
+/// group-committed); returns how many runs the file then holds.
+async fn shared_handle_writers(path: &Path, writers: usize, runs: usize, local: bool) -> u64 {
+    let db = SqlDb::open_sqlite(path, TableNames::default())
+        .await
+        .expect("open")
+        .agno_db();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let db = db.clone();
+        let work = async move {
+            let session = format!("s{w}");
+            let sessions = db.sessions().expect("sessions");
+            sessions
+                .upsert_session(Session::new(&session, SessionType::Agent, "a").with_user("u"))
+                .await
+                .expect("session");
+            for i in 0..runs {
+                let run = RunRecord::from_run_data(
+                    &session,
+                    Some("u".into()),
+                    json!({"run_id": format!("{w}-{i}"), "agent_id": "a"}),
+                )
+                .expect("run");
+                db.runs()
+                    .expect("runs")
+                    .upsert_run(run)
+                    .await
+                    .expect("upsert");
+            }
+        };
+        tasks.push(if local {
+            tokio::task::spawn_local(work)
+        } else {
+            tokio::spawn(work)
+        });
+    }
+    for t in tasks {
+        t.await.expect("writer");
+    }
+    db.runs()
+        .unwrap()
+        .get_runs(RunQuery::default())
+        .await
+        .expect("count")
+        .total
+}
+
+/// The connection is led from wherever the caller runs: tokio workers (`block_in_place`),
+/// a current-thread runtime, a `LocalSet` on the thread of a multi-thread runtime's
+/// `block_on` (where `block_in_place` would panic), and workers with custom thread names.
+/// Every write lands and nothing panics.
+#[test]
+fn one_handle_serves_every_kind_of_runtime() {
+    let multi = runtime();
+    assert_eq!(
+        multi.block_on(shared_handle_writers(&temp_db("rt-multi"), 8, 20, false)),
+        160
+    );
+    let local = tokio::task::LocalSet::new();
+    assert_eq!(
+        multi.block_on(local.run_until(shared_handle_writers(&temp_db("rt-local"), 8, 20, true))),
+        160
+    );
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    assert_eq!(
+        current.block_on(shared_handle_writers(&temp_db("rt-current"), 8, 20, false)),
+        160
+    );
+    let named = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("app-worker")
+        .enable_all()
+        .build()
+        .expect("runtime");
+    assert_eq!(
+        named.block_on(shared_handle_writers(&temp_db("rt-named"), 8, 20, false)),
+        160
+    );
+}
+
 /// Child side of the cross-process test: writes when `AGNO_CHILD_DB` is set.
 #[test]
 fn child_writer() {

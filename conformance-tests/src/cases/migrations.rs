@@ -496,3 +496,66 @@ pub(crate) async fn malformed_blob_is_reported_and_others_copied(ctx: &Ctx) -> C
     )?;
     Ok(())
 }
+
+/// A `run_id` found in two legacy sessions (corrupt data; the migration copies a page of
+/// sessions in one batch) is copied once, from one of the two, owned by that session's
+/// owner; the migration completes and stamps, and the other session keeps its blob copy.
+pub(crate) async fn run_in_two_legacy_sessions_is_copied_once(ctx: &Ctx) -> CaseResult {
+    let legacy = ctx.legacy().await?;
+    let a = session(SessionType::Agent, Some("user-a"));
+    let b = session(SessionType::Agent, Some("user-b"));
+    let shared = format!("{}-shared", a.session_id);
+    let own = format!("{}-own", b.session_id);
+    legacy
+        .writer
+        .write_legacy_session(a.clone(), json!([run_dict(&shared, "COMPLETED")]))
+        .await?;
+    legacy
+        .writer
+        .write_legacy_session(
+            b.clone(),
+            json!([run_dict(&shared, "COMPLETED"), run_dict(&own, "COMPLETED")]),
+        )
+        .await?;
+    MigrationManager::new(legacy.db.migrations()?)
+        .up()
+        .await
+        .map_err(|f| f.to_string())?;
+    ensure_eq(run_count(&legacy.db).await?, 2, "runs in the runs table")?;
+    let stored = legacy
+        .db
+        .runs()?
+        .get_run(&shared, None)
+        .await?
+        .ok_or("the shared run is stored")?;
+    let owner = if stored.session_id == a.session_id {
+        &a
+    } else {
+        &b
+    };
+    ensure_eq(
+        (stored.session_id.as_str(), stored.user_id.as_deref()),
+        (owner.session_id.as_str(), owner.user_id.as_deref()),
+        "the shared run's session and owner",
+    )?;
+    ensure(
+        stamps(&legacy.db)
+            .await?
+            .iter()
+            .all(|(_, v)| *v == Some(SchemaVersion::LATEST)),
+        "every table stamped 3.0.0",
+    )?;
+    for s in [&a, &b] {
+        let read = legacy
+            .db
+            .sessions()?
+            .get_session(&s.session_id, SessionRead::default())
+            .await?
+            .ok_or("the session reads back")?;
+        ensure(
+            run_ids(read.runs.as_deref().unwrap_or_default()).contains(&shared),
+            format!("session {} still lists the shared run", s.session_id),
+        )?;
+    }
+    Ok(())
+}

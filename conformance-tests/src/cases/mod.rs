@@ -119,6 +119,10 @@ pub(crate) fn all() -> Vec<Case> {
             ["migrations", "legacy_runs", "runs"]
         ),
         case!(
+            migrations::run_in_two_legacy_sessions_is_copied_once,
+            ["migrations", "legacy_runs", "runs"]
+        ),
+        case!(
             migrations::cleanup_legacy_runs_refuses_unforced,
             ["migrations", "legacy_runs", "runs"]
         ),
