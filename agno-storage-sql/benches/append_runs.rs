@@ -101,7 +101,7 @@ async fn ours(db: &AgnoDb, n: usize) -> Sample {
 /// runs.
 fn in_task(rt: &tokio::runtime::Runtime, db: &AgnoDb, n: usize) -> Sample {
     let db = db.clone();
-    rt.block_on(tokio::spawn(async move { ours(&db, n).await }))
+    rt.block_on(rt.spawn(async move { ours(&db, n).await }))
         .expect("bench task")
 }
 

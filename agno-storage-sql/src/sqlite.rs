@@ -120,20 +120,24 @@ impl Shared {
 }
 
 /// Whether this thread is a worker (or blocking-pool) thread of a multi-thread tokio
-/// runtime, where `block_in_place` is allowed. Tokio has no public test for it; its threads'
-/// default name is the sign. Anywhere else (a current-thread runtime, a `LocalSet`, the
-/// thread of `Runtime::block_on`, a runtime with custom thread names) the leader runs on the
-/// blocking pool instead: one hop more, never a panic and never a blocked scheduler.
+/// runtime, where `block_in_place` is allowed. Tokio has no public test for it; the default
+/// names of its threads (`tokio-rt-worker` in current releases, `tokio-runtime-worker` in older ones)
+/// are the sign. Anywhere else (a current-thread runtime, a `LocalSet`, the thread of
+/// `Runtime::block_on`, a runtime with custom thread names) the leader runs on the blocking
+/// pool instead: one hop more, never a panic and never a blocked scheduler.
 fn on_runtime_worker() -> bool {
     tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-        && std::thread::current().name() == Some("tokio-runtime-worker")
+        && matches!(
+            std::thread::current().name(),
+            Some("tokio-rt-worker" | "tokio-runtime-worker")
+        )
 }
 
 /// Runs one batch: reads, and a lone single-statement write, in autocommit (one statement is
-/// atomic and durable on its own); otherwise one writer transaction, each call in its own
-/// savepoint so a failing call rolls back alone, committed once before any caller is
-/// answered.
+/// atomic and durable on its own); otherwise one writer transaction, each multi-statement
+/// call in its own savepoint so a failing call rolls back alone, committed once before any
+/// caller is answered.
 fn run_batch(conn: &Connection, batch: Vec<Job>) {
     if !batch.iter().any(|j| j.writes) || (batch.len() == 1 && !batch[0].atomic) {
         for job in batch {
@@ -151,6 +155,14 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) {
     }
     let mut deliveries = Vec::with_capacity(batch.len());
     for job in batch {
+        if !job.atomic {
+            // One statement: a failing statement undoes only itself (SQLite's statement
+            // journal), and an error that rolls back the whole transaction fails the commit,
+            // which every caller of the batch is then told. No savepoint needed.
+            let (_, deliver) = (job.run)(Ok(conn));
+            deliveries.push(deliver);
+            continue;
+        }
         let opened = control(conn, "SAVEPOINT agno_call");
         let (ok, deliver) = match &opened {
             Ok(()) => (job.run)(Ok(conn)),
