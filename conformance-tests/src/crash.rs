@@ -15,8 +15,8 @@
 //! (lowered later to the duration of any child that finishes before its kill was due),
 //! then, per trial, kills a child `f × D` after its `READY` (`f` uniform in `[0, 1)`) with
 //! `SIGKILL` (`std::process::Child::kill`). After each kill it checks the database as the
-//! child left it, calls [`CrashBackend::after_child`] (the hook for a backend whose migration
-//! lock outlives its holder), runs `up()` again in-process and checks the result:
+//! child left it, calls [`CrashBackend::after_child`] (a check, or cleanup, after every
+//! child), runs `up()` again in-process and checks the result:
 //!
 //! * as left by the kill: every stamp is either absent or `3.0.0`; the stamped tables are a
 //!   prefix of the migration order (no table is stamped whose step had not finished, nor
@@ -103,9 +103,10 @@ pub trait CrashBackend: Send + Sync + 'static {
     async fn open(&self, locator: &str) -> Result<AgnoDb>;
 
     /// Runs after every child, `killed` or finished, before the parent's `up()`: the place
-    /// to clear a migration lock the dead child still holds, for a backend whose lock does
-    /// not die with its holder (or is released by a task the exiting process never runs).
-    /// Every use is a known limitation to report. Does nothing by default.
+    /// to check that a *finished* child released its migration lock. A killed child's lock
+    /// must not be cleared here: the recovering `up()` has to get past it on its own (a lock
+    /// that dies with its holder, or a lease that expires), which the trial proves. Does
+    /// nothing by default.
     async fn after_child(&self, locator: &str, killed: bool) -> Result<()> {
         let _ = (locator, killed);
         Ok(())
