@@ -3,6 +3,12 @@ to one session with `upsert_run`, then the session read back. Prints one JSON ob
 
     python bench_agno.py sqlite:PATH N
     python bench_agno.py postgres:URL#SCHEMA N
+    python bench_agno.py redis:URL#PREFIX N     (RedisDb; also against Valkey: ValkeyDb needs glide)
+    python bench_agno.py mongo:URL#DATABASE N   (MongoDb)
+    python bench_agno.py json:DIR N             (JsonDb)
+    python bench_agno.py memory: N              (InMemoryDb)
+
+The redis and mongo targets delete their key prefix / drop their database afterwards.
 """
 
 import json
@@ -13,13 +19,45 @@ import time
 from agno_driver import open_db
 
 
+def open_target(target):
+    """agno's db for `target`, and a function that removes what the bench wrote (or None)."""
+    kind, _, rest = target.partition(":")
+    if kind == "redis":
+        from agno.db.redis import RedisDb
+
+        url, _, prefix = rest.partition("#")
+        db = RedisDb(db_url=url, db_prefix=prefix or "agno")
+
+        def cleanup():
+            keys = list(db.redis_client.scan_iter(match=f"{db.db_prefix}:*", count=1000))
+            for i in range(0, len(keys), 1000):
+                db.redis_client.delete(*keys[i:i + 1000])
+
+        return db, cleanup
+    if kind == "mongo":
+        from agno.db.mongo import MongoDb
+
+        url, _, name = rest.partition("#")
+        db = MongoDb(db_url=url, db_name=name or "agno")
+        return db, lambda: db.db_client.drop_database(db.db_name)
+    if kind == "json":
+        from agno.db.json import JsonDb
+
+        return JsonDb(db_path=rest), None
+    if kind == "memory":
+        from agno.db.in_memory import InMemoryDb
+
+        return InMemoryDb(), None
+    return open_db(target), None
+
+
 def main():
     target, n = sys.argv[1], int(sys.argv[2])
     from agno.run.agent import RunOutput
     from agno.run.base import RunStatus
     from agno.session.agent import AgentSession
 
-    db = open_db(target)
+    db, cleanup = open_target(target)
     db.upsert_session(AgentSession(session_id="bench", agent_id="bench-agent", user_id="bench-user", created_at=int(time.time())))
     payload = "x" * 2000
     laps = []
@@ -39,6 +77,8 @@ def main():
         "first10_s": sorted(laps[:10])[5 if n >= 10 else 0], "last10_s": sorted(laps[-10:])[5 if n >= 10 else 0],
         "read_s": read, "runs_read": len(session.runs or []),
     }))
+    if cleanup is not None:
+        cleanup()
 
 
 if __name__ == "__main__":

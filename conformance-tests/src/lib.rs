@@ -32,6 +32,7 @@ pub use agno_storage_core::async_trait;
 use agno_storage_core::{AgnoDb, Capabilities, Error, ErrorKind, Result, Session};
 use serde_json::Value;
 
+pub mod bench;
 mod cases;
 pub mod crash;
 /// Server URLs from `AGNO_TEST_<BACKEND>_URL`, or containers (feature `containers`).

@@ -1,0 +1,253 @@
+//! The append-runs workload, shared by every backend's on-demand benchmark.
+//!
+//! [`append_runs`] creates one session, appends N runs of ~2 KB one call at a time
+//! (`RunStore::upsert_run`, the run payload of [`run_data`], the same shape as
+//! `agno-storage-sql/benches/append_runs.rs`), records each append's latency, then reads the
+//! session back with its runs. [`agno_append_runs`] runs the same workload through agno
+//! 3.1.10 (`interop/bench_agno.py` in the venv named by `AGNO_TEST_PYTHON_V3`), so a bench
+//! prints both side by side with [`print_figures`] and [`print_comparison`].
+//!
+//! Flatness is the median of the last 10 appends over the median of the first 10
+//! ([`AppendFigures::flatness`]): near 1 when an append costs the same however long the
+//! session's history is, growing with N when every append rewrites or scans the history.
+//!
+//! ```no_run
+//! use agno_storage_core::in_memory::InMemoryDb;
+//! use conformance_tests::bench;
+//!
+//! # async fn example() -> agno_storage_core::Result<()> {
+//! for n in bench::sizes("10,1000") {
+//!     let ours = bench::append_runs(&InMemoryDb::new().agno_db(), n).await?;
+//!     bench::print_figures("memory ours", &ours);
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use agno_storage_core::SessionType;
+use agno_storage_core::{AgnoDb, Error, ErrorKind, Result, RunRecord, Session, SessionRead};
+use serde_json::{json, Value};
+
+/// The session every append goes to.
+pub const SESSION_ID: &str = "bench";
+/// The session's user.
+pub const USER_ID: &str = "bench-user";
+/// The session's agent.
+pub const AGENT_ID: &str = "bench-agent";
+
+/// What one append-runs pass measured. Times are in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendFigures {
+    /// Runs appended.
+    pub n: usize,
+    /// Wall time of all appends over `n`.
+    pub wall_per_run: f64,
+    /// Runs appended per second of wall time.
+    pub runs_per_second: f64,
+    /// Median latency of the first 10 appends (of all when fewer).
+    pub first10: f64,
+    /// Median latency of the last 10 appends.
+    pub last10: f64,
+    /// Reading the session back with its `n` runs.
+    pub read: f64,
+}
+
+impl AppendFigures {
+    /// Last-10 over first-10 median append latency: ~1 when appending is flat in history
+    /// length.
+    pub fn flatness(&self) -> f64 {
+        self.last10 / self.first10.max(1e-9)
+    }
+
+    /// Figures from per-append latencies, the total append wall time and the read time.
+    pub fn from_laps(laps: &[f64], wall: f64, read: f64) -> Self {
+        let n = laps.len();
+        AppendFigures {
+            n,
+            wall_per_run: wall / n.max(1) as f64,
+            runs_per_second: n as f64 / wall.max(1e-9),
+            first10: median(&laps[..n.min(10)]),
+            last10: median(&laps[n.saturating_sub(10)..]),
+            read,
+        }
+    }
+}
+
+/// The upper median (`v[len / 2]` once sorted, as `bench_agno.py` takes it); 0 when empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// Run `i`'s `run_data`: ~2 KB, the shape of `agno-storage-sql`'s append bench.
+pub fn run_data(i: usize) -> Value {
+    json!({"run_id": format!("run-{i}"), "agent_id": AGENT_ID, "session_id": SESSION_ID, "user_id": USER_ID,
+           "content": "x".repeat(2000), "content_type": "str", "status": "COMPLETED", "model": "gpt-4o",
+           "model_provider": "OpenAI", "created_at": 1_700_000_000 + i as i64})
+}
+
+/// The sizes to run: `BENCH_N` (comma-separated) if set, else `default`.
+pub fn sizes(default: &str) -> Vec<usize> {
+    std::env::var("BENCH_N")
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+/// A fresh name for one bench's database, key prefix or directory:
+/// `agno_ct_<epoch>_bench_<what>_<random>` (the suites' leftover sweep drops it after three
+/// hours if the bench dies before cleaning up).
+pub fn fresh_name(what: &str) -> String {
+    format!(
+        "agno_ct_{}_bench_{what}_{}",
+        agno_storage_core::now_epoch_seconds(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+/// Creates the bench session in `db`, appends `n` runs one call at a time, then reads the
+/// session back. Fails if any call fails or the session does not come back with `n` runs.
+pub async fn append_runs(db: &AgnoDb, n: usize) -> Result<AppendFigures> {
+    db.sessions()?
+        .upsert_session(Session::new(SESSION_ID, SessionType::Agent, AGENT_ID).with_user(USER_ID))
+        .await?;
+    let runs = db.runs()?;
+    let mut laps = Vec::with_capacity(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        let run = RunRecord::from_run_data(SESSION_ID, Some(USER_ID.into()), run_data(i))?;
+        runs.upsert_run(run).await?;
+        laps.push(t.elapsed().as_secs_f64());
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let session = db
+        .sessions()?
+        .get_session(SESSION_ID, SessionRead::for_user(USER_ID))
+        .await?;
+    let read = t.elapsed().as_secs_f64();
+    let got = session.and_then(|s| s.runs).map(|r| r.len());
+    if got != Some(n) {
+        return Err(Error::new(
+            ErrorKind::Unexpected,
+            format!("the bench session came back with {got:?} runs, not {n}"),
+        ));
+    }
+    Ok(AppendFigures::from_laps(&laps, wall, read))
+}
+
+/// `interop/bench_agno.py` of this workspace (`AGNO_BENCH_SCRIPT` overrides).
+fn agno_script() -> PathBuf {
+    std::env::var_os("AGNO_BENCH_SCRIPT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/bench_agno.py")
+        })
+}
+
+/// The same workload through agno 3.1.10: runs `interop/bench_agno.py TARGET N` with the
+/// Python in `AGNO_TEST_PYTHON_V3` (`Ok(None)` when unset). Targets: `sqlite:PATH`,
+/// `postgres:URL#SCHEMA`, `redis:URL#PREFIX`, `mongo:URL#DATABASE`, `json:DIR`, `memory:`
+/// (see the script). Blocking: call it outside an async runtime.
+pub fn agno_append_runs(target: &str, n: usize) -> Result<Option<AppendFigures>> {
+    let Ok(python) = std::env::var("AGNO_TEST_PYTHON_V3") else {
+        return Ok(None);
+    };
+    let failed = |what: String| Error::new(ErrorKind::Unexpected, what);
+    let out = Command::new(python)
+        .arg(agno_script())
+        .arg(target)
+        .arg(n.to_string())
+        .output()
+        .map_err(|e| failed(format!("starting bench_agno.py: {e}")))?;
+    if !out.status.success() {
+        return Err(failed(format!(
+            "bench_agno.py {target} {n} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    // agno may log to stdout first; the figures are the last line.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| failed(format!("bench_agno.py printed no figures: {stdout}")))?;
+    let field = |k: &str| {
+        v[k].as_f64()
+            .ok_or_else(|| failed(format!("bench_agno.py: no `{k}` in {v}")))
+    };
+    let wall_per_run = field("wall_per_run_s")?;
+    Ok(Some(AppendFigures {
+        n,
+        wall_per_run,
+        runs_per_second: 1.0 / wall_per_run.max(1e-12),
+        first10: field("first10_s")?,
+        last10: field("last10_s")?,
+        read: field("read_s")?,
+    }))
+}
+
+/// One line of figures: wall per run, runs/s, first-10 and last-10 medians, flatness, read.
+pub fn print_figures(label: &str, f: &AppendFigures) {
+    println!(
+        "{label:<24} N={:<6} wall/run {:>9.1} µs  {:>8.0} runs/s  first10 {:>8.1} µs  last10 {:>8.1} µs  last/first {:>5.2}  read {:>9.2} ms",
+        f.n,
+        f.wall_per_run * 1e6,
+        f.runs_per_second,
+        f.first10 * 1e6,
+        f.last10 * 1e6,
+        f.flatness(),
+        f.read * 1e3
+    );
+}
+
+/// The ratios of ours against agno's, one indented line, then a Markdown table row
+/// (`| backend | N | ours last/first | agno last/first | ours/agno runs/s | agno/ours read |`).
+pub fn print_comparison(backend: &str, ours: &AppendFigures, agno: Option<&AppendFigures>) {
+    match agno {
+        Some(a) => {
+            println!(
+                "    ours/agno runs/s {:.2}; last/first append ours {:.2}, agno {:.2}; read agno/ours {:.2}",
+                ours.runs_per_second / a.runs_per_second.max(1e-12),
+                ours.flatness(),
+                a.flatness(),
+                a.read / ours.read.max(1e-9)
+            );
+            println!(
+                "| {backend} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                ours.n,
+                ours.flatness(),
+                a.flatness(),
+                ours.runs_per_second / a.runs_per_second.max(1e-12),
+                a.read / ours.read.max(1e-9)
+            );
+        }
+        None => {
+            println!("    last/first append ours {:.2}", ours.flatness());
+            println!("| {backend} | {} | {:.2} | | | |", ours.n, ours.flatness());
+        }
+    }
+}
+
+/// Runs agno's side for `target` and prints it and the comparison; a failure is printed, not
+/// fatal (the bench still reports ours).
+pub fn compare_with_agno(backend: &str, target: &str, ours: &AppendFigures) {
+    let agno = match agno_append_runs(target, ours.n) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("agno side of {backend}: {e}");
+            None
+        }
+    };
+    if let Some(a) = &agno {
+        print_figures(&format!("{backend} agno 3.1.10"), a);
+    }
+    print_comparison(backend, ours, agno.as_ref());
+}
