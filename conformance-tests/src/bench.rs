@@ -53,6 +53,8 @@ pub struct AppendFigures {
     pub last10: f64,
     /// Reading the session back with its `n` runs.
     pub read: f64,
+    /// Each append's latency, in order (empty for agno's side, which reports only medians).
+    pub laps: Vec<f64>,
 }
 
 impl AppendFigures {
@@ -72,7 +74,23 @@ impl AppendFigures {
             first10: median(&laps[..n.min(10)]),
             last10: median(&laps[n.saturating_sub(10)..]),
             read,
+            laps: laps.to_vec(),
         }
+    }
+
+    /// Median append latency in each tenth of the session's history (fewer parts when
+    /// fewer than 10 laps): where along the history an append got slower.
+    pub fn tenths(&self) -> Vec<f64> {
+        let parts = self.laps.len().min(10);
+        (0..parts)
+            .map(|k| {
+                let (a, b) = (
+                    k * self.laps.len() / parts,
+                    (k + 1) * self.laps.len() / parts,
+                );
+                median(&self.laps[a..b])
+            })
+            .collect()
     }
 }
 
@@ -191,10 +209,12 @@ pub fn agno_append_runs(target: &str, n: usize) -> Result<Option<AppendFigures>>
         first10: field("first10_s")?,
         last10: field("last10_s")?,
         read: field("read_s")?,
+        laps: Vec::new(),
     }))
 }
 
-/// One line of figures: wall per run, runs/s, first-10 and last-10 medians, flatness, read.
+/// One line of figures: wall per run, runs/s, first-10 and last-10 medians, flatness, read;
+/// with `BENCH_LAPS` set, a second line of [`AppendFigures::tenths`].
 pub fn print_figures(label: &str, f: &AppendFigures) {
     println!(
         "{label:<24} N={:<6} wall/run {:>9.1} µs  {:>8.0} runs/s  first10 {:>8.1} µs  last10 {:>8.1} µs  last/first {:>5.2}  read {:>9.2} ms",
@@ -206,6 +226,14 @@ pub fn print_figures(label: &str, f: &AppendFigures) {
         f.flatness(),
         f.read * 1e3
     );
+    if std::env::var_os("BENCH_LAPS").is_some() && !f.laps.is_empty() {
+        let tenths: Vec<String> = f
+            .tenths()
+            .iter()
+            .map(|t| format!("{:.0}", t * 1e6))
+            .collect();
+        println!("    median append per tenth of N, µs: {}", tenths.join(" "));
+    }
 }
 
 /// The ratios of ours against agno's, one indented line, then a Markdown table row
