@@ -35,14 +35,20 @@ pub fn unwrap_double_encoded(value: Value) -> Option<Value> {
 /// encoded JSON string of one; absent and JSON `null` are empty. Anything else is an error
 /// describing what was found, so a migration can report it instead of dropping it.
 pub fn decode_legacy_runs(blob: Option<&Value>) -> std::result::Result<Vec<Value>, String> {
+    /// Decodes an encoded blob, taking the parsed array without copying it.
+    fn decode_text(text: &str, depth: u8) -> std::result::Result<Vec<Value>, String> {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Array(items)) => Ok(items),
+            Ok(Value::String(inner)) if depth < 1 => decode_text(&inner, depth + 1),
+            Ok(other) => decode(&other, 2),
+            Err(e) => Err(format!("the runs blob is not valid JSON ({e})")),
+        }
+    }
     fn decode(value: &Value, depth: u8) -> std::result::Result<Vec<Value>, String> {
         match value {
             Value::Null => Ok(Vec::new()),
             Value::Array(items) => Ok(items.clone()),
-            Value::String(text) if depth < 2 => match serde_json::from_str::<Value>(text) {
-                Ok(inner) => decode(&inner, depth + 1),
-                Err(e) => Err(format!("the runs blob is not valid JSON ({e})")),
-            },
+            Value::String(text) if depth < 2 => decode_text(text, depth),
             other => Err(format!(
                 "the runs blob is not a JSON array (found {})",
                 json_type(other)
