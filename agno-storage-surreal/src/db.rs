@@ -1,6 +1,7 @@
 //! [`SurrealDb`]: the connection, table names, options and agno's table definitions.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
@@ -8,6 +9,7 @@ use surrealdb::engine::any::Any;
 use surrealdb::Surreal;
 
 use crate::doc::{check_ident, db_err, BACKEND};
+use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
 
 /// Table names, as agno 3.1.10's `SurrealDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +189,17 @@ pub struct SurrealOptions {
     /// version (a new database). Turn off to open an empty database that agno 2.x data will
     /// be imported into and then migrated. Default: on.
     pub stamp_new_database: bool,
+    /// The migration lock's lease (default [`DEFAULT_MIGRATION_LOCK_LEASE`], 30 s; at least
+    /// one second; [`SurrealDb::open`] refuses a shorter one with `InvalidInput`).
+    ///
+    /// While a migration holds the lock, a heartbeat renews the lease every `lease / 3`; a
+    /// lock whose holder died (no heartbeat) is taken over by the next migration once its
+    /// lease passes, so a crashed migration blocks others for at most `lease`. The holder's
+    /// lease is written into the lock, so a waiter honours the holder's lease, not its own.
+    /// Too short a lease lets a holder stalled longer than two thirds of it (a long pause, an
+    /// overloaded server) lose the lock while it still works; `release` then reports the
+    /// loss.
+    pub migration_lock_lease: Duration,
 }
 
 impl SurrealOptions {
@@ -198,6 +211,7 @@ impl SurrealOptions {
             credentials: None,
             names: TableNames::default(),
             stamp_new_database: true,
+            migration_lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
         }
     }
 
@@ -210,11 +224,30 @@ impl SurrealOptions {
         self.credentials = Some((user.into(), password.into()));
         self
     }
+
+    /// Sets the migration lock's lease ([`SurrealOptions::migration_lock_lease`]).
+    pub fn with_migration_lock_lease(mut self, lease: Duration) -> Self {
+        self.migration_lock_lease = lease;
+        self
+    }
+}
+
+/// Refuses a migration lock lease under [`MIN_MIGRATION_LOCK_LEASE`].
+fn check_lease(lease: Duration) -> Result<()> {
+    if lease < MIN_MIGRATION_LOCK_LEASE {
+        return Err(Error::invalid_input(format!(
+            "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
+        ))
+        .with_backend(BACKEND));
+    }
+    Ok(())
 }
 
 pub(crate) struct Inner {
     pub(crate) client: Surreal<Any>,
     pub(crate) names: TableNames,
+    /// The migration lock's lease ([`SurrealOptions::migration_lock_lease`]).
+    pub(crate) lock_lease: Duration,
 }
 
 /// One SurrealDB database (a namespace and database) holding agno's tables. Cheap to clone.
@@ -238,8 +271,10 @@ impl std::fmt::Debug for SurrealDb {
 impl SurrealDb {
     /// Connects to `url` (`mem://`, `surrealkv://PATH`, `ws://HOST:PORT`, as the enabled
     /// features allow), signs in when credentials are given, selects the namespace and
-    /// database, then [`SurrealDb::open`]s it.
+    /// database, then [`SurrealDb::open`]s it. `InvalidInput` (before connecting) when
+    /// [`SurrealOptions::migration_lock_lease`] is under one second.
     pub async fn connect(url: &str, options: SurrealOptions) -> Result<Self> {
+        check_lease(options.migration_lock_lease)?;
         let client = surrealdb::engine::any::connect(url.to_owned())
             .await
             .map_err(|e| {
@@ -272,7 +307,11 @@ impl SurrealDb {
     /// its tables are stamped at the latest schema version (unless
     /// [`SurrealOptions::stamp_new_database`] is off). An existing unstamped database is
     /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
+    ///
+    /// `InvalidInput` when a table name is not a plain identifier or
+    /// [`SurrealOptions::migration_lock_lease`] is under one second.
     pub async fn open(client: Surreal<Any>, options: SurrealOptions) -> Result<Self> {
+        check_lease(options.migration_lock_lease)?;
         for t in options.names.all() {
             check_ident(t)?;
         }
@@ -280,6 +319,7 @@ impl SurrealDb {
             inner: Arc::new(Inner {
                 client,
                 names: options.names,
+                lock_lease: options.migration_lock_lease,
             }),
         };
         me.run("define tables", &me.inner.names.schema(), Vec::new())
@@ -310,6 +350,11 @@ impl SurrealDb {
     /// The table names in use.
     pub fn names(&self) -> &TableNames {
         &self.inner.names
+    }
+
+    /// The migration lock lease in use ([`SurrealOptions::migration_lock_lease`]).
+    pub fn migration_lock_lease(&self) -> Duration {
+        self.inner.lock_lease
     }
 
     /// One handle over every store of this database.

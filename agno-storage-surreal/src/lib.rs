@@ -19,6 +19,14 @@
 //! deletes only the runs of the sessions it deleted, and the v3.0.0 migration never
 //! overwrites a newer run and never stamps after a failed copy.
 //!
+//! The migration lock is a lease: a record `migration_lock` in the meta table
+//! (`agno_storage_meta`) carrying its holder's token and `lease_until`, renewed every
+//! lease/3 by a heartbeat task. A migration whose process died blocks the next one only
+//! until its lease passes ([`SurrealOptions::migration_lock_lease`], default 30 s); then the
+//! lock is taken over by compare-and-set. A holder that finds its lock taken over stops
+//! renewing and its `release` reports `Conflict`. A lock record written by a version without
+//! heartbeats (only `locked_at`) is still broken after 15 minutes, as that version did.
+//!
 //! # Features
 //!
 //! Nothing is compiled by default.
@@ -58,5 +66,7 @@ mod sessions;
 
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use db::{SurrealDb, SurrealOptions, TableNames};
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use surrealdb;

@@ -1,7 +1,26 @@
 //! Schema stamps (`agno_schema_versions`, record id = table name), the v3.0.0 steps and
 //! the migration lock.
+//!
+//! The migration lock is a lease: one record `migration_lock` `{holder, locked_at,
+//! lease_until}` in the meta table. `holder` is a random token per `lock()` call,
+//! `lease_until` the epoch milliseconds until which the lease holds and `locked_at` the epoch
+//! seconds of the last heartbeat (the field a version without heartbeats wrote and read).
+//! While the lock is held, a background task renews it every lease/3: it reads the record
+//! and, if it still carries the holder's token, rewrites it in a SurrealQL transaction that
+//! `THROW`s unless the record is still the exact version read (a compare-and-set). When the
+//! record is gone or carries another token, another migrator took the lock over (or it was
+//! deleted): the task stops without writing the lock back, and `release` reports the loss. A
+//! lock whose lease has passed is taken over by the next `lock()` with a write conditioned on
+//! the exact version it read, so of several waiters one wins and a holder that renewed in
+//! between keeps its lock. A record without `lease_until` (written by a version without
+//! heartbeats, which never renews) is taken over once its `locked_at` is 15 minutes old, as
+//! that version did; that version breaks our lock only after the same 15 minutes without a
+//! heartbeat.
+//!
+//! Expiry compares the holder's clock (which wrote `lease_until`) with the waiter's: clocks
+//! of the processes that migrate one database must agree to well within a lease.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agno_storage_core::migration::{
@@ -11,14 +30,32 @@ use agno_storage_core::migration::{
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
 use serde_json::{json, Value};
 
-use crate::doc::{Commit, Fields, Pre};
+use crate::doc::{Commit, Fields, Pre, Stored, BACKEND};
 use crate::SurrealDb;
 
-/// A lock older than this is taken to be left by a crashed migration and is broken.
-const STALE_LOCK_SECONDS: i64 = 15 * 60;
-/// How long `lock()` waits for another migration before giving up.
+/// The migration lock's lease unless [`crate::SurrealOptions::migration_lock_lease`] sets
+/// another: a migration whose process died is taken over this long after its last
+/// heartbeat.
+pub const DEFAULT_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(30);
+/// The shortest lease accepted.
+pub(crate) const MIN_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(1);
+/// A lock record without `lease_until` (from a version without heartbeats) is taken over
+/// once its `locked_at` is this old, as that version broke stale locks.
+const LEGACY_STALE_LOCK_SECONDS: i64 = 15 * 60;
+/// How long `lock()` waits for another migration before giving up (at least two leases).
 const LOCK_WAIT: Duration = Duration::from_secs(60);
 const LOCK_ID: &str = "migration_lock";
+/// Compare-and-set attempts of one renewal or release before it counts as failed.
+const LOCK_CAS_ATTEMPTS: usize = 5;
+
+/// Now, in epoch milliseconds.
+fn now_epoch_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
 
 #[async_trait]
 impl SchemaVersionStore for SurrealDb {
@@ -49,27 +86,172 @@ pub(crate) fn object(value: Value) -> Fields {
     }
 }
 
-/// Held while a migration runs: a record in the meta table, deleted on drop.
+/// Why a holder lost its lock, set by the heartbeat task.
+type Lost = Arc<Mutex<Option<String>>>;
+
+fn record_loss(lost: &Lost, why: &str) {
+    let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
+    slot.get_or_insert_with(|| why.to_owned());
+}
+
+fn loss(lost: &Lost) -> Option<String> {
+    lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The lock record's body for `holder`, its lease running `lease` from `now_ms`.
+fn lock_fields(holder: &str, now_ms: i64, lease: Duration) -> Fields {
+    object(json!({
+        "holder": holder,
+        "locked_at": now_ms / 1000,
+        "lease_until": now_ms.saturating_add(millis(lease)),
+    }))
+}
+
+fn number(lock: &Stored, field: &str) -> Option<i64> {
+    let v = lock.fields.get(field)?;
+    v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))
+}
+
+/// Whether the lock `lock` may be taken over at `now_ms`: its lease has passed, or (a
+/// record without a lease) its `locked_at` is [`LEGACY_STALE_LOCK_SECONDS`] old, or it has
+/// neither field (no version writes such a record).
+fn expired(lock: &Stored, now_ms: i64) -> bool {
+    match number(lock, "lease_until") {
+        Some(until) => until <= now_ms,
+        None => number(lock, "locked_at")
+            .is_none_or(|at| at < now_ms / 1000 - LEGACY_STALE_LOCK_SECONDS),
+    }
+}
+
+impl SurrealDb {
+    /// Renews `holder`'s lease: `false` when the lock is gone or carries another token.
+    async fn renew_lock(&self, holder: &str, lease: Duration) -> Result<bool> {
+        let meta = &self.inner.names.meta;
+        for attempt in 0..LOCK_CAS_ATTEMPTS {
+            let Some(lock) = self.get(meta, LOCK_ID).await? else {
+                return Ok(false);
+            };
+            if lock.str("holder") != Some(holder) {
+                return Ok(false);
+            }
+            let fields = lock_fields(holder, now_epoch_millis(), lease);
+            let write = self.put(meta, LOCK_ID, &fields, lock.unchanged());
+            if let Commit::Done = self.commit("migration lock heartbeat", vec![write]).await? {
+                return Ok(true);
+            }
+            crate::doc::backoff(attempt).await;
+        }
+        Err(crate::doc::contended("migration lock heartbeat"))
+    }
+
+    /// Deletes the lock if `holder` still holds it: `false` when it is gone or carries
+    /// another token.
+    async fn unlock(&self, holder: &str) -> Result<bool> {
+        let meta = &self.inner.names.meta;
+        for attempt in 0..LOCK_CAS_ATTEMPTS {
+            let Some(lock) = self.get(meta, LOCK_ID).await? else {
+                return Ok(false);
+            };
+            if lock.str("holder") != Some(holder) {
+                return Ok(false);
+            }
+            let write = self.delete(meta, LOCK_ID, lock.unchanged());
+            // A conflict: a heartbeat in flight renewed it meanwhile; read it again.
+            if let Commit::Done = self.commit("migration unlock", vec![write]).await? {
+                return Ok(true);
+            }
+            crate::doc::backoff(attempt).await;
+        }
+        Err(crate::doc::contended("migration unlock"))
+    }
+
+    /// The error `release` returns when the lease was lost while the migration ran.
+    fn lost_error(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "the migration lock (record {}:{LOCK_ID}) was lost while the migration ran: {why}; \
+                 another migration may have run at the same time. The steps are idempotent: run the migration \
+                 again to make sure every table is migrated",
+                self.inner.names.meta
+            ),
+        )
+        .with_backend(BACKEND)
+    }
+
+    /// The guard of a lock `holder` just took.
+    fn hold(&self, holder: String) -> MigrationLock {
+        let lost = Lost::default();
+        let heartbeat = spawn_heartbeat(
+            self.clone(),
+            holder.clone(),
+            self.inner.lock_lease,
+            lost.clone(),
+        );
+        Box::new(LockGuard {
+            db: self.clone(),
+            holder,
+            heartbeat,
+            lost,
+        })
+    }
+}
+
+/// Renews `holder`'s lease every `lease / 3` (sooner after a failed round trip) until it is
+/// aborted, or until a renewal finds the lock gone or carrying another token: then the loss
+/// is recorded in `lost` and the task ends without writing the lock back.
+fn spawn_heartbeat(
+    db: SurrealDb,
+    holder: String,
+    lease: Duration,
+    lost: Lost,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut pause = lease / 3;
+        loop {
+            tokio::time::sleep(pause).await;
+            match db.renew_lock(&holder, lease).await {
+                Ok(true) => pause = lease / 3,
+                Ok(false) => {
+                    record_loss(
+                        &lost,
+                        "a heartbeat found the lock taken over by another migrator (its lease had \
+                         passed) or deleted",
+                    );
+                    return;
+                }
+                // A failed round trip: retry soon. If the lease passes meanwhile and another
+                // migrator takes the lock over, the next renewal finds its token.
+                Err(_) => pause = lease / 10,
+            }
+        }
+    })
+}
+
+/// Held while a migration runs: the lock record, renewed by a heartbeat task until it is
+/// released (or dropped: the task stops and the record is deleted, best effort).
 struct LockGuard {
     db: SurrealDb,
     holder: String,
+    heartbeat: tokio::task::JoinHandle<()>,
+    lost: Lost,
 }
 
 #[async_trait]
 impl HeldLock for LockGuard {
-    /// Deletes the lock record if this holder still owns it.
+    /// Stops the heartbeat and deletes the lock record if this holder still owns it.
+    /// `Conflict` when the lock was lost while held (taken over after the lease passed, or
+    /// deleted): the migration may have overlapped with another.
     async fn release(mut self: Box<Self>) -> Result<()> {
+        self.heartbeat.abort();
         let holder = std::mem::take(&mut self.holder);
-        let meta = self.db.inner.names.meta.clone();
-        if let Some(lock) = self.db.get(&meta, LOCK_ID).await? {
-            if lock.str("holder") == Some(holder.as_str()) {
-                self.db
-                    .commit(
-                        "migration unlock",
-                        vec![self.db.delete(&meta, LOCK_ID, lock.unchanged())],
-                    )
-                    .await?;
-            }
+        if let Some(why) = loss(&self.lost) {
+            return Err(self.db.lost_error(&why));
+        }
+        if !self.db.unlock(&holder).await? {
+            return Err(self.db.lost_error(
+                "at release it was held by another migrator (its lease had passed) or deleted",
+            ));
         }
         Ok(())
     }
@@ -77,6 +259,7 @@ impl HeldLock for LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.heartbeat.abort();
         if self.holder.is_empty() {
             return; // released
         }
@@ -84,18 +267,8 @@ impl Drop for LockGuard {
         let holder = std::mem::take(&mut self.holder);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                // Best effort: a lock that is not released goes stale and is broken later.
-                let meta = db.inner.names.meta.clone();
-                if let Ok(Some(lock)) = db.get(&meta, LOCK_ID).await {
-                    if lock.str("holder") == Some(holder.as_str()) {
-                        let _ = db
-                            .commit(
-                                "migration unlock",
-                                vec![db.delete(&meta, LOCK_ID, lock.unchanged())],
-                            )
-                            .await;
-                    }
-                }
+                // Best effort: a lock that is not released is taken over once its lease passes.
+                let _ = db.unlock(&holder).await;
             });
         }
     }
@@ -125,39 +298,43 @@ impl MigrationTarget for SurrealDb {
         ]
     }
 
+    /// Takes the migration lock (see the module docs): creates the lock record, or takes
+    /// over one whose lease has passed, retrying every 100 ms. `Conflict` after a minute (or
+    /// two leases, if longer) while a live holder keeps renewing it.
     async fn lock(&self) -> Result<MigrationLock> {
         let meta = &self.inner.names.meta;
+        let lease = self.inner.lock_lease;
         let holder = uuid::Uuid::new_v4().to_string();
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT.max(lease * 2);
         loop {
-            let now = now_epoch_seconds();
-            let fields = object(json!({"holder": holder, "locked_at": now}));
+            let now_ms = now_epoch_millis();
+            let fields = lock_fields(&holder, now_ms, lease);
             let write = self.put(meta, LOCK_ID, &fields, Pre::Absent);
             if let Commit::Done = self.commit("migration lock", vec![write]).await? {
-                return Ok(Box::new(LockGuard {
-                    db: self.clone(),
-                    holder,
-                }));
+                return Ok(self.hold(holder));
             }
-            if let Some(lock) = self.get(meta, LOCK_ID).await? {
-                let locked_at = lock.fields.get("locked_at").and_then(Value::as_i64);
-                if locked_at.is_some_and(|t| t < now - STALE_LOCK_SECONDS) {
-                    self.commit(
-                        "migration lock",
-                        vec![self.delete(meta, LOCK_ID, lock.unchanged())],
-                    )
-                    .await?;
-                    continue;
+            match self.get(meta, LOCK_ID).await? {
+                // Released meanwhile: create it again at once.
+                None => continue,
+                Some(current) if expired(&current, now_ms) => {
+                    let write = self.put(meta, LOCK_ID, &fields, current.unchanged());
+                    if let Commit::Done = self.commit("migration lock", vec![write]).await? {
+                        return Ok(self.hold(holder));
+                    }
                 }
+                Some(_) => {}
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::Conflict,
                     format!(
-                        "another migration holds the lock (record {meta}:{LOCK_ID}); wait for it to finish, or \
-                         delete that record if its process is gone"
+                        "another migration holds the lock (record {meta}:{LOCK_ID}); wait for it to \
+                         finish. A lock whose holder died is taken over once its lease ({} s from the last \
+                         heartbeat) passes",
+                        lease.as_secs_f64()
                     ),
-                ));
+                )
+                .with_backend(BACKEND));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
