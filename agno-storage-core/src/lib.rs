@@ -22,6 +22,8 @@ pub mod job;
 pub mod json;
 pub mod knowledge;
 pub mod learning;
+#[cfg(feature = "lease")]
+pub mod lease;
 pub mod legacy;
 pub mod metrics;
 pub mod migration;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
-use agno_storage_core::{AgnoDb, Error, Result};
+use agno_storage_core::{AgnoDb, Result};
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -13,7 +13,7 @@ use mongodb::options::ClientOptions;
 use mongodb::{Client, ClientSession, Collection, Database};
 
 use crate::doc::{db_err, BACKEND};
-use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
+use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 use crate::schema::{self, IndexSpec};
 
 /// How often a transaction that hit a transient conflict is retried.
@@ -183,12 +183,8 @@ impl MongoDb {
     /// unreachable server) lose the lock while it still works; `release` then reports the
     /// loss.
     pub fn with_migration_lock_lease(self, lease: Duration) -> Result<Self> {
-        if lease < MIN_MIGRATION_LOCK_LEASE {
-            return Err(Error::invalid_input(format!(
-                "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
-            ))
-            .with_backend(BACKEND));
-        }
+        let lease =
+            agno_storage_core::lease::check_lease(lease).map_err(|e| e.with_backend(BACKEND))?;
         Ok(MongoDb {
             inner: Arc::new(Inner {
                 db: self.inner.db.clone(),

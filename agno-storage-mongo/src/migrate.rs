@@ -17,12 +17,14 @@
 //! Expiry compares the holder's clock (which wrote `lease_until`) with the waiter's: clocks
 //! of the processes that migrate one database must agree to well within a lease.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use agno_storage_core::lease::{hold_lease, millis, now_epoch_millis, LeaseRecord};
+
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, MigrationTarget,
-    RekeyLearningsStep, SchemaVersion, SchemaVersionStore, StepOutcome, TableRef, TableType,
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
+    SchemaVersion, SchemaVersionStore, StepOutcome, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
 use mongodb::bson::{doc, Bson, Document};
@@ -31,26 +33,11 @@ use crate::doc::{db_err, is_duplicate_key};
 use crate::schema::{self, UQ_USER_NAME};
 use crate::MongoDb;
 
-/// The migration lock's lease unless [`MongoDb::with_migration_lock_lease`] sets another: a
-/// migration whose process died is taken over this long after its last heartbeat.
-pub const DEFAULT_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(30);
-/// The shortest lease [`MongoDb::with_migration_lock_lease`] accepts.
-pub(crate) const MIN_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(1);
+pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 /// A lock record without `lease_until` (from a version without heartbeats) is taken over
 /// once its `locked_at` is this old, as that version broke stale locks.
 const LEGACY_STALE_LOCK_SECONDS: i64 = 15 * 60;
-/// How long `lock()` waits for another migration before giving up (at least two leases).
-const LOCK_WAIT: Duration = Duration::from_secs(60);
 const LOCK_ID: &str = "migration_lock";
-
-/// Now, in epoch milliseconds.
-fn now_epoch_millis() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 #[async_trait]
 impl SchemaVersionStore for MongoDb {
@@ -143,31 +130,6 @@ impl MigrationStep for RepairScheduleIndexesStep {
     }
 }
 
-/// Why a holder lost its lock, set by the heartbeat task.
-type Lost = Arc<Mutex<Option<String>>>;
-
-fn record_loss(lost: &Lost, why: String) {
-    let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
-    slot.get_or_insert(why);
-}
-
-fn loss(lost: &Lost) -> Option<String> {
-    lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// The error `release` returns when the lease was lost while the migration ran.
-fn lost_error(meta: &str, why: &str) -> Error {
-    Error::new(
-        ErrorKind::Conflict,
-        format!(
-            "the migration lock (document _id {LOCK_ID:?} in {meta}) was lost while the migration ran: {why}; \
-             another migration may have run at the same time. The steps are idempotent: run the migration \
-             again to make sure every table is migrated"
-        ),
-    )
-    .with_backend(crate::doc::BACKEND)
-}
-
 /// The lock document of `holder`, its lease running `lease` from `now_ms`.
 fn lock_record(holder: &str, now_ms: i64, lease: Duration) -> Document {
     doc! {
@@ -210,124 +172,60 @@ fn same_record(lock: &Document) -> Document {
     filter
 }
 
-/// Renews `holder`'s lease every `lease / 3` (sooner after a failed round trip) until it is
-/// aborted, or until a renewal matches nothing: then the lock was taken over or deleted, the
-/// loss is recorded in `lost` and the task ends without writing the lock back.
-fn spawn_heartbeat(
+/// The lock document as the lease's heartbeat and release see it.
+struct MongoLease {
     db: MongoDb,
-    holder: String,
-    lease: Duration,
-    lost: Lost,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let coll = db.coll(&db.inner.names.meta);
-        let mut pause = lease / 3;
-        loop {
-            tokio::time::sleep(pause).await;
-            let now_ms = now_epoch_millis();
-            let renewed = coll
-                .update_one(
-                    doc! {"_id": LOCK_ID, "holder": &holder},
-                    doc! {"$set": {
-                        "locked_at": now_ms / 1000,
-                        "lease_until": now_ms.saturating_add(millis(lease)),
-                    }},
-                )
-                .await;
-            match renewed {
-                Ok(r) if r.matched_count > 0 => pause = lease / 3,
-                Ok(_) => {
-                    record_loss(
-                        &lost,
-                        "a heartbeat found the lock taken over by another migrator (its lease had \
-                         passed) or deleted"
-                            .into(),
-                    );
-                    return;
-                }
-                // A failed round trip: retry soon. If the lease passes meanwhile and another
-                // migrator takes the lock over, the next renewal matches nothing.
-                Err(_) => pause = lease / 10,
-            }
-        }
-    })
-}
-
-/// Held while a migration runs: the lock document, renewed by a heartbeat task until it is
-/// released (or dropped: the task stops and the document is deleted, best effort).
-struct LockGuard {
-    db: MongoDb,
-    holder: String,
-    heartbeat: tokio::task::JoinHandle<()>,
-    lost: Lost,
 }
 
 #[async_trait]
-impl HeldLock for LockGuard {
-    /// Stops the heartbeat and deletes the lock document if this holder still owns it.
-    /// `Conflict` when the lock was lost while held (taken over after the lease passed, or
-    /// deleted): the migration may have overlapped with another.
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.heartbeat.abort();
-        let holder = std::mem::take(&mut self.holder);
-        let meta = &self.db.inner.names.meta;
-        if let Some(why) = loss(&self.lost) {
-            return Err(lost_error(meta, &why));
-        }
+impl LeaseRecord for MongoLease {
+    async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
+        let now_ms = now_epoch_millis();
+        let renewed = self
+            .db
+            .coll(&self.db.inner.names.meta)
+            .update_one(
+                doc! {"_id": LOCK_ID, "holder": holder},
+                doc! {"$set": {
+                    "locked_at": now_ms / 1000,
+                    "lease_until": now_ms.saturating_add(millis(lease)),
+                }},
+            )
+            .await
+            .map_err(db_err("renew the migration lock"))?;
+        Ok(renewed.matched_count > 0)
+    }
+
+    async fn remove(&self, holder: &str) -> Result<bool> {
         let deleted = self
             .db
-            .coll(meta)
+            .coll(&self.db.inner.names.meta)
             .delete_one(doc! {"_id": LOCK_ID, "holder": holder})
             .await
-            .map_err(db_err("release the migration lock"))?
-            .deleted_count;
-        if deleted == 0 {
-            return Err(lost_error(
-                meta,
-                "at release it was held by another migrator (its lease had passed) or deleted",
-            ));
-        }
-        Ok(())
+            .map_err(db_err("release the migration lock"))?;
+        Ok(deleted.deleted_count > 0)
     }
-}
 
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        if self.holder.is_empty() {
-            return; // released
-        }
-        let coll = self.db.coll(&self.db.inner.names.meta);
-        let holder = std::mem::take(&mut self.holder);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                // Best effort: a lock that is not released is taken over once its lease passes.
-                let _ = coll
-                    .delete_one(doc! {"_id": LOCK_ID, "holder": holder})
-                    .await;
-            });
-        }
+    fn location(&self) -> String {
+        format!("document _id {LOCK_ID:?} in {}", self.db.inner.names.meta)
+    }
+
+    fn backend(&self) -> &'static str {
+        crate::doc::BACKEND
     }
 }
 
 impl MongoDb {
-    /// The guard of a lock `holder` just took.
+    /// The guard of a lock `holder` just took: renewed by a heartbeat until released.
     fn hold(&self, holder: String) -> MigrationLock {
-        let lost = Lost::default();
-        let heartbeat = spawn_heartbeat(
-            self.clone(),
-            holder.clone(),
-            self.inner.lock_lease,
-            lost.clone(),
-        );
-        Box::new(LockGuard {
-            db: self.clone(),
+        hold_lease(
+            MongoLease { db: self.clone() },
             holder,
-            heartbeat,
-            lost,
-        })
+            self.inner.lock_lease,
+        )
     }
 }
+
 #[async_trait]
 impl MigrationTarget for MongoDb {
     fn tables(&self) -> Vec<TableRef> {
@@ -360,7 +258,7 @@ impl MigrationTarget for MongoDb {
         let coll = self.coll(&self.inner.names.meta);
         let lease = self.inner.lock_lease;
         let holder = uuid::Uuid::new_v4().to_string();
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT.max(lease * 2);
+        let deadline = tokio::time::Instant::now() + agno_storage_core::lease::lock_wait(lease);
         loop {
             let now_ms = now_epoch_millis();
             let record = lock_record(&holder, now_ms, lease);
