@@ -19,7 +19,7 @@ use aws_sdk_dynamodb::Client;
 use tokio::sync::Mutex;
 
 use crate::codec::{Item, BACKEND};
-use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
+use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 
 /// Table names, as agno 3.1.10's `DynamoDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -508,12 +508,8 @@ impl DynamoDb {
     /// unreachable endpoint) lose the lock while it still works; `release` then reports the
     /// loss.
     pub fn with_migration_lock_lease(self, lease: Duration) -> Result<Self> {
-        if lease < MIN_MIGRATION_LOCK_LEASE {
-            return Err(Error::invalid_input(format!(
-                "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
-            ))
-            .with_backend(BACKEND));
-        }
+        let lease =
+            agno_storage_core::lease::check_lease(lease).map_err(|e| e.with_backend(BACKEND))?;
         Ok(DynamoDb {
             inner: Arc::new(Inner {
                 client: self.inner.client.clone(),

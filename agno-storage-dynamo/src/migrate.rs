@@ -19,40 +19,26 @@
 //! Expiry compares the holder's clock (which wrote `lease_until`) with the waiter's: clocks
 //! of the processes that migrate one database must agree to well within a lease.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use agno_storage_core::lease::{hold_lease, millis, now_epoch_millis, LeaseRecord};
+
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, MigrationTarget,
-    RekeyLearningsStep, SchemaVersion, SchemaVersionStore, TableRef, TableType,
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
+    SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
-use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
+use agno_storage_core::{async_trait, now_epoch_seconds, ErrorKind, Result};
 
 use crate::codec::{err, n, nv, s, sv, Item};
 use crate::db::{Cond, Tbl};
 use crate::DynamoDb;
 
 const LOCK_KEY: &str = "migration_lock";
-/// The migration lock's lease unless [`crate::DynamoOptions::migration_lock_lease`] (or
-/// [`DynamoDb::with_migration_lock_lease`]) sets another: a migration whose process died is
-/// taken over this long after its last heartbeat.
-pub const DEFAULT_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(30);
-/// The shortest lease accepted.
-pub(crate) const MIN_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(1);
+pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 /// A lock item without `lease_until` (from a version without heartbeats) is taken over once
 /// its `locked_at` is this old, as that version broke stale locks.
 const LEGACY_STALE_LOCK_SECONDS: i64 = 600;
-/// How long `lock` waits for another migration (at least two leases).
-const LOCK_WAIT: Duration = Duration::from_secs(60);
-
-/// Now, in epoch milliseconds.
-fn now_epoch_millis() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 #[async_trait]
 impl SchemaVersionStore for DynamoDb {
@@ -73,18 +59,6 @@ impl SchemaVersionStore for DynamoDb {
     }
 }
 
-/// Why a holder lost its lock, set by the heartbeat task.
-type Lost = Arc<Mutex<Option<String>>>;
-
-fn record_loss(lost: &Lost, why: &str) {
-    let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
-    slot.get_or_insert_with(|| why.to_owned());
-}
-
-fn loss(lost: &Lost) -> Option<String> {
-    lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
 /// Whether the lock item `lock` may be taken over at `now_ms`: its lease has passed, or (an
 /// item without a lease) its `locked_at` is [`LEGACY_STALE_LOCK_SECONDS`] old, or it has
 /// neither attribute (no version writes such an item).
@@ -97,106 +71,45 @@ fn expired(lock: &Item, now_ms: i64) -> bool {
     }
 }
 
-/// Renews `holder`'s lease every `lease / 3` (sooner after a failed round trip) until it is
-/// aborted, or until the renewal's condition fails: then the lock was taken over or deleted,
-/// the loss is recorded in `lost` and the task ends without writing the lock back.
-fn spawn_heartbeat(
+/// The lock item as the lease's heartbeat and release see it.
+struct DynamoLease {
     db: DynamoDb,
-    holder: String,
-    lease: Duration,
-    lost: Lost,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let key = db.lock_key();
-        let mut pause = lease / 3;
-        loop {
-            tokio::time::sleep(pause).await;
-            let item = db.lock_item(&key, &holder, now_epoch_millis(), lease);
-            let renewed = db
-                .put(
-                    Tbl::Meta,
-                    item,
-                    Some(Cond::default().eq("holder", sv(&holder))),
-                )
-                .await;
-            match renewed {
-                Ok(true) => pause = lease / 3,
-                Ok(false) => {
-                    record_loss(
-                        &lost,
-                        "a heartbeat found the lock taken over by another migrator (its lease had \
-                         passed) or deleted",
-                    );
-                    return;
-                }
-                // A failed round trip: retry soon. If the lease passes meanwhile and another
-                // migrator takes the lock over, the next renewal's condition fails.
-                Err(_) => pause = lease / 10,
-            }
-        }
-    })
-}
-
-/// Held while a migration runs: the lock item, renewed by a heartbeat task until it is
-/// released (or dropped: the task stops and the item is deleted, best effort).
-struct LockGuard {
-    db: DynamoDb,
-    holder: String,
-    heartbeat: tokio::task::JoinHandle<()>,
-    lost: Lost,
 }
 
 #[async_trait]
-impl HeldLock for LockGuard {
-    /// Stops the heartbeat and deletes the lock item if this holder still owns it.
-    /// `Conflict` when the lock was lost while held (taken over after the lease passed, or
-    /// deleted): the migration may have overlapped with another.
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.heartbeat.abort();
-        let holder = std::mem::take(&mut self.holder);
+impl LeaseRecord for DynamoLease {
+    async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
         let key = self.db.lock_key();
-        if let Some(why) = loss(&self.lost) {
-            return Err(self.db.lost_error(&key, &why));
-        }
-        let deleted = self
-            .db
+        let item = self.db.lock_item(&key, holder, now_epoch_millis(), lease);
+        self.db
+            .put(
+                Tbl::Meta,
+                item,
+                Some(Cond::default().eq("holder", sv(holder))),
+            )
+            .await
+    }
+
+    async fn remove(&self, holder: &str) -> Result<bool> {
+        self.db
             .delete(
                 Tbl::Meta,
-                &key,
-                Some(Cond::default().eq("holder", sv(&holder))),
+                &self.db.lock_key(),
+                Some(Cond::default().eq("holder", sv(holder))),
             )
-            .await?;
-        if !deleted {
-            return Err(self.db.lost_error(
-                &key,
-                "at release it was held by another migrator (its lease had passed) or deleted",
-            ));
-        }
-        Ok(())
+            .await
     }
-}
 
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        if self.holder.is_empty() {
-            return; // released
-        }
-        let db = self.db.clone();
-        let holder = std::mem::take(&mut self.holder);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                // Best effort: a lock that is not released is taken over once its lease passes.
-                let key = db.lock_key();
-                let _ = db
-                    .delete(
-                        Tbl::Meta,
-                        &key,
-                        Some(Cond::default().eq("holder", sv(&holder))),
-                    )
-                    .await;
-            });
-        }
+    fn location(&self) -> String {
+        format!(
+            "item pk {:?} in {}",
+            self.db.lock_key(),
+            self.db.inner.names.meta
+        )
+    }
+
+    fn backend(&self) -> &'static str {
+        crate::codec::BACKEND
     }
 }
 
@@ -218,33 +131,12 @@ impl DynamoDb {
         item
     }
 
-    /// The guard of a lock `holder` just took.
+    /// The guard of a lock `holder` just took: renewed by a heartbeat until released.
     fn hold(&self, holder: String) -> MigrationLock {
-        let lost = Lost::default();
-        let heartbeat = spawn_heartbeat(
-            self.clone(),
-            holder.clone(),
-            self.inner.lock_lease,
-            lost.clone(),
-        );
-        Box::new(LockGuard {
-            db: self.clone(),
+        hold_lease(
+            DynamoLease { db: self.clone() },
             holder,
-            heartbeat,
-            lost,
-        })
-    }
-
-    /// The error `release` returns when the lease was lost while the migration ran.
-    fn lost_error(&self, key: &str, why: &str) -> Error {
-        err(
-            ErrorKind::Conflict,
-            format!(
-                "the migration lock (item pk {key:?} in {}) was lost while the migration ran: {why}; another \
-                 migration may have run at the same time. The steps are idempotent: run the migration again to \
-                 make sure every table is migrated",
-                self.inner.names.meta
-            ),
+            self.inner.lock_lease,
         )
     }
 }
@@ -280,7 +172,7 @@ impl MigrationTarget for DynamoDb {
         let key = self.lock_key();
         let lease = self.inner.lock_lease;
         let holder = uuid::Uuid::new_v4().to_string();
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT.max(lease * 2);
+        let deadline = tokio::time::Instant::now() + agno_storage_core::lease::lock_wait(lease);
         loop {
             let now_ms = now_epoch_millis();
             let item = self.lock_item(&key, &holder, now_ms, lease);
