@@ -7,7 +7,7 @@ use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType}
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
 
 use crate::doc::BACKEND;
-use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
+use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 
 /// Collection names, as agno 3.1.10's `FirestoreDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,13 +178,8 @@ impl FirestoreDb {
     /// [`FirestoreOptions::stamp_new_database`] is off). An existing unstamped database is
     /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
     pub async fn open(client: firestore::FirestoreDb, options: FirestoreOptions) -> Result<Self> {
-        let lease = options.migration_lock_lease;
-        if lease < MIN_MIGRATION_LOCK_LEASE {
-            return Err(Error::invalid_input(format!(
-                "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
-            ))
-            .with_backend(BACKEND));
-        }
+        let lease = agno_storage_core::lease::check_lease(options.migration_lock_lease)
+            .map_err(|e| e.with_backend(BACKEND))?;
         let me = FirestoreDb {
             inner: Arc::new(Inner {
                 client,
