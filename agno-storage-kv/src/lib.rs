@@ -220,7 +220,7 @@ mod client {
         /// of it (a long pause, an unreachable server) lose the lock while it still works;
         /// `release` then reports the loss.
         pub fn with_migration_lock_lease(mut self, lease: std::time::Duration) -> Result<KvDb> {
-            self.lock_lease = crate::migrate::check_lease(lease)
+            self.lock_lease = agno_storage_core::lease::check_lease(lease)
                 .map_err(|e| e.with_backend(self.store.server))?;
             Ok(self)
         }

@@ -16,12 +16,13 @@
 //! the server expires the key once the lease passes, and the next `lock()`'s `SET NX` takes
 //! it; expiry runs on the server's clock, so clients' clocks do not matter.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use agno_storage_core::lease::{hold_lease, LeaseRecord};
+
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, RekeyLearningsStep, StepOutcome,
-    TableRef,
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, RekeyLearningsStep, StepOutcome, TableRef,
 };
 use agno_storage_core::{
     async_trait, Error, ErrorKind, MigrationTarget, Result, SchemaVersion, SchemaVersionStore,
@@ -30,24 +31,9 @@ use agno_storage_core::{
 
 use crate::store::{glob_escape, KvStore};
 
-/// The migration lock's lease unless [`crate::KvDb::with_migration_lock_lease`] sets
-/// another: a migration whose process died is taken over this long after its last
-/// heartbeat.
-pub const DEFAULT_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(30);
-/// The shortest lease accepted.
-const MIN_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(1);
+pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 /// How long `lock()` waits for another migration to finish (at least two leases).
 const LOCK_WAIT: Duration = Duration::from_secs(300);
-
-/// `lease` if it is long enough for a migration lock, else `InvalidInput`.
-pub(crate) fn check_lease(lease: Duration) -> Result<Duration> {
-    if lease < MIN_MIGRATION_LOCK_LEASE {
-        return Err(Error::invalid_input(format!(
-            "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
-        )));
-    }
-    Ok(lease)
-}
 
 impl KvStore {
     fn version_key(&self, table_name: &str) -> String {
@@ -146,52 +132,33 @@ impl MigrationStep for IndexStep {
     }
 }
 
-/// Why a holder lost its lock, set by the heartbeat task.
-type Lost = Arc<Mutex<Option<String>>>;
-
-fn loss(lost: &Lost) -> Option<String> {
-    lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// Held while a migration runs: a `SET NX PX` key renewed by a heartbeat task until it is
-/// released (or dropped: the task stops and the key is deleted if still ours, best effort).
-struct LockGuard {
-    heartbeat: tokio::task::JoinHandle<()>,
-    store: Arc<KvStore>,
-    token: String,
-    lost: Lost,
-}
-
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 const REFRESH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
-impl LockGuard {
-    /// The error `release` returns when the lease was lost while the migration ran.
-    fn lost_error(&self, why: &str) -> Error {
-        Error::new(
-            ErrorKind::Conflict,
-            format!(
-                "the migration lock {} was lost while the migration ran: {why}; another migration may have run \
-                 at the same time. The steps are idempotent: run the migration again to make sure every table is \
-                 migrated",
-                self.store.lock_key()
-            ),
-        )
-        .with_backend(self.store.server)
-    }
+/// The lock key as the lease's heartbeat and release see it: a token-guarded `PEXPIRE`
+/// renews it, a token-guarded `DEL` removes it.
+struct KvLease {
+    store: Arc<KvStore>,
 }
 
 #[async_trait]
-impl HeldLock for LockGuard {
-    /// Stops the heartbeat and deletes the key if this holder still owns it. `Conflict` when
-    /// the lock was lost while held (expired and taken over, or deleted): the migration may
-    /// have overlapped with another.
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.heartbeat.abort();
-        let token = std::mem::take(&mut self.token);
-        if let Some(why) = loss(&self.lost) {
-            return Err(self.lost_error(&why));
-        }
+impl LeaseRecord for KvLease {
+    async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
+        let kept: i64 = self
+            .store
+            .query(
+                redis::cmd("EVAL")
+                    .arg(REFRESH)
+                    .arg(1)
+                    .arg(self.store.lock_key())
+                    .arg(holder)
+                    .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
+            )
+            .await?;
+        Ok(kept == 1)
+    }
+
+    async fn remove(&self, holder: &str) -> Result<bool> {
         let deleted: i64 = self
             .store
             .query(
@@ -199,75 +166,19 @@ impl HeldLock for LockGuard {
                     .arg(RELEASE)
                     .arg(1)
                     .arg(self.store.lock_key())
-                    .arg(&token),
+                    .arg(holder),
             )
             .await?;
-        if deleted == 0 {
-            return Err(self.lost_error(
-                "at release the key was gone or held by another migrator (it had expired)",
-            ));
-        }
-        Ok(())
+        Ok(deleted == 1)
     }
-}
 
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        if self.token.is_empty() {
-            return; // released
-        }
-        let (store, token) = (self.store.clone(), self.token.clone());
-        // Without a runtime the key expires on its own once its lease passes.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = redis::Script::new(RELEASE)
-                    .key(store.lock_key())
-                    .arg(token)
-                    .invoke_async::<i64>(&mut store.conn())
-                    .await;
-            });
-        }
+    fn location(&self) -> String {
+        format!("key {}", self.store.lock_key())
     }
-}
 
-/// Renews `token`'s lease on `key` every `lease / 3` (sooner after a failed round trip) until
-/// it is aborted, or until the key is gone or holds another token: then the loss is recorded
-/// in `lost` and the task ends without writing the key back.
-fn spawn_heartbeat(
-    store: Arc<KvStore>,
-    key: String,
-    token: String,
-    lease: Duration,
-    lost: Lost,
-) -> tokio::task::JoinHandle<()> {
-    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-    tokio::spawn(async move {
-        let mut pause = lease / 3;
-        loop {
-            tokio::time::sleep(pause).await;
-            let kept = redis::Script::new(REFRESH)
-                .key(&key)
-                .arg(&token)
-                .arg(lease_ms)
-                .invoke_async::<i64>(&mut store.conn())
-                .await;
-            match kept {
-                Ok(1) => pause = lease / 3,
-                Ok(_) => {
-                    let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
-                    slot.get_or_insert_with(|| {
-                        "a heartbeat found the key gone or held by another migrator (it had expired)"
-                            .to_owned()
-                    });
-                    return;
-                }
-                // A failed round trip: retry soon. If the key expires meanwhile and another
-                // migrator takes it, the next renewal finds its token.
-                Err(_) => pause = lease / 10,
-            }
-        }
-    })
+    fn backend(&self) -> &'static str {
+        self.store.server
+    }
 }
 
 /// The migration target of one prefix.
@@ -340,14 +251,7 @@ impl MigrationTarget for KvMigrations {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let lost = Lost::default();
-        let heartbeat = spawn_heartbeat(store.clone(), key, token.clone(), lease, lost.clone());
-        Ok(Box::new(LockGuard {
-            heartbeat,
-            store,
-            token,
-            lost,
-        }))
+        Ok(hold_lease(KvLease { store }, token, lease))
     }
 }
 
