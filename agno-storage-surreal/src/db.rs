@@ -9,7 +9,7 @@ use surrealdb::engine::any::Any;
 use surrealdb::Surreal;
 
 use crate::doc::{check_ident, db_err, BACKEND};
-use crate::migrate::{DEFAULT_MIGRATION_LOCK_LEASE, MIN_MIGRATION_LOCK_LEASE};
+use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 
 /// Table names, as agno 3.1.10's `SurrealDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,15 +232,11 @@ impl SurrealOptions {
     }
 }
 
-/// Refuses a migration lock lease under [`MIN_MIGRATION_LOCK_LEASE`].
+/// Refuses a migration lock lease under core's minimum (one second).
 fn check_lease(lease: Duration) -> Result<()> {
-    if lease < MIN_MIGRATION_LOCK_LEASE {
-        return Err(Error::invalid_input(format!(
-            "the migration lock lease must be at least {MIN_MIGRATION_LOCK_LEASE:?}, got {lease:?}"
-        ))
-        .with_backend(BACKEND));
-    }
-    Ok(())
+    agno_storage_core::lease::check_lease(lease)
+        .map(|_| ())
+        .map_err(|e| e.with_backend(BACKEND))
 }
 
 pub(crate) struct Inner {

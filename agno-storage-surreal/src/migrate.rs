@@ -20,12 +20,14 @@
 //! Expiry compares the holder's clock (which wrote `lease_until`) with the waiter's: clocks
 //! of the processes that migrate one database must agree to well within a lease.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use agno_storage_core::lease::{hold_lease, millis, now_epoch_millis, LeaseRecord};
+
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, HeldLock, MigrationLock, MigrationStep, MigrationTarget,
-    RekeyLearningsStep, SchemaVersion, SchemaVersionStore, TableRef, TableType,
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
+    SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
 use serde_json::{json, Value};
@@ -33,29 +35,13 @@ use serde_json::{json, Value};
 use crate::doc::{Commit, Fields, Pre, Stored, BACKEND};
 use crate::SurrealDb;
 
-/// The migration lock's lease unless [`crate::SurrealOptions::migration_lock_lease`] sets
-/// another: a migration whose process died is taken over this long after its last
-/// heartbeat.
-pub const DEFAULT_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(30);
-/// The shortest lease accepted.
-pub(crate) const MIN_MIGRATION_LOCK_LEASE: Duration = Duration::from_secs(1);
+pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 /// A lock record without `lease_until` (from a version without heartbeats) is taken over
 /// once its `locked_at` is this old, as that version broke stale locks.
 const LEGACY_STALE_LOCK_SECONDS: i64 = 15 * 60;
-/// How long `lock()` waits for another migration before giving up (at least two leases).
-const LOCK_WAIT: Duration = Duration::from_secs(60);
 const LOCK_ID: &str = "migration_lock";
 /// Compare-and-set attempts of one renewal or release before it counts as failed.
 const LOCK_CAS_ATTEMPTS: usize = 5;
-
-/// Now, in epoch milliseconds.
-fn now_epoch_millis() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 #[async_trait]
 impl SchemaVersionStore for SurrealDb {
@@ -84,18 +70,6 @@ pub(crate) fn object(value: Value) -> Fields {
         Value::Object(m) => m,
         _ => Fields::new(),
     }
-}
-
-/// Why a holder lost its lock, set by the heartbeat task.
-type Lost = Arc<Mutex<Option<String>>>;
-
-fn record_loss(lost: &Lost, why: &str) {
-    let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
-    slot.get_or_insert_with(|| why.to_owned());
-}
-
-fn loss(lost: &Lost) -> Option<String> {
-    lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// The lock record's body for `holder`, its lease running `lease` from `now_ms`.
@@ -165,112 +139,37 @@ impl SurrealDb {
         Err(crate::doc::contended("migration unlock"))
     }
 
-    /// The error `release` returns when the lease was lost while the migration ran.
-    fn lost_error(&self, why: &str) -> Error {
-        Error::new(
-            ErrorKind::Conflict,
-            format!(
-                "the migration lock (record {}:{LOCK_ID}) was lost while the migration ran: {why}; \
-                 another migration may have run at the same time. The steps are idempotent: run the migration \
-                 again to make sure every table is migrated",
-                self.inner.names.meta
-            ),
-        )
-        .with_backend(BACKEND)
-    }
-
-    /// The guard of a lock `holder` just took.
+    /// The guard of a lock `holder` just took: renewed by a heartbeat until released.
     fn hold(&self, holder: String) -> MigrationLock {
-        let lost = Lost::default();
-        let heartbeat = spawn_heartbeat(
-            self.clone(),
-            holder.clone(),
-            self.inner.lock_lease,
-            lost.clone(),
-        );
-        Box::new(LockGuard {
-            db: self.clone(),
+        hold_lease(
+            SurrealLease { db: self.clone() },
             holder,
-            heartbeat,
-            lost,
-        })
+            self.inner.lock_lease,
+        )
     }
 }
 
-/// Renews `holder`'s lease every `lease / 3` (sooner after a failed round trip) until it is
-/// aborted, or until a renewal finds the lock gone or carrying another token: then the loss
-/// is recorded in `lost` and the task ends without writing the lock back.
-fn spawn_heartbeat(
+/// The lock record as the lease's heartbeat and release see it.
+struct SurrealLease {
     db: SurrealDb,
-    holder: String,
-    lease: Duration,
-    lost: Lost,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut pause = lease / 3;
-        loop {
-            tokio::time::sleep(pause).await;
-            match db.renew_lock(&holder, lease).await {
-                Ok(true) => pause = lease / 3,
-                Ok(false) => {
-                    record_loss(
-                        &lost,
-                        "a heartbeat found the lock taken over by another migrator (its lease had \
-                         passed) or deleted",
-                    );
-                    return;
-                }
-                // A failed round trip: retry soon. If the lease passes meanwhile and another
-                // migrator takes the lock over, the next renewal finds its token.
-                Err(_) => pause = lease / 10,
-            }
-        }
-    })
-}
-
-/// Held while a migration runs: the lock record, renewed by a heartbeat task until it is
-/// released (or dropped: the task stops and the record is deleted, best effort).
-struct LockGuard {
-    db: SurrealDb,
-    holder: String,
-    heartbeat: tokio::task::JoinHandle<()>,
-    lost: Lost,
 }
 
 #[async_trait]
-impl HeldLock for LockGuard {
-    /// Stops the heartbeat and deletes the lock record if this holder still owns it.
-    /// `Conflict` when the lock was lost while held (taken over after the lease passed, or
-    /// deleted): the migration may have overlapped with another.
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        self.heartbeat.abort();
-        let holder = std::mem::take(&mut self.holder);
-        if let Some(why) = loss(&self.lost) {
-            return Err(self.db.lost_error(&why));
-        }
-        if !self.db.unlock(&holder).await? {
-            return Err(self.db.lost_error(
-                "at release it was held by another migrator (its lease had passed) or deleted",
-            ));
-        }
-        Ok(())
+impl LeaseRecord for SurrealLease {
+    async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
+        self.db.renew_lock(holder, lease).await
     }
-}
 
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        if self.holder.is_empty() {
-            return; // released
-        }
-        let db = self.db.clone();
-        let holder = std::mem::take(&mut self.holder);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                // Best effort: a lock that is not released is taken over once its lease passes.
-                let _ = db.unlock(&holder).await;
-            });
-        }
+    async fn remove(&self, holder: &str) -> Result<bool> {
+        self.db.unlock(holder).await
+    }
+
+    fn location(&self) -> String {
+        format!("record {}:{LOCK_ID}", self.db.inner.names.meta)
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
     }
 }
 
@@ -305,7 +204,7 @@ impl MigrationTarget for SurrealDb {
         let meta = &self.inner.names.meta;
         let lease = self.inner.lock_lease;
         let holder = uuid::Uuid::new_v4().to_string();
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT.max(lease * 2);
+        let deadline = tokio::time::Instant::now() + agno_storage_core::lease::lock_wait(lease);
         loop {
             let now_ms = now_epoch_millis();
             let fields = lock_fields(&holder, now_ms, lease);
