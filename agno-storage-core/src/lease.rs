@@ -59,6 +59,22 @@ pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Whether a lock record may be taken over at `now_ms`: its lease (`lease_until_ms`) has
+/// passed; or, for a record without a lease (written by a version without heartbeats, which
+/// never renews), its `locked_at_seconds` is `legacy_stale_seconds` old, as that version
+/// broke stale locks; or it has neither field (no version writes such a record).
+pub fn lease_expired(
+    lease_until_ms: Option<i64>,
+    locked_at_seconds: Option<i64>,
+    now_ms: i64,
+    legacy_stale_seconds: i64,
+) -> bool {
+    match lease_until_ms {
+        Some(until) => until <= now_ms,
+        None => locked_at_seconds.is_none_or(|at| at < now_ms / 1000 - legacy_stale_seconds),
+    }
+}
+
 /// A backend's lock record, as the heartbeat and the release see it.
 #[async_trait]
 pub trait LeaseRecord: Send + Sync + 'static {
@@ -231,9 +247,15 @@ mod tests {
         taken(&record, "a");
         let lock = hold_lease(record.clone(), "a".into(), Duration::from_secs(3));
         tokio::time::sleep(Duration::from_millis(3_500)).await;
-        assert!(*record.renewals.lock().unwrap() >= 3, "renewed every lease/3");
+        assert!(
+            *record.renewals.lock().unwrap() >= 3,
+            "renewed every lease/3"
+        );
         lock.release().await.expect("released");
-        assert!(record.holder.lock().unwrap().is_none(), "the record is gone");
+        assert!(
+            record.holder.lock().unwrap().is_none(),
+            "the record is gone"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -252,6 +274,16 @@ mod tests {
             Some("b"),
             "the other holder keeps the lock"
         );
+    }
+
+    #[test]
+    fn expiry_follows_the_lease_or_the_legacy_stale_time() {
+        let now = 1_000_000_000;
+        assert!(lease_expired(Some(now), None, now, 900));
+        assert!(!lease_expired(Some(now + 1), Some(0), now, 900));
+        assert!(!lease_expired(None, Some(now / 1000 - 900), now, 900));
+        assert!(lease_expired(None, Some(now / 1000 - 901), now, 900));
+        assert!(lease_expired(None, None, now, 900));
     }
 
     #[test]

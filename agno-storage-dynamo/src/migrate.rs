@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::lease::{hold_lease, millis, now_epoch_millis, LeaseRecord};
+use agno_storage_core::lease::{hold_lease, lease_expired, millis, now_epoch_millis, LeaseRecord};
 
 use agno_storage_core::migration::{
     CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
@@ -63,12 +63,12 @@ impl SchemaVersionStore for DynamoDb {
 /// item without a lease) its `locked_at` is [`LEGACY_STALE_LOCK_SECONDS`] old, or it has
 /// neither attribute (no version writes such an item).
 fn expired(lock: &Item, now_ms: i64) -> bool {
-    match n(lock, "lease_until") {
-        Some(until) => until <= now_ms,
-        None => {
-            n(lock, "locked_at").is_none_or(|at| at < now_ms / 1000 - LEGACY_STALE_LOCK_SECONDS)
-        }
-    }
+    lease_expired(
+        n(lock, "lease_until"),
+        n(lock, "locked_at"),
+        now_ms,
+        LEGACY_STALE_LOCK_SECONDS,
+    )
 }
 
 /// The lock item as the lease's heartbeat and release see it.

@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::lease::{hold_lease, millis, now_epoch_millis, LeaseRecord};
+use agno_storage_core::lease::{hold_lease, lease_expired, millis, now_epoch_millis, LeaseRecord};
 
 use agno_storage_core::migration::{
     CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
@@ -90,11 +90,12 @@ fn number(lock: &Stored, field: &str) -> Option<i64> {
 /// record without a lease) its `locked_at` is [`LEGACY_STALE_LOCK_SECONDS`] old, or it has
 /// neither field (no version writes such a record).
 fn expired(lock: &Stored, now_ms: i64) -> bool {
-    match number(lock, "lease_until") {
-        Some(until) => until <= now_ms,
-        None => number(lock, "locked_at")
-            .is_none_or(|at| at < now_ms / 1000 - LEGACY_STALE_LOCK_SECONDS),
-    }
+    lease_expired(
+        number(lock, "lease_until"),
+        number(lock, "locked_at"),
+        now_ms,
+        LEGACY_STALE_LOCK_SECONDS,
+    )
 }
 
 impl SurrealDb {
