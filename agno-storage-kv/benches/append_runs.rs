@@ -10,6 +10,7 @@
 //! ([`conformance_tests::bench::append_runs`]); then the same workload through agno 3.1.10's
 //! `RedisDb` on the same server under another fresh prefix (agno's `ValkeyDb` needs the
 //! glide client, so Valkey is measured with `RedisDb` too). Both prefixes are deleted after.
+//! `BENCH_WORKERS` sets the tokio runtime's worker threads (default 2).
 
 use agno_storage_kv::{KvDb, KvOptions};
 use conformance_tests::bench;
@@ -45,7 +46,12 @@ async fn delete_prefix(url: &str, prefix: &str) {
 fn main() {
     let ns = bench::sizes("10,1000,10000");
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(
+            std::env::var("BENCH_WORKERS")
+                .ok()
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(2),
+        )
         .enable_all()
         .build()
         .unwrap();
