@@ -40,11 +40,19 @@
 //! use agno_storage_core::{AgnoDb, Result};
 //! use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 //! # struct MyBackend;
+//! # async fn fresh_legacy_database() -> Result<CrashDb> {
+//! #     Err(agno_storage_core::Error::unsupported("this example", "databases"))
+//! # }
+//! # async fn open_database(_locator: &str) -> Result<AgnoDb> {
+//! #     Err(agno_storage_core::Error::unsupported("this example", "databases"))
+//! # }
 //! #[conformance_tests::async_trait]
 //! impl CrashBackend for MyBackend {
 //!     fn name(&self) -> &str { "mine" }
-//!     async fn create(&self) -> Result<CrashDb> { todo!("a fresh 2.x database and a legacy writer") }
-//!     async fn open(&self, locator: &str) -> Result<AgnoDb> { todo!("open {locator}") }
+//!     // A fresh database in agno 2.x's layout, and a writer of legacy sessions into it.
+//!     async fn create(&self) -> Result<CrashDb> { fresh_legacy_database().await }
+//!     // The database `locator` names, opened in the parent and in every child.
+//!     async fn open(&self, locator: &str) -> Result<AgnoDb> { open_database(locator).await }
 //! }
 //!
 //! fn main() -> std::process::ExitCode {
