@@ -12,40 +12,22 @@
 //! holder whose `up()` returned must leave no lock: `up()` awaits `HeldLock::release`, and the
 //! `after_child` hook fails the trial when a finished child left its lock.
 
-use std::collections::HashMap;
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result, Session};
-use agno_storage_dynamo::aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use agno_storage_dynamo::aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ProvisionedThroughput, ScalarAttributeType, TableStatus,
-};
+use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result};
+use agno_storage_dynamo::aws_sdk_dynamodb::types::AttributeValue;
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
+use common::{client, create_legacy_sessions, ddb_err, Writer};
+use conformance_tests::async_trait;
 use conformance_tests::crash::{CrashBackend, CrashDb, Target};
-use conformance_tests::{async_trait, LegacyWriter};
-use serde_json::Value;
 
 /// The migration lock lease of the children and the parent.
 const LEASE: Duration = Duration::from_secs(2);
-
-fn ddb_err(e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Unavailable, e.to_string())
-}
-
-/// A client for DynamoDB Local with static test credentials (never a default profile).
-fn client(url: &str) -> Client {
-    let conf = agno_storage_dynamo::aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(url)
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .build();
-    Client::from_conf(conf)
-}
 
 struct Dynamo {
     url: String,
@@ -59,93 +41,6 @@ impl Dynamo {
             .get_or_init(|| async { client(&self.url) })
             .await
     }
-}
-
-/// Writes sessions as agno 2.9.0's `DynamoDb.upsert_session` did: the whole session dict
-/// with `runs` as an `S` holding the JSON list, no stamps, no runs table.
-struct Writer {
-    client: Client,
-    table: String,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        let mut item = HashMap::new();
-        let v = serde_json::to_value(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
-        if let Value::Object(map) = v {
-            for (k, v) in map {
-                let a = match v {
-                    Value::Null => continue,
-                    Value::Bool(b) => AttributeValue::N(if b { "True" } else { "False" }.into()),
-                    Value::Number(n) => AttributeValue::N(n.to_string()),
-                    Value::String(s) => AttributeValue::S(s),
-                    other => AttributeValue::S(other.to_string()),
-                };
-                item.insert(k, a);
-            }
-        }
-        let runs = match runs_blob {
-            Value::String(text) => text,
-            other => other.to_string(),
-        };
-        item.insert("runs".into(), AttributeValue::S(runs));
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(ddb_err)?;
-        Ok(())
-    }
-}
-
-/// agno 2.9.0's sessions table, created before the store opens, so the store sees an
-/// existing unstamped (pre-v3) database.
-async fn create_legacy_sessions(client: &Client, table: &str) -> Result<()> {
-    let build = |e: agno_storage_dynamo::aws_sdk_dynamodb::error::BuildError| ddb_err(e);
-    client
-        .create_table()
-        .table_name(table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("session_id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(build)?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("session_id")
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(build)?,
-        )
-        .billing_mode(BillingMode::Provisioned)
-        .provisioned_throughput(
-            ProvisionedThroughput::builder()
-                .read_capacity_units(5)
-                .write_capacity_units(5)
-                .build()
-                .map_err(build)?,
-        )
-        .send()
-        .await
-        .map_err(ddb_err)?;
-    for _ in 0..600 {
-        let out = client
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-            .map_err(ddb_err)?;
-        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    Err(ddb_err(format!("{table} did not become ACTIVE")))
 }
 
 #[async_trait]

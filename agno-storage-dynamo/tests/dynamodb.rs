@@ -4,39 +4,19 @@
 //! Without it the suite is skipped, except under `CI=true`, where a missing or unreachable
 //! server fails the run.
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agno_storage_core::{
-    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
-};
-use agno_storage_dynamo::aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use agno_storage_dynamo::aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ProvisionedThroughput, ScalarAttributeType, TableStatus,
-};
+use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
+use common::{client, create_legacy_sessions, Writer};
 use conformance_tests::servers::{self, Backend};
-use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
-use serde_json::Value;
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
 
 const PREFIX: &str = "agno_ct_";
-
-fn ddb_err(e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Unavailable, e.to_string())
-}
-
-/// A client for DynamoDB Local with static test credentials (never a default profile).
-fn client(url: &str) -> Client {
-    let conf = agno_storage_dynamo::aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(url)
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .build();
-    Client::from_conf(conf)
-}
 
 struct Dynamo {
     url: String,
@@ -58,93 +38,6 @@ impl Dynamo {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         ))
     }
-}
-
-/// Writes sessions as agno 2.9.0's `DynamoDb.upsert_session` did: the whole session dict
-/// with `runs` as an `S` holding the JSON list, no stamps, no runs table.
-struct Writer {
-    client: Client,
-    table: String,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        let mut item = std::collections::HashMap::new();
-        let v = serde_json::to_value(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
-        if let Value::Object(map) = v {
-            for (k, v) in map {
-                let a = match v {
-                    Value::Null => continue,
-                    Value::Bool(b) => AttributeValue::N(if b { "True" } else { "False" }.into()),
-                    Value::Number(n) => AttributeValue::N(n.to_string()),
-                    Value::String(s) => AttributeValue::S(s),
-                    other => AttributeValue::S(other.to_string()),
-                };
-                item.insert(k, a);
-            }
-        }
-        let runs = match runs_blob {
-            Value::String(text) => text,
-            other => other.to_string(),
-        };
-        item.insert("runs".into(), AttributeValue::S(runs));
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(ddb_err)?;
-        Ok(())
-    }
-}
-
-/// agno 2.9.0's sessions table (its only table this suite needs), created before the
-/// store opens, so the store sees an existing unstamped (pre-v3) database.
-async fn create_legacy_sessions(client: &Client, table: &str) -> Result<()> {
-    let build = |e: agno_storage_dynamo::aws_sdk_dynamodb::error::BuildError| ddb_err(e);
-    client
-        .create_table()
-        .table_name(table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("session_id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(build)?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("session_id")
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(build)?,
-        )
-        .billing_mode(BillingMode::Provisioned)
-        .provisioned_throughput(
-            ProvisionedThroughput::builder()
-                .read_capacity_units(5)
-                .write_capacity_units(5)
-                .build()
-                .map_err(build)?,
-        )
-        .send()
-        .await
-        .map_err(ddb_err)?;
-    for _ in 0..600 {
-        let out = client
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-            .map_err(ddb_err)?;
-        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    Err(ddb_err(format!("{table} did not become ACTIVE")))
 }
 
 #[async_trait]
