@@ -12,24 +12,22 @@
 //! `up()` returned must leave no lock: `up()` awaits `HeldLock::release`, and the
 //! `after_child` hook fails the trial when a finished child left its lock.
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result, Session};
-use agno_storage_mongo::mongodb::bson::{self, doc, Document};
-use agno_storage_mongo::mongodb::{Client, Database};
+use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result};
+use agno_storage_mongo::mongodb::bson::{doc, Document};
+use agno_storage_mongo::mongodb::Client;
 use agno_storage_mongo::{CollectionNames, MongoDb};
+use common::{mongo_err, Writer};
+use conformance_tests::async_trait;
 use conformance_tests::crash::{CrashBackend, CrashDb, Target};
-use conformance_tests::{async_trait, LegacyWriter};
-use serde_json::Value;
 
 /// The migration lock lease of the children and the parent.
 const LEASE: Duration = Duration::from_secs(2);
-
-fn mongo_err(e: agno_storage_mongo::mongodb::error::Error) -> Error {
-    Error::new(ErrorKind::Unavailable, e.to_string())
-}
 
 struct Mongo {
     url: String,
@@ -41,34 +39,6 @@ impl Mongo {
         self.client
             .get_or_try_init(|| async { Client::with_uri_str(&self.url).await.map_err(mongo_err) })
             .await
-    }
-}
-
-/// Writes sessions as agno 2.9.0's `MongoDb.upsert_session` did: the whole session dict,
-/// runs included as a BSON array, no stamps.
-struct Writer {
-    db: Database,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
-        let mut d: Document =
-            bson::serialize_to_document(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
-        d.insert(
-            "runs",
-            bson::serialize_to_bson(&runs).map_err(|e| Error::invalid_input(e.to_string()))?,
-        );
-        self.db
-            .collection::<Document>("agno_sessions")
-            .insert_one(d)
-            .await
-            .map_err(mongo_err)?;
-        Ok(())
     }
 }
 

@@ -4,24 +4,20 @@
 //! real `mongod`). Without it the suite is skipped, except under `CI=true`, where a
 //! missing or unreachable server fails the run.
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agno_storage_core::{
-    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
-};
-use agno_storage_mongo::mongodb::bson::{self, doc, Document};
+use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
+use agno_storage_mongo::mongodb::bson::doc;
 use agno_storage_mongo::mongodb::{Client, Database};
 use agno_storage_mongo::{CollectionNames, MongoDb};
+use common::{mongo_err, Writer};
 use conformance_tests::servers::{self, Backend};
-use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
-use serde_json::Value;
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
 
 const DB_PREFIX: &str = "agno_ct_";
-
-fn mongo_err(e: agno_storage_mongo::mongodb::error::Error) -> Error {
-    Error::new(ErrorKind::Unavailable, e.to_string())
-}
 
 struct Mongo {
     url: String,
@@ -50,36 +46,6 @@ impl Mongo {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
         Ok(self.client().await?.database(&name))
-    }
-}
-
-/// Writes sessions as agno 2.9.0's `MongoDb.upsert_session` did: the whole session dict,
-/// runs included as a BSON array, no stamps.
-struct Writer {
-    db: Database,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        // 2.9.0 on MongoDB stored BSON arrays, never encoded JSON; a string that is not
-        // JSON stays a string: a corrupt blob.
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
-        let mut d: Document =
-            bson::serialize_to_document(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
-        d.insert(
-            "runs",
-            bson::serialize_to_bson(&runs).map_err(|e| Error::invalid_input(e.to_string()))?,
-        );
-        self.db
-            .collection::<Document>("agno_sessions")
-            .insert_one(d)
-            .await
-            .map_err(mongo_err)?;
-        Ok(())
     }
 }
 
