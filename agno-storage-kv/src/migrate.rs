@@ -354,12 +354,13 @@ mod tests {
             let (url, prefix) = (url.clone(), prefix.clone());
             std::thread::spawn(move || {
                 let rt = runtime();
-                let lock = rt.block_on(async {
+                let (lock, taken_at) = rt.block_on(async {
                     let db = leased(&url, &prefix).await;
                     let target = db.migrations().expect("migrations");
-                    target.lock().await.expect("the first lock")
+                    // Before the lock is written: its lease runs from a moment after this.
+                    let taken_at = Instant::now();
+                    (target.lock().await.expect("the first lock"), taken_at)
                 });
-                let taken_at = Instant::now();
                 std::mem::forget(lock);
                 drop(rt); // the "kill": the heartbeat task dies with its runtime
                 taken_at

@@ -192,12 +192,13 @@ fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
         let (url, name) = (url.clone(), name.clone());
         std::thread::spawn(move || {
             let runtime = rt();
-            let lock = runtime.block_on(async {
+            let (lock, taken_at) = runtime.block_on(async {
                 let client = Client::with_uri_str(&url).await.expect("client");
                 let db = leased(client.database(&name)).await;
-                db.lock().await.expect("the first lock")
+                // Before the lock is written: its lease runs from a moment after this.
+                let taken_at = Instant::now();
+                (db.lock().await.expect("the first lock"), taken_at)
             });
-            let taken_at = Instant::now();
             std::mem::forget(lock);
             drop(runtime); // the "kill": the heartbeat task dies with its runtime
             taken_at

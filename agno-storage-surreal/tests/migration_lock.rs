@@ -72,8 +72,9 @@ async fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
                 .enable_all()
                 .build()
                 .expect("runtime");
-            let lock = rt.block_on(async { holder_db.lock().await.expect("the first lock") });
+            // Before the lock is written: its lease runs from a moment after this.
             let taken_at = Instant::now();
+            let lock = rt.block_on(async { holder_db.lock().await.expect("the first lock") });
             std::mem::forget(lock);
             drop(rt); // the "kill": the heartbeat task dies with its runtime
             taken_at
