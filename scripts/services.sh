@@ -226,9 +226,11 @@ ensure_s3() {
   if ! s3_up; then
     local venv
     venv=$(ensure_emulator_venv) || return 1
-    log "starting moto_server (S3) on 127.0.0.1:$S3_PORT"
-    start_detached "$cache/s3/server.pid" "$cache/logs/s3.log" "$venv/bin/moto_server" \
-      -H 127.0.0.1 -p "$S3_PORT"
+    # moto's own server checks If-Match apart from the write, unlocked (a lost update under
+    # concurrent conditional writes); scripts/moto-serial.py applies one request at a time.
+    log "starting moto (S3, requests serialized) on 127.0.0.1:$S3_PORT"
+    start_detached "$cache/s3/server.pid" "$cache/logs/s3.log" "$venv/bin/python" \
+      scripts/moto-serial.py -H 127.0.0.1 -p "$S3_PORT"
     wait_for moto_server 60 s3_up || return 1
   fi
   curl -sf -X PUT "http://127.0.0.1:$S3_PORT/agno-test" -o /dev/null || true
