@@ -128,19 +128,29 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
 
 fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
-    // Copy runs of characters that need no escape in one go; escape the rest one at a time.
+    // Copy runs of bytes that need no escape in one go; escape the rest one char at a time.
+    // A byte that needs no escape is printable ASCII other than `"` and `\`, or (without
+    // `ensure_ascii`) DEL and any byte of a multi-byte UTF-8 sequence, as Python's `json`.
+    let bytes = s.as_bytes();
     let mut plain_from = 0;
-    for (i, c) in s.char_indices() {
-        let plain = if ensure_ascii {
-            (' '..='~').contains(&c)
-        } else {
-            c >= ' '
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let plain = match b {
+            b'"' | b'\\' => false,
+            0x20..=0x7e => true,
+            0x7f.. => !ensure_ascii,
+            _ => false,
         };
-        if plain && c != '"' && c != '\\' {
+        if plain {
+            i += 1;
             continue;
         }
         out.push_str(&s[plain_from..i]);
-        plain_from = i + c.len_utf8();
+        // `i` is a char boundary: every byte before it was ASCII or a whole UTF-8 sequence.
+        let c = s[i..].chars().next().unwrap_or('\u{fffd}');
+        i += c.len_utf8();
+        plain_from = i;
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -152,7 +162,8 @@ fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
             c => {
                 let mut buf = [0u16; 2];
                 for unit in c.encode_utf16(&mut buf) {
-                    out.push_str(&format!("\\u{unit:04x}"));
+                    use std::fmt::Write as _;
+                    let _ = write!(out, "\\u{unit:04x}");
                 }
             }
         }
@@ -175,6 +186,24 @@ mod tests {
         );
         assert_eq!(to_python_json(&json!("likes tea")), r#""likes tea""#);
         assert_eq!(to_python_json(&json!({})), "{}");
+    }
+
+    #[test]
+    fn escapes_like_python_in_both_modes() {
+        // python3 -c 'import json; s="a\x7f\u00e9\U0001F600\"\\\n\x01\x1f~ "; print(json.dumps(s)); print(json.dumps(s, ensure_ascii=False))'
+        let s = json!("a\u{7f}\u{e9}\u{1F600}\"\\\n\u{1}\u{1f}~ ");
+        assert_eq!(
+            to_python_json(&s),
+            r#""a\u007f\u00e9\ud83d\ude00\"\\\n\u0001\u001f~ ""#
+        );
+        let options = PythonJson {
+            ensure_ascii: false,
+            indent: None,
+        };
+        assert_eq!(
+            to_python_json_with(&s, options),
+            "\"a\u{7f}\u{e9}\u{1F600}\\\"\\\\\\n\\u0001\\u001f~ \""
+        );
     }
 
     #[test]

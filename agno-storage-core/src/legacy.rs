@@ -93,16 +93,22 @@ pub fn merge_runs(legacy_blob: Option<&Value>, mut store_runs: Vec<RunRecord>) -
     }
     let mut merged = Vec::with_capacity(legacy.len() + store_runs.len());
     let mut used = vec![false; store_runs.len()];
+    let position: std::collections::HashMap<&str, usize> = store_runs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, r)| (r.run_id.as_str(), i))
+        .collect();
     let mut seen_legacy = std::collections::HashSet::new();
     for entry in legacy {
-        let Some(run_id) = run_id_of(&entry).map(str::to_owned) else {
+        let Some(run_id) = run_id_of(&entry) else {
             continue;
         };
-        if !seen_legacy.insert(run_id.clone()) {
+        if !seen_legacy.insert(run_id.to_owned()) {
             continue;
         }
-        match store_runs.iter().position(|r| r.run_id == run_id) {
-            Some(i) => {
+        match position.get(run_id) {
+            Some(&i) => {
                 used[i] = true;
                 merged.push(store_runs[i].run_data.clone());
             }

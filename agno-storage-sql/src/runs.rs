@@ -29,16 +29,16 @@ fn run_type(s: &str) -> Result<RunType> {
 pub(crate) fn run_from_row(mut row: Row) -> Result<RunRecord> {
     let run_type = run_type(&row.str("run_type")?)?;
     Ok(RunRecord {
-        run_id: row.str("run_id")?,
-        session_id: row.str("session_id")?,
+        run_id: row.take_str("run_id")?,
+        session_id: row.take_str("session_id")?,
         run_type,
         run_index: row.opt_i64("run_index")?,
-        user_id: row.opt_str("user_id")?,
-        agent_id: row.opt_str("agent_id")?,
-        team_id: row.opt_str("team_id")?,
-        workflow_id: row.opt_str("workflow_id")?,
-        parent_run_id: row.opt_str("parent_run_id")?,
-        status: row.opt_str("status")?,
+        user_id: row.take_opt_str("user_id")?,
+        agent_id: row.take_opt_str("agent_id")?,
+        team_id: row.take_opt_str("team_id")?,
+        workflow_id: row.take_opt_str("workflow_id")?,
+        parent_run_id: row.take_opt_str("parent_run_id")?,
+        status: row.take_opt_str("status")?,
         run_data: row.take_json("run_data")?.unwrap_or(Value::Null),
         created_at: row.i64("created_at")?,
         updated_at: row.opt_i64("updated_at")?,
@@ -91,7 +91,7 @@ impl RunStore for SqlStore {
             .get_or_init(|| self.upsert_run_statement());
         let sql = statement.0.as_str();
         let tail = [
-            SqlValue::json(Some(&run.run_data)),
+            SqlValue::json_for(d, &run.run_data),
             SqlValue::int(run.created_at),
             SqlValue::int(now),
         ];
@@ -145,17 +145,18 @@ impl RunStore for SqlStore {
         };
         // The stored row is the input with the columns the upsert keeps or assigns; it is
         // rebuilt from them rather than by decoding `run_data` again.
-        let row = rows
-            .first()
+        let mut row = rows
+            .into_iter()
+            .next()
             .ok_or_else(|| owned_by_another_user("run", &run.run_id))?;
         Ok(RunRecord {
-            session_id: row.str("session_id")?,
-            agent_id: row.opt_str("agent_id")?,
-            team_id: row.opt_str("team_id")?,
-            workflow_id: row.opt_str("workflow_id")?,
-            user_id: row.opt_str("user_id")?,
-            parent_run_id: row.opt_str("parent_run_id")?,
-            status: row.opt_str("status")?,
+            session_id: row.take_str("session_id")?,
+            agent_id: row.take_opt_str("agent_id")?,
+            team_id: row.take_opt_str("team_id")?,
+            workflow_id: row.take_opt_str("workflow_id")?,
+            user_id: row.take_opt_str("user_id")?,
+            parent_run_id: row.take_opt_str("parent_run_id")?,
+            status: row.take_opt_str("status")?,
             run_index: row.opt_i64("run_index")?,
             created_at: row.i64("created_at")?,
             updated_at: row.opt_i64("updated_at")?,
@@ -475,7 +476,7 @@ impl LegacyRunsStore for SqlStore {
             for run in chunk {
                 params.extend(run_params(run));
                 params.extend([
-                    SqlValue::json(Some(&run.run_data)),
+                    SqlValue::json_for(self.dialect, &run.run_data),
                     SqlValue::int(run.created_at),
                     SqlValue::Int(run.updated_at),
                 ]);

@@ -65,13 +65,18 @@ impl SqlStore {
             .iter()
             .map(|r| r.str("session_id"))
             .collect::<Result<_>>()?;
-        let mut runs = self.runs_of(&ids).await?;
+        let mut by_session: std::collections::HashMap<String, Vec<RunRecord>> =
+            std::collections::HashMap::with_capacity(ids.len());
+        for run in self.runs_of(&ids).await? {
+            by_session
+                .entry(run.session_id.clone())
+                .or_default()
+                .push(run);
+        }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let mut s = session_from_row(row)?;
-            let (mine, rest): (Vec<RunRecord>, Vec<RunRecord>) =
-                runs.into_iter().partition(|r| r.session_id == s.session_id);
-            runs = rest;
+            let mine = by_session.remove(&s.session_id).unwrap_or_default();
             let blob = if row.has("runs") {
                 row.json("runs")?
             } else {

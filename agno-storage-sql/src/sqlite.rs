@@ -2,21 +2,30 @@
 //!
 //! Every connection runs `PRAGMA journal_mode=WAL`, `PRAGMA foreign_keys=ON` and a busy
 //! timeout. Calls queue for the handle's one connection and are committed together (group
-//! commit): whichever caller finds the connection free becomes the leader, takes every call
-//! waiting in the queue, runs them in one `BEGIN IMMEDIATE … COMMIT` (each call in its own
-//! savepoint), answers every caller once the commit made its write durable, and goes on
-//! until the queue is empty. A lone caller so runs its statement on its own thread, with no
-//! hop to another thread and back; concurrent callers share commits. The leader runs on a
-//! tokio worker inside `block_in_place` (other tasks move to another worker), or, off the
-//! workers of a multi-thread runtime, on the blocking pool. The writer lock is taken up front, so
-//! concurrent writers in one process or several wait for each other (busy timeout) instead
-//! of failing with `database is locked`. Parameters (JSON included) are encoded by the
-//! caller before queueing, so only SQLite's own work is serialized.
+//! commit): the leader, whoever holds the connection, takes every call waiting in the
+//! queue, runs them in one `BEGIN IMMEDIATE … COMMIT` (a multi-statement call in its own
+//! savepoint) and answers every caller once the commit made its write durable.
+//!
+//! - A lone caller that finds the connection free leads its own call on its own thread, with
+//!   no hop to another thread and back: on a tokio worker inside `block_in_place` (other
+//!   tasks move to another worker), elsewhere in a runtime on the blocking pool, and
+//!   outside any runtime inline.
+//! - Under concurrent writers (more than one around the last commit) a committer on the
+//!   blocking pool serves them: before each commit it waits, at most half the last commit's
+//!   duration, for the writers it expects, so they share one fsync instead of splitting
+//!   into alternating groups; it stops when none comes. A caller that led its own batch and
+//!   finds others queued hands them to such a committer instead of serving them.
+//!
+//! The writer lock is taken up front, so concurrent writers in one process or several wait
+//! for each other (busy timeout) instead of failing with `database is locked`. Parameters
+//! (JSON included) are encoded by the caller before queueing, so only SQLite's own work is
+//! serialized.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 use agno_storage_core::migration::{MigrationLock, ReleasedOnDrop};
 use agno_storage_core::{async_trait, json::to_python_json, Error, ErrorKind, Result};
@@ -36,8 +45,38 @@ pub(crate) struct SqliteExecutor {
 
 /// The calls waiting for the connection, and the connection (held by the current leader).
 struct Shared {
-    queue: Mutex<VecDeque<Job>>,
+    queue: Mutex<Queue>,
+    /// Signalled when a call is queued while a leader waits for more writers.
+    arrived: Condvar,
     conn: Mutex<Connection>,
+    /// How many callers were writing concurrently around the last commit (see
+    /// [`Shared::next_batch`]).
+    writers: AtomicUsize,
+    /// How long the last commit took, in microseconds: a leader waits at most half of it.
+    commit_micros: AtomicU64,
+}
+
+/// Queued calls, with the number of them that write.
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    writes: usize,
+    /// A leader is waiting on [`Shared::arrived`].
+    waiting: bool,
+}
+
+impl Queue {
+    fn push(&mut self, job: Job) {
+        self.writes += usize::from(job.writes);
+        self.jobs.push_back(job);
+    }
+
+    fn take(&mut self) -> Vec<Job> {
+        let n = self.jobs.len().min(MAX_BATCH);
+        let batch: Vec<Job> = self.jobs.drain(..n).collect();
+        self.writes -= batch.iter().filter(|j| j.writes).count();
+        batch
+    }
 }
 
 /// A queued call. `run` gets the connection (or the error that kept the batch from
@@ -60,9 +99,8 @@ type Delivery = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
 /// At most this many calls share one transaction.
 const MAX_BATCH: usize = 256;
 
-/// A leader hands the queue to the blocking pool after this many batches, so a caller whose
-/// own call is long answered is not kept serving a steady stream of others.
-const MAX_LED_BATCHES: usize = 64;
+/// The longest a leader waits for concurrent writers to join a batch.
+const MAX_COMMIT_DELAY: Duration = Duration::from_millis(1);
 
 /// Runs a fixed transaction-control statement through the statement cache.
 fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
@@ -76,46 +114,122 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    /// Leads if the connection is free: runs batches until the queue is empty (or hands the
-    /// rest to the blocking pool after [`MAX_LED_BATCHES`]). Returns at once when another
-    /// leader holds the connection; that leader re-checks the queue after letting go, so a
-    /// call queued before this attempt is never stranded.
+    /// The connection, if no other leader holds it.
+    fn try_conn(&self) -> Option<MutexGuard<'_, Connection>> {
+        match self.conn.try_lock() {
+            Ok(conn) => Some(conn),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Leads if the connection is free (see [`Shared::lead_with`]); returns at once when
+    /// another leader holds it.
     fn lead(self: &Arc<Self>) {
-        let mut led = 0;
+        if let Some(conn) = self.try_conn() {
+            self.lead_with(conn, false);
+        }
+    }
+
+    /// Whether callers were writing concurrently around the last commit.
+    fn concurrent(&self) -> bool {
+        self.writers.load(Ordering::Relaxed) > 1
+    }
+
+    /// Runs batches on `conn` while calls come. `caller` is true when the leader is a
+    /// caller whose own call is queued (it is in the first batch): once that is answered,
+    /// the caller cannot queue another until the leader returns, so such a leader serves
+    /// one batch and then, when more calls are queued, hands them to a committer on the
+    /// blocking pool (inside a runtime), which serves concurrent writers for as long as
+    /// they keep coming. After letting go of the connection the leader re-checks the
+    /// queue, so a call queued by a caller that found the connection taken is never
+    /// stranded.
+    fn lead_with<'a>(self: &'a Arc<Self>, mut conn: MutexGuard<'a, Connection>, caller: bool) {
+        let mut answered = false;
         loop {
-            let conn = match self.conn.try_lock() {
-                Ok(conn) => conn,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => return,
-            };
-            while led < MAX_LED_BATCHES {
-                let batch: Vec<Job> = {
-                    let mut queue = locked(&self.queue);
-                    let n = queue.len().min(MAX_BATCH);
-                    queue.drain(..n).collect()
-                };
-                if batch.is_empty() {
-                    break;
-                }
-                run_batch(&conn, batch);
-                led += 1;
-            }
-            drop(conn);
-            if locked(&self.queue).is_empty() {
-                return;
-            }
-            // Calls arrived: serve them, or after enough batches hand them to another thread.
-            if led >= MAX_LED_BATCHES {
-                match tokio::runtime::Handle::try_current() {
-                    Ok(handle) => {
+            loop {
+                if answered && !locked(&self.queue).jobs.is_empty() {
+                    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                        // Let go first: the committer may start before this returns.
+                        drop(conn);
                         let shared = self.clone();
                         handle.spawn_blocking(move || shared.lead());
                         return;
                     }
-                    Err(_) => led = 0,
                 }
+                let Some(batch) = self.next_batch(answered) else {
+                    break;
+                };
+                let writes = batch.iter().filter(|j| j.writes).count();
+                let started = Instant::now();
+                run_batch(&conn, batch);
+                if writes > 0 {
+                    let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    self.commit_micros.store(took, Ordering::Relaxed);
+                    // Writers of this batch, those that queued meanwhile, and the leader's
+                    // caller if it was answered before.
+                    let queued = locked(&self.queue).writes;
+                    self.writers
+                        .store(writes + queued + usize::from(answered), Ordering::Relaxed);
+                }
+                answered = caller;
+            }
+            drop(conn);
+            if locked(&self.queue).jobs.is_empty() {
+                return;
+            }
+            match self.try_conn() {
+                Some(again) => conn = again,
+                None => return,
             }
         }
+    }
+
+    /// The half of the last commit's duration, at most [`MAX_COMMIT_DELAY`]: how long a
+    /// leader waits for concurrent writers.
+    fn commit_delay(&self) -> Duration {
+        Duration::from_micros(self.commit_micros.load(Ordering::Relaxed) / 2).min(MAX_COMMIT_DELAY)
+    }
+
+    /// The next batch, `None` when no call comes. Under concurrent writes (more than one
+    /// writer around the last commit) the leader waits, up to [`Shared::commit_delay`], for
+    /// the writers it expects (they are usually building their next call): so they share
+    /// commits instead of splitting into two alternating groups; a committer (a leader that
+    /// is not a caller) also waits so on an empty queue. A lone writer never waits.
+    /// `answered`: the leader's caller is among those writers but cannot queue now.
+    fn next_batch(&self, answered: bool) -> Option<Vec<Job>> {
+        let mut queue = locked(&self.queue);
+        let expected = self
+            .writers
+            .load(Ordering::Relaxed)
+            .saturating_sub(usize::from(answered));
+        let wait = expected > 1
+            && queue.writes < expected
+            && (queue.writes > 0 || (queue.jobs.is_empty() && !answered));
+        if wait {
+            let deadline = Instant::now() + self.commit_delay();
+            while queue.writes < expected {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                queue.waiting = true;
+                queue = match self.arrived.wait_timeout(queue, deadline - now) {
+                    Ok((queue, _)) => queue,
+                    Err(poisoned) => poisoned.into_inner().0,
+                };
+                queue.waiting = false;
+            }
+        }
+        let batch = queue.take();
+        if batch.is_empty() {
+            if wait {
+                // Nobody came: the concurrent writers are gone.
+                self.writers.store(0, Ordering::Relaxed);
+            }
+            return None;
+        }
+        Some(batch)
     }
 }
 
@@ -333,8 +447,11 @@ impl SqliteExecutor {
             .map_err(map_err)?;
         Ok(SqliteExecutor {
             shared: Arc::new(Shared {
-                queue: Mutex::new(VecDeque::new()),
+                queue: Mutex::new(Queue::default()),
+                arrived: Condvar::new(),
                 conn: Mutex::new(conn),
+                writers: AtomicUsize::new(0),
+                commit_micros: AtomicU64::new(0),
             }),
             path: (!in_memory).then(|| path.to_path_buf()),
             memory_lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -378,19 +495,35 @@ impl SqliteExecutor {
                 (ok, deliver)
             },
         );
-        locked(&self.shared.queue).push_back(Job {
-            writes,
-            atomic,
-            run,
-        });
-        // Lead if the connection is free; otherwise the current leader answers this call.
-        match tokio::runtime::Handle::try_current() {
-            Ok(_) if on_runtime_worker() => tokio::task::block_in_place(|| self.shared.lead()),
-            Ok(handle) => {
-                let shared = self.shared.clone();
-                handle.spawn_blocking(move || shared.lead());
+        {
+            let mut queue = locked(&self.shared.queue);
+            queue.push(Job {
+                writes,
+                atomic,
+                run,
+            });
+            if queue.waiting {
+                self.shared.arrived.notify_one();
             }
-            Err(_) => self.shared.lead(),
+        }
+        // Lead if the connection is free; otherwise the current leader answers this call
+        // (it re-checks the queue after letting go). The connection is tried before any
+        // thread hop, so a call that will not lead costs none.
+        if let Some(conn) = self.shared.try_conn() {
+            match tokio::runtime::Handle::try_current() {
+                // Concurrent writers: a committer on the blocking pool serves them all.
+                Ok(_) if on_runtime_worker() && !self.shared.concurrent() => {
+                    tokio::task::block_in_place(|| self.shared.lead_with(conn, true))
+                }
+                // Concurrent writers (or no worker to lead on): a committer on the blocking
+                // pool serves them all.
+                Ok(handle) => {
+                    drop(conn);
+                    let shared = self.shared.clone();
+                    handle.spawn_blocking(move || shared.lead());
+                }
+                Err(_) => self.shared.lead_with(conn, true),
+            }
         }
         answer.await.map_err(|_| {
             Error::new(

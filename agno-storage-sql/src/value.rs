@@ -2,10 +2,13 @@
 
 use std::sync::Arc;
 
+use agno_storage_core::json::to_python_json;
 use agno_storage_core::legacy::{decode_legacy_json, unwrap_double_encoded};
 use agno_storage_core::{Error, ErrorKind, Result};
 use chrono::NaiveDate;
 use serde_json::Value;
+
+use crate::dialect::Dialect;
 
 /// A bound parameter or a fetched cell. Every variant carries its SQL type, so a NULL can be
 /// bound with the right type on PostgreSQL.
@@ -34,6 +37,17 @@ impl SqlValue {
     pub(crate) fn json(v: Option<&Value>) -> Self {
         SqlValue::Json(v.cloned())
     }
+    /// [`SqlValue::json`] of a present value, encoded now as agno's JSON text where the
+    /// dialect stores JSON as text (SQLite, MySQL) instead of copying the value; PostgreSQL
+    /// binds a copy as JSONB.
+    pub(crate) fn json_for(dialect: Dialect, v: &Value) -> Self {
+        match dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => SqlValue::Json(Some(v.clone())),
+            #[allow(unreachable_patterns)]
+            _ => SqlValue::Text(Some(to_python_json(v))),
+        }
+    }
 }
 
 /// One fetched row, cells addressed by column name.
@@ -50,12 +64,26 @@ fn bad(column: &str, want: &str, got: &SqlValue) -> Error {
     )
 }
 
+fn null_column(column: &str) -> Error {
+    Error::new(
+        ErrorKind::Serialization,
+        format!("column {column} is NULL but must be set"),
+    )
+}
+
 impl Row {
     fn cell(&self, column: &str) -> Option<&SqlValue> {
         self.columns
             .iter()
             .position(|c| c == column)
             .and_then(|i| self.values.get(i))
+    }
+
+    fn cell_mut(&mut self, column: &str) -> Option<&mut SqlValue> {
+        self.columns
+            .iter()
+            .position(|c| c == column)
+            .and_then(|i| self.values.get_mut(i))
     }
 
     pub(crate) fn has(&self, column: &str) -> bool {
@@ -74,13 +102,22 @@ impl Row {
         }
     }
 
+    /// [`Row::opt_str`], moving a text cell out of the row instead of copying it.
+    pub(crate) fn take_opt_str(&mut self, column: &str) -> Result<Option<String>> {
+        match self.cell_mut(column) {
+            Some(SqlValue::Text(text)) => Ok(text.take()),
+            _ => self.opt_str(column),
+        }
+    }
+
+    /// [`Row::str`], moving the cell out of the row instead of copying it.
+    pub(crate) fn take_str(&mut self, column: &str) -> Result<String> {
+        self.take_opt_str(column)?
+            .ok_or_else(|| null_column(column))
+    }
+
     pub(crate) fn str(&self, column: &str) -> Result<String> {
-        self.opt_str(column)?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::Serialization,
-                format!("column {column} is NULL but must be set"),
-            )
-        })
+        self.opt_str(column)?.ok_or_else(|| null_column(column))
     }
 
     pub(crate) fn opt_i64(&self, column: &str) -> Result<Option<i64>> {
@@ -101,12 +138,7 @@ impl Row {
     }
 
     pub(crate) fn i64(&self, column: &str) -> Result<i64> {
-        self.opt_i64(column)?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::Serialization,
-                format!("column {column} is NULL but must be set"),
-            )
-        })
+        self.opt_i64(column)?.ok_or_else(|| null_column(column))
     }
 
     pub(crate) fn bool(&self, column: &str) -> Result<bool> {
@@ -140,12 +172,7 @@ impl Row {
 
     /// [`Row::json`], moving a decoded cell out of the row instead of copying it.
     pub(crate) fn take_json(&mut self, column: &str) -> Result<Option<Value>> {
-        let cell = self
-            .columns
-            .iter()
-            .position(|c| c == column)
-            .and_then(|i| self.values.get_mut(i));
-        match cell {
+        match self.cell_mut(column) {
             Some(SqlValue::Json(value)) => Ok(value.take().and_then(unwrap_double_encoded)),
             _ => self.json(column),
         }

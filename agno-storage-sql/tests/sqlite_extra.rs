@@ -180,6 +180,73 @@ fn one_handle_serves_every_kind_of_runtime() {
     );
 }
 
+/// Group commit answers a write only after its commit: under 8 concurrent writers (served
+/// by a committer that waits for them) and then a lone writer (led by the caller again),
+/// every run is visible through another connection the moment its call returns.
+#[test]
+fn every_answered_write_is_committed_under_concurrency_and_after_it() {
+    let path = temp_db("answered-committed");
+    runtime().block_on(async {
+        let db = SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .expect("open")
+            .agno_db();
+        let reader = SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .expect("second handle")
+            .agno_db();
+        let phase = |writers: usize, runs: usize, tag: &'static str| {
+            let tasks: Vec<_> = (0..writers)
+                .map(|w| {
+                    let (db, reader) = (db.clone(), reader.clone());
+                    tokio::spawn(async move {
+                        let session = format!("{tag}{w}");
+                        db.sessions()
+                            .unwrap()
+                            .upsert_session(
+                                Session::new(&session, SessionType::Agent, "a").with_user("u"),
+                            )
+                            .await
+                            .expect("session");
+                        for i in 0..runs {
+                            let run_id = format!("{tag}{w}-{i}");
+                            let run = RunRecord::from_run_data(
+                                &session,
+                                Some("u".into()),
+                                json!({"run_id": run_id, "agent_id": "a"}),
+                            )
+                            .expect("run");
+                            let stored = db.runs().unwrap().upsert_run(run).await.expect("upsert");
+                            assert_eq!(stored.run_index, Some(i as i64));
+                            let seen = reader.runs().unwrap().get_run(&run_id, None).await;
+                            assert!(
+                                matches!(seen, Ok(Some(_))),
+                                "{run_id} was answered before another connection could read it"
+                            );
+                        }
+                    })
+                })
+                .collect();
+            async move {
+                for t in tasks {
+                    t.await.expect("writer");
+                }
+            }
+        };
+        phase(8, 30, "c").await;
+        phase(1, 30, "lone").await;
+        phase(8, 10, "again").await;
+        let total = reader
+            .runs()
+            .unwrap()
+            .get_runs(RunQuery::default())
+            .await
+            .expect("count")
+            .total;
+        assert_eq!(total, 8 * 30 + 30 + 8 * 10);
+    });
+}
+
 /// Child side of the cross-process test: writes when `AGNO_CHILD_DB` is set.
 #[test]
 fn child_writer() {
