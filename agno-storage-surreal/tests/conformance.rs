@@ -6,13 +6,15 @@
 //! case in its own namespace and database; set but unreachable fails the run. Unset, only
 //! the server suite is skipped. `AGNO_JOB_STRESS_JOBS=N` sets the job stress case's size.
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
+use agno_storage_core::{AgnoDb, Capabilities, Result};
 use agno_storage_surreal::{SurrealDb, SurrealOptions};
-use conformance_tests::{async_trait, Ctx, Harness, JobStress, LegacyDb, LegacyWriter};
-use serde_json::Value;
+use common::Writer;
+use conformance_tests::{async_trait, Ctx, Harness, JobStress, LegacyDb};
 
 /// One engine: a URL and optional root credentials.
 struct Surreal {
@@ -34,24 +36,6 @@ impl Surreal {
         o.credentials = self.credentials.clone();
         o.stamp_new_database = stamp;
         o
-    }
-}
-
-/// Writes sessions as agno 2.9.0's `SurrealDb.upsert_session` did: record
-/// `agno_sessions:⟨session_id⟩` holding the whole session, runs as a native array.
-struct Writer {
-    db: SurrealDb,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        // 2.9.0 stored native arrays; a string that is not JSON stays a string: a corrupt blob.
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
-        self.db.insert_legacy_session(s, runs).await
     }
 }
 

@@ -17,40 +17,25 @@
 //! returned must leave no lock: `up()` awaits `HeldLock::release`, and the `after_child`
 //! hook fails the trial when a finished child left its lock.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agno_storage_core::{AgnoDb, Error, ErrorKind, Result, Session};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
 use agno_storage_surreal::surrealdb::types::{RecordId, Value as SValue};
 use agno_storage_surreal::{SurrealDb, SurrealOptions};
+use common::Writer;
+use conformance_tests::async_trait;
 use conformance_tests::crash::{CrashBackend, CrashDb, Target};
-use conformance_tests::{async_trait, LegacyWriter};
-use serde_json::Value;
 
 /// The migration lock lease of the children and the parent.
 const LEASE: Duration = Duration::from_secs(2);
 /// How long an open waits for another handle to let go of the directory.
 const OPEN_PATIENCE: Duration = Duration::from_secs(30);
-
-/// Writes sessions as agno 2.x did: the session record with its runs blob.
-struct Writer {
-    db: SurrealDb,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        // 2.9.0 stored native arrays; a string that is not JSON stays a string.
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
-        self.db.insert_legacy_session(s, runs).await
-    }
-}
 
 fn legacy_options() -> SurrealOptions {
     let mut options = SurrealOptions::new("crash", "crash").with_migration_lock_lease(LEASE);
