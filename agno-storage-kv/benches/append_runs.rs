@@ -12,35 +12,15 @@
 //! glide client, so Valkey is measured with `RedisDb` too). Both prefixes are deleted after.
 //! `BENCH_WORKERS` sets the tokio runtime's worker threads (default 2).
 
+mod common;
+
 use agno_storage_kv::{KvDb, KvOptions};
 use conformance_tests::bench;
 
 async fn delete_prefix(url: &str, prefix: &str) {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if !keys.is_empty() {
-            redis::cmd("DEL")
-                .arg(&keys)
-                .query_async::<()>(&mut conn)
-                .await
-                .unwrap();
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    common::delete_prefix(&mut conn, prefix).await.unwrap();
 }
 
 fn main() {

@@ -12,6 +12,8 @@
 //! `KvDb::rebuild_indexes`, measures, and deletes the prefix. `AGNO_BENCH_SESSIONS` and
 //! `AGNO_BENCH_USERS` change the sizes.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use agno_storage_core::json::to_python_json;
@@ -207,27 +209,7 @@ async fn run() -> BenchResult<()> {
     );
 
     let t = Instant::now();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        if !keys.is_empty() {
-            redis::cmd("UNLINK")
-                .arg(&keys)
-                .query_async::<u64>(&mut conn)
-                .await?;
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+    common::delete_prefix(&mut conn, &prefix).await?;
     println!("deleted {prefix}: {:?}", t.elapsed());
     Ok(())
 }
