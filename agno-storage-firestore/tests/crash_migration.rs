@@ -34,10 +34,7 @@ struct Writer {
 #[async_trait]
 impl LegacyWriter for Writer {
     async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
+        let runs = conformance_tests::native_runs_blob(runs_blob);
         self.db.insert_legacy_session(s, runs).await
     }
 }

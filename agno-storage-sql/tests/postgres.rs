@@ -58,10 +58,7 @@ impl LegacyWriter for Writer {
     async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
         // agno 2.9.0 on PostgreSQL wrote JSONB values, never double-encoded. A string that
         // is not JSON stays a JSON string: a corrupt blob.
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
+        let runs = conformance_tests::native_runs_blob(runs_blob);
         let json = |v: Option<Value>| sqlx::types::Json(v.unwrap_or(Value::Null));
         let sql = format!(
             "INSERT INTO \"{}\".agno_sessions (session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, agent_data, \

@@ -46,6 +46,16 @@ pub trait LegacyWriter: Send + Sync {
     async fn write_legacy_session(&self, session: Session, runs_blob: Value) -> Result<()>;
 }
 
+/// `runs_blob` as a backend that stores native JSON (a JSONB column, a BSON array, a
+/// document field) held it in agno 2.x: an encoded JSON string is decoded; a string that is
+/// not JSON stays a string (a corrupt blob, which the migration must report).
+pub fn native_runs_blob(runs_blob: Value) -> Value {
+    match runs_blob {
+        Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        other => other,
+    }
+}
+
 /// A fresh database in the state agno 2.x leaves it (nothing stamped), and a way to write
 /// legacy rows into it.
 pub struct LegacyDb {

@@ -22,10 +22,7 @@ impl LegacyWriter for Writer {
     async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
         // 2.9.0 on MongoDB stored BSON arrays, never encoded JSON; a string that is not
         // JSON stays a string: a corrupt blob.
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
+        let runs = conformance_tests::native_runs_blob(runs_blob);
         let mut d: Document =
             bson::serialize_to_document(&s).map_err(|e| Error::invalid_input(e.to_string()))?;
         d.insert(

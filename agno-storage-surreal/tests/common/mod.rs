@@ -15,10 +15,7 @@ pub struct Writer {
 impl LegacyWriter for Writer {
     async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
         // 2.9.0 stored native arrays; a string that is not JSON stays a string: a corrupt blob.
-        let runs = match runs_blob {
-            Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            other => other,
-        };
+        let runs = conformance_tests::native_runs_blob(runs_blob);
         self.db.insert_legacy_session(s, runs).await
     }
 }
