@@ -105,8 +105,8 @@ fn in_task(rt: &tokio::runtime::Runtime, db: &AgnoDb, n: usize) -> Sample {
         .expect("bench task")
 }
 
-/// The same rows through a bare prepared rusqlite upsert, same pragmas, one commit each.
-fn bare_sqlite(path: &Path, n: usize) -> Sample {
+/// A bare rusqlite connection to a database `SqlDb` created, with its pragmas.
+fn bare_connection(path: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.busy_timeout(Duration::from_secs(30)).unwrap();
     conn.pragma_update(None, "foreign_keys", "ON").unwrap();
@@ -114,13 +114,18 @@ fn bare_sqlite(path: &Path, n: usize) -> Sample {
         .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
         .unwrap();
     conn.execute("INSERT OR IGNORE INTO agno_sessions (session_id, session_type, created_at) VALUES ('bench', 'agent', 0)", []).unwrap();
-    let mut stmt = conn
-        .prepare(
-            "INSERT INTO agno_runs (run_id, session_id, run_type, agent_id, user_id, status, run_index, run_data, created_at, updated_at) \
-             VALUES (?1, 'bench', 'agent', 'bench-agent', 'bench-user', 'COMPLETED', ?2, ?3, ?4, ?4) \
-             ON CONFLICT (run_id) DO UPDATE SET run_data = excluded.run_data",
-        )
-        .unwrap();
+    conn
+}
+
+/// The bare prepared upsert of a run row into session `bench`.
+const BARE_UPSERT: &str = "INSERT INTO agno_runs (run_id, session_id, run_type, agent_id, user_id, status, run_index, run_data, created_at, updated_at) \
+     VALUES (?1, 'bench', 'agent', 'bench-agent', 'bench-user', 'COMPLETED', ?2, ?3, ?4, ?4) \
+     ON CONFLICT (run_id) DO UPDATE SET run_data = excluded.run_data";
+
+/// The same rows through a bare prepared rusqlite upsert, same pragmas, one commit each.
+fn bare_sqlite(path: &Path, n: usize) -> Sample {
+    let conn = bare_connection(path);
+    let mut stmt = conn.prepare(BARE_UPSERT).unwrap();
     let mut laps = Vec::with_capacity(n);
     let (wall0, cpu0) = (Instant::now(), cpu_now());
     for i in 0..n {
@@ -146,6 +151,29 @@ fn bare_sqlite(path: &Path, n: usize) -> Sample {
         last10: median(&laps[n.saturating_sub(10)..]),
         read: 0.0,
     }
+}
+
+/// What the disk allows group commit: bare rusqlite upserts, `per_commit` rows per
+/// transaction, rows per second. With 8 writers each waiting for its own commit, no commit
+/// holds more than 8 of their runs, so 8 rows per commit over 1 is the ceiling of the
+/// 8-writers ratio on this disk.
+fn bare_rows_per_second(path: &Path, per_commit: usize, n: usize) -> f64 {
+    let conn = bare_connection(path);
+    let mut stmt = conn.prepare(BARE_UPSERT).unwrap();
+    let start = Instant::now();
+    for i in 0..n {
+        if i % per_commit == 0 {
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        }
+        let data = serde_json::to_string(&run_data(i)).unwrap();
+        let id = format!("ceiling-{per_commit}-{i}");
+        stmt.execute(rusqlite::params![id, i as i64, data, 1_700_000_000 + i as i64])
+            .unwrap();
+        if i % per_commit == per_commit - 1 || i == n - 1 {
+            conn.execute_batch("COMMIT").unwrap();
+        }
+    }
+    n as f64 / start.elapsed().as_secs_f64()
 }
 
 /// `writers` tasks append `per_writer` runs each (own sessions); returns runs per second.
@@ -396,6 +424,12 @@ fn main() {
     let one = rt.block_on(concurrent(&db, 1, per));
     let eight = rt.block_on(concurrent(&db, 8, per));
     println!("sqlite group commit: 1 writer {one:.0} runs/s, 8 writers {eight:.0} runs/s = {:.1}x (>= 5 wanted)", eight / one);
+    let ceiling_path = fresh(&dir, "ceiling");
+    rt.block_on(SqlDb::open_sqlite(&ceiling_path, TableNames::default()))
+        .unwrap();
+    let bare1 = bare_rows_per_second(&ceiling_path, 1, 8 * per);
+    let bare8 = bare_rows_per_second(&ceiling_path, 8, 8 * per);
+    println!("    the disk's ceiling: bare rusqlite 1 row per commit {bare1:.0} rows/s, 8 rows per commit {bare8:.0} rows/s = {:.1}x; ours 8 writers / bare 8 per commit {:.2}", bare8 / bare1, eight / bare8);
     if let Some(url) = &pg_url {
         let schema = format!(
             "agno_ct_{}_benchc_{}",

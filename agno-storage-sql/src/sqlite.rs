@@ -11,9 +11,10 @@
 //!   tasks move to another worker), elsewhere in a runtime on the blocking pool, and
 //!   outside any runtime inline.
 //! - Under concurrent writers (more than one around the last commit) a committer on the
-//!   blocking pool serves them: before each commit it waits, at most half the last commit's
-//!   duration, for the writers it expects, so they share one fsync instead of splitting
-//!   into alternating groups; it stops when none comes. A caller that led its own batch and
+//!   blocking pool serves them: it runs each call as soon as it is queued and, before
+//!   committing, waits (at most as long as the last commit took) for the writers it expects,
+//!   running their calls as they come, so they share one fsync instead of splitting into
+//!   alternating groups; it stops when none comes. A caller that led its own batch and
 //!   finds others queued hands them to such a committer instead of serving them.
 //!
 //! The writer lock is taken up front, so concurrent writers in one process or several wait
@@ -52,7 +53,8 @@ struct Shared {
     /// How many callers were writing concurrently around the last commit (see
     /// [`Shared::next_batch`]).
     writers: AtomicUsize,
-    /// How long the last commit took, in microseconds: a leader waits at most half of it.
+    /// How long the last `COMMIT` took, in microseconds: a leader waits at most that long
+    /// for concurrent writers.
     commit_micros: AtomicU64,
 }
 
@@ -71,8 +73,8 @@ impl Queue {
         self.jobs.push_back(job);
     }
 
-    fn take(&mut self) -> Vec<Job> {
-        let n = self.jobs.len().min(MAX_BATCH);
+    fn take(&mut self, max: usize) -> Vec<Job> {
+        let n = self.jobs.len().min(max);
         let batch: Vec<Job> = self.jobs.drain(..n).collect();
         self.writes -= batch.iter().filter(|j| j.writes).count();
         batch
@@ -157,15 +159,12 @@ impl Shared {
                         return;
                     }
                 }
-                let Some(batch) = self.next_batch(answered) else {
+                let expected = self.expected_writers(answered);
+                let Some(batch) = self.next_batch(expected, answered) else {
                     break;
                 };
-                let writes = batch.iter().filter(|j| j.writes).count();
-                let started = Instant::now();
-                run_batch(&conn, batch);
+                let writes = self.run_batch(&conn, batch, expected);
                 if writes > 0 {
-                    let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    self.commit_micros.store(took, Ordering::Relaxed);
                     // Writers of this batch, those that queued meanwhile, and the leader's
                     // caller if it was answered before.
                     let queued = locked(&self.queue).writes;
@@ -185,30 +184,40 @@ impl Shared {
         }
     }
 
-    /// The half of the last commit's duration, at most [`MAX_COMMIT_DELAY`]: how long a
-    /// leader waits for concurrent writers.
-    fn commit_delay(&self) -> Duration {
-        Duration::from_micros(self.commit_micros.load(Ordering::Relaxed) / 2).min(MAX_COMMIT_DELAY)
+    /// The writers a leader waits for: those seen around the last commit, less the
+    /// leader's own caller once `answered` (it cannot queue while its leader runs).
+    fn expected_writers(&self, answered: bool) -> usize {
+        self.writers
+            .load(Ordering::Relaxed)
+            .saturating_sub(usize::from(answered))
     }
 
-    /// The next batch, `None` when no call comes. Under concurrent writes (more than one
-    /// writer around the last commit) the leader waits, up to [`Shared::commit_delay`], for
-    /// the writers it expects (they are usually building their next call): so they share
-    /// commits instead of splitting into two alternating groups; a committer (a leader that
-    /// is not a caller) also waits so on an empty queue. A lone writer never waits.
-    /// `answered`: the leader's caller is among those writers but cannot queue now.
-    fn next_batch(&self, answered: bool) -> Option<Vec<Job>> {
+    /// The last commit's duration, at most [`MAX_COMMIT_DELAY`]: how long a leader waits
+    /// for concurrent writers. A writer that comes later waits for the next commit, so
+    /// waiting longer than a commit takes would not serve it sooner.
+    fn commit_delay(&self) -> Duration {
+        Duration::from_micros(self.commit_micros.load(Ordering::Relaxed)).min(MAX_COMMIT_DELAY)
+    }
+
+    /// The next batch, `None` when no call comes. A committer (a leader that is not a
+    /// caller) expecting concurrent writers waits for the first of them, up to
+    /// [`Shared::commit_delay`]: they are usually building their next call. When nobody
+    /// comes, the concurrent writers are gone.
+    fn next_batch(&self, expected: usize, answered: bool) -> Option<Vec<Job>> {
+        let wait = expected > 1 && !answered;
+        let batch = self.arrivals(wait.then(|| Instant::now() + self.commit_delay()), MAX_BATCH);
+        if batch.is_none() && wait {
+            self.writers.store(0, Ordering::Relaxed);
+        }
+        batch
+    }
+
+    /// Up to `max` queued calls; when none is queued, waits for one until `deadline`
+    /// (not at all without one). `None` if none came.
+    fn arrivals(&self, deadline: Option<Instant>, max: usize) -> Option<Vec<Job>> {
         let mut queue = locked(&self.queue);
-        let expected = self
-            .writers
-            .load(Ordering::Relaxed)
-            .saturating_sub(usize::from(answered));
-        let wait = expected > 1
-            && queue.writes < expected
-            && (queue.writes > 0 || (queue.jobs.is_empty() && !answered));
-        if wait {
-            let deadline = Instant::now() + self.commit_delay();
-            while queue.writes < expected {
+        if let Some(deadline) = deadline {
+            while queue.jobs.is_empty() {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -221,16 +230,86 @@ impl Shared {
                 queue.waiting = false;
             }
         }
-        let batch = queue.take();
-        if batch.is_empty() {
-            if wait {
-                // Nobody came: the concurrent writers are gone.
-                self.writers.store(0, Ordering::Relaxed);
-            }
-            return None;
-        }
-        Some(batch)
+        let batch = queue.take(max);
+        (!batch.is_empty()).then_some(batch)
     }
+
+    /// Runs one batch and returns how many of its calls write. Reads, and a lone
+    /// single-statement write when no other writer is expected, run in autocommit (one
+    /// statement is atomic and durable on its own). Otherwise one writer transaction: each
+    /// call runs as soon as it is taken (a multi-statement call in its own savepoint, so a
+    /// failing call rolls back alone); while fewer than `expected` writers have joined,
+    /// calls that arrive meanwhile, up to [`Shared::commit_delay`] after the batch began,
+    /// run in the same transaction, so the waiting overlaps their work. It commits once,
+    /// before any caller is answered.
+    fn run_batch(&self, conn: &Connection, batch: Vec<Job>, expected: usize) -> usize {
+        let mut writes = batch.iter().filter(|j| j.writes).count();
+        if writes == 0 || (batch.len() == 1 && !batch[0].atomic && expected <= 1) {
+            for job in batch {
+                let (_, deliver) = (job.run)(Ok(conn));
+                deliver(None);
+            }
+            return writes;
+        }
+        if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+            for job in batch {
+                let (_, deliver) = (job.run)(Err(&e));
+                deliver(None);
+            }
+            return writes;
+        }
+        let deadline = Instant::now() + self.commit_delay();
+        let mut deliveries = Vec::with_capacity(batch.len().max(expected));
+        let mut jobs = batch;
+        loop {
+            for job in jobs {
+                deliveries.push(run_in_transaction(conn, job));
+            }
+            if writes >= expected || deliveries.len() >= MAX_BATCH {
+                break;
+            }
+            match self.arrivals(Some(deadline), MAX_BATCH - deliveries.len()) {
+                Some(more) => {
+                    writes += more.iter().filter(|j| j.writes).count();
+                    jobs = more;
+                }
+                None => break,
+            }
+        }
+        let started = Instant::now();
+        let committed = control(conn, "COMMIT");
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.commit_micros.store(took, Ordering::Relaxed);
+        if committed.is_err() {
+            let _ = control(conn, "ROLLBACK");
+        }
+        for deliver in deliveries {
+            deliver(committed.as_ref().err());
+        }
+        writes
+    }
+}
+
+/// Runs one call inside the batch's open transaction and returns how to answer it.
+fn run_in_transaction(conn: &Connection, job: Job) -> Delivery {
+    if !job.atomic {
+        // One statement: a failing statement undoes only itself (SQLite's statement
+        // journal), and an error that rolls back the whole transaction fails the commit,
+        // which every caller of the batch is then told. No savepoint needed.
+        return (job.run)(Ok(conn)).1;
+    }
+    let opened = control(conn, "SAVEPOINT agno_call");
+    let (ok, deliver) = match &opened {
+        Ok(()) => (job.run)(Ok(conn)),
+        Err(e) => (job.run)(Err(e)),
+    };
+    if opened.is_ok() {
+        if !ok {
+            let _ = control(conn, "ROLLBACK TO agno_call");
+        }
+        let _ = control(conn, "RELEASE agno_call");
+    }
+    deliver
 }
 
 /// Whether this thread is a worker (or blocking-pool) thread of a multi-thread tokio
@@ -246,57 +325,6 @@ fn on_runtime_worker() -> bool {
             std::thread::current().name(),
             Some("tokio-rt-worker" | "tokio-runtime-worker")
         )
-}
-
-/// Runs one batch: reads, and a lone single-statement write, in autocommit (one statement is
-/// atomic and durable on its own); otherwise one writer transaction, each multi-statement
-/// call in its own savepoint so a failing call rolls back alone, committed once before any
-/// caller is answered.
-fn run_batch(conn: &Connection, batch: Vec<Job>) {
-    if !batch.iter().any(|j| j.writes) || (batch.len() == 1 && !batch[0].atomic) {
-        for job in batch {
-            let (_, deliver) = (job.run)(Ok(conn));
-            deliver(None);
-        }
-        return;
-    }
-    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-        for job in batch {
-            let (_, deliver) = (job.run)(Err(&e));
-            deliver(None);
-        }
-        return;
-    }
-    let mut deliveries = Vec::with_capacity(batch.len());
-    for job in batch {
-        if !job.atomic {
-            // One statement: a failing statement undoes only itself (SQLite's statement
-            // journal), and an error that rolls back the whole transaction fails the commit,
-            // which every caller of the batch is then told. No savepoint needed.
-            let (_, deliver) = (job.run)(Ok(conn));
-            deliveries.push(deliver);
-            continue;
-        }
-        let opened = control(conn, "SAVEPOINT agno_call");
-        let (ok, deliver) = match &opened {
-            Ok(()) => (job.run)(Ok(conn)),
-            Err(e) => (job.run)(Err(e)),
-        };
-        if opened.is_ok() {
-            if !ok {
-                let _ = control(conn, "ROLLBACK TO agno_call");
-            }
-            let _ = control(conn, "RELEASE agno_call");
-        }
-        deliveries.push(deliver);
-    }
-    let committed = control(conn, "COMMIT");
-    if committed.is_err() {
-        let _ = control(conn, "ROLLBACK");
-    }
-    for deliver in deliveries {
-        deliver(committed.as_ref().err());
-    }
 }
 
 pub(crate) fn map_err(e: rusqlite::Error) -> Error {
