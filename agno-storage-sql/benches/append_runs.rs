@@ -167,8 +167,13 @@ fn bare_rows_per_second(path: &Path, per_commit: usize, n: usize) -> f64 {
         }
         let data = serde_json::to_string(&run_data(i)).unwrap();
         let id = format!("ceiling-{per_commit}-{i}");
-        stmt.execute(rusqlite::params![id, i as i64, data, 1_700_000_000 + i as i64])
-            .unwrap();
+        stmt.execute(rusqlite::params![
+            id,
+            i as i64,
+            data,
+            1_700_000_000 + i as i64
+        ])
+        .unwrap();
         if i % per_commit == per_commit - 1 || i == n - 1 {
             conn.execute_batch("COMMIT").unwrap();
         }

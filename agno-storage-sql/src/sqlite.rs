@@ -205,7 +205,10 @@ impl Shared {
     /// comes, the concurrent writers are gone.
     fn next_batch(&self, expected: usize, answered: bool) -> Option<Vec<Job>> {
         let wait = expected > 1 && !answered;
-        let batch = self.arrivals(wait.then(|| Instant::now() + self.commit_delay()), MAX_BATCH);
+        let batch = self.arrivals(
+            wait.then(|| Instant::now() + self.commit_delay()),
+            MAX_BATCH,
+        );
         if batch.is_none() && wait {
             self.writers.store(0, Ordering::Relaxed);
         }
