@@ -172,6 +172,79 @@ fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
 }
 
+/// Parses JSON text into a [`Value`], exactly as `serde_json::from_slice` does, but builds
+/// each object with its final capacity: serde_json's own visitor grows every map from empty,
+/// reallocating and rehashing it on the way, which was the largest single cost of reading
+/// many runs.
+pub fn parse_value(text: &[u8]) -> serde_json::Result<Value> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let value = ValueSeed.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Builds a [`Value`] (see [`parse_value`]).
+struct ValueSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ValueSeed {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(ValueSeed)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ValueSeed {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(ValueSeed)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(ValueSeed)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut entries: Vec<(String, Value)> = Vec::with_capacity(16);
+        while let Some(key) = map.next_key::<String>()? {
+            entries.push((key, map.next_value_seed(ValueSeed)?));
+        }
+        // Collecting sizes the map once; a repeated key keeps its first position and its
+        // last value, as serde_json's own map does.
+        Ok(Value::Object(entries.into_iter().collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +309,29 @@ mod tests {
             to_python_json_with(&json!("\\u00e4"), options),
             "\"\\\\u00e4\""
         );
+    }
+
+    #[test]
+    fn parse_value_matches_serde_json() {
+        let texts = [
+            r#"{"run_id": "r1", "n": -3, "big": 18446744073709551615, "f": 1.5e-7, "x": 3.0,
+                "nested": {"a": [1, {"b": null}, [], {}], "t": true, "e": "\u00e9\ud83c\udf75\n"},
+                "dup": 1, "later": 2, "dup": 3}"#,
+            "[]",
+            "null",
+            r#""text""#,
+            "12345678901234567890123",
+        ];
+        for text in texts {
+            let ours = parse_value(text.as_bytes()).unwrap();
+            let theirs: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(ours, theirs, "{text}");
+            // Same key order too (a repeated key keeps its first place).
+            assert_eq!(ours.to_string(), theirs.to_string(), "{text}");
+        }
+        for bad in ["{\"a\": 1} x", "{\"a\": }", "", "[1, 2"] {
+            assert!(parse_value(bad.as_bytes()).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Value>(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -68,10 +68,12 @@ impl SqlStore {
         let mut by_session: std::collections::HashMap<String, Vec<RunRecord>> =
             std::collections::HashMap::with_capacity(ids.len());
         for run in self.runs_of(&ids).await? {
-            by_session
-                .entry(run.session_id.clone())
-                .or_default()
-                .push(run);
+            match by_session.get_mut(&run.session_id) {
+                Some(runs) => runs.push(run),
+                None => {
+                    by_session.insert(run.session_id.clone(), vec![run]);
+                }
+            }
         }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {

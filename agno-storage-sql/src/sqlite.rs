@@ -28,8 +28,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use agno_storage_core::json::{parse_value, to_python_json};
 use agno_storage_core::migration::{MigrationLock, ReleasedOnDrop};
-use agno_storage_core::{async_trait, json::to_python_json, Error, ErrorKind, Result};
+use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use rusqlite::types::{Value as SqliteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode};
 
@@ -382,11 +383,15 @@ fn from_sqlite(v: ValueRef<'_>) -> SqlValue {
 /// stays text (the caller reports it).
 fn json_from_sqlite(v: ValueRef<'_>) -> SqlValue {
     match v {
-        ValueRef::Text(t) | ValueRef::Blob(t) => match serde_json::from_slice(t) {
-            Ok(value) => SqlValue::Json(Some(value)),
-            Err(_) => from_sqlite(v),
-        },
+        ValueRef::Text(t) | ValueRef::Blob(t) => json_from_text(t),
         other => from_sqlite(other),
+    }
+}
+
+fn json_from_text(t: &[u8]) -> SqlValue {
+    match parse_value(t) {
+        Ok(value) => SqlValue::Json(Some(value)),
+        Err(_) => from_sqlite(ValueRef::Text(t)),
     }
 }
 
@@ -396,6 +401,11 @@ fn encode(params: Vec<SqlValue>) -> Vec<SqliteValue> {
 }
 
 /// Rows of a query; with `decode_json`, cells of columns declared `JSON` arrive decoded.
+///
+/// A large JSON result (more than [`PARALLEL_JSON_BYTES`]) is decoded by two threads: this
+/// one keeps stepping SQLite and copies each text cell out into a chunk's buffer, a second
+/// decodes the chunks alongside, and both decode what is left once the rows are read. Parsing is most
+/// of the cost of reading a long session, and it no longer waits for SQLite's step.
 fn run_query(
     conn: &Connection,
     sql: &str,
@@ -415,11 +425,16 @@ fn run_query(
         .collect();
     let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
     let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
+    let mut json_bytes = 0;
+    while json_bytes <= PARALLEL_JSON_BYTES {
+        let Some(row) = rows.next()? else {
+            return Ok(out);
+        };
         let mut values = Vec::with_capacity(columns.len());
         for (i, is_json) in json.iter().enumerate() {
             let cell = row.get_ref(i)?;
             values.push(if *is_json {
+                json_bytes += cell.as_bytes().map_or(0, <[u8]>::len);
                 json_from_sqlite(cell)
             } else {
                 from_sqlite(cell)
@@ -430,7 +445,162 @@ fn run_query(
             values,
         });
     }
+    let parsed = parse_alongside(|chunks| {
+        let mut chunk = Chunk::default();
+        while let Some(row) = rows.next()? {
+            let mut values = Vec::with_capacity(columns.len());
+            let mut text = Vec::new();
+            for (i, is_json) in json.iter().enumerate() {
+                let cell = row.get_ref(i)?;
+                match cell {
+                    ValueRef::Text(t) | ValueRef::Blob(t) => {
+                        let start = chunk.text.len();
+                        chunk.text.extend_from_slice(t);
+                        text.push((i, start..chunk.text.len(), *is_json));
+                        values.push(SqlValue::Text(None));
+                    }
+                    _ => values.push(from_sqlite(cell)),
+                }
+            }
+            chunk.rows.push((values, text));
+            if chunk.rows.len() == ROWS_PER_CHUNK {
+                let sized = Chunk {
+                    rows: Vec::with_capacity(ROWS_PER_CHUNK),
+                    text: Vec::with_capacity(chunk.text.len()),
+                };
+                chunks.push(std::mem::replace(&mut chunk, sized));
+            }
+        }
+        chunks.push(chunk);
+        Ok(())
+    })?;
+    out.extend(parsed.into_iter().map(|values| Row {
+        columns: columns.clone(),
+        values,
+    }));
     Ok(out)
+}
+
+/// JSON text a query decodes on its own thread before it hands parsing to a second one.
+const PARALLEL_JSON_BYTES: usize = 1 << 20;
+
+/// Rows per chunk handed to the parsing thread.
+const ROWS_PER_CHUNK: usize = 64;
+
+/// A row read but not yet decoded: its cells, and where each text cell lies in its chunk's
+/// text and whether it is JSON (the cell holds a placeholder until it is decoded), so the
+/// reading thread copies bytes and allocates nothing per cell.
+type Unparsed = (Vec<SqlValue>, Vec<(usize, std::ops::Range<usize>, bool)>);
+
+/// Rows read but not yet decoded, with the JSON text of all of them in one buffer.
+#[derive(Default)]
+struct Chunk {
+    rows: Vec<Unparsed>,
+    text: Vec<u8>,
+}
+
+/// Chunks of read rows waiting to be parsed, numbered in read order.
+#[derive(Default)]
+struct ChunkQueue {
+    waiting: VecDeque<(usize, Chunk)>,
+    pushed: usize,
+    /// The reader is done (or failed): no chunk will come.
+    closed: bool,
+}
+
+/// Where the reader puts chunks; a second thread parses them meanwhile.
+struct Chunks<'a> {
+    queue: &'a Mutex<ChunkQueue>,
+    ready: &'a Condvar,
+}
+
+impl Chunks<'_> {
+    fn push(&mut self, chunk: Chunk) {
+        let mut queue = locked(self.queue);
+        let n = queue.pushed;
+        queue.pushed += 1;
+        queue.waiting.push_back((n, chunk));
+        self.ready.notify_one();
+    }
+}
+
+/// Runs `read` (which pushes chunks of read rows) while a second thread parses the chunks;
+/// when `read` is done this thread parses too. Returns the rows' cells in read order.
+fn parse_alongside(
+    read: impl FnOnce(&mut Chunks<'_>) -> rusqlite::Result<()>,
+) -> rusqlite::Result<Vec<Vec<SqlValue>>> {
+    let queue = Mutex::new(ChunkQueue::default());
+    let ready = Condvar::new();
+    let parse_all = |wait: bool| {
+        let mut done = Vec::new();
+        loop {
+            let next = {
+                let mut q = locked(&queue);
+                loop {
+                    if let Some(next) = q.waiting.pop_front() {
+                        break Some(next);
+                    }
+                    if q.closed || !wait {
+                        break None;
+                    }
+                    q = ready
+                        .wait(q)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            };
+            let Some((n, chunk)) = next else {
+                return done;
+            };
+            let text = chunk.text;
+            let rows = chunk.rows.into_iter().map(|row| parse_row(row, &text));
+            done.push((n, rows.collect::<Vec<_>>()));
+        }
+    };
+    let (read, parsed) = std::thread::scope(|scope| {
+        // Without a second thread (the OS refused one) this thread parses everything.
+        let helper = std::thread::Builder::new()
+            .name("agno-sqlite-json".into())
+            .spawn_scoped(scope, || parse_all(true))
+            .ok();
+        let read = read(&mut Chunks {
+            queue: &queue,
+            ready: &ready,
+        });
+        locked(&queue).closed = true;
+        ready.notify_all();
+        let mut parsed = parse_all(false);
+        match helper.map(|h| h.join()) {
+            Some(Ok(theirs)) => parsed.extend(theirs),
+            Some(Err(_)) => {
+                return (read, Err(()));
+            }
+            None => {}
+        }
+        (read, Ok(parsed))
+    });
+    read?;
+    let mut parsed = parsed.map_err(|()| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_INTERNAL),
+            Some("the thread parsing this query's JSON panicked".into()),
+        )
+    })?;
+    parsed.sort_unstable_by_key(|(n, _)| *n);
+    Ok(parsed.into_iter().flat_map(|(_, rows)| rows).collect())
+}
+
+/// Decodes a row's set-aside text cells (in its chunk's `text`) into their places.
+fn parse_row((mut values, cells): Unparsed, text: &[u8]) -> Vec<SqlValue> {
+    for (i, range, is_json) in cells {
+        if let (Some(cell), Some(t)) = (values.get_mut(i), text.get(range)) {
+            *cell = if is_json {
+                json_from_text(t)
+            } else {
+                from_sqlite(ValueRef::Text(t))
+            };
+        }
+    }
+    values
 }
 
 fn run_execute(conn: &Connection, sql: &str, params: Vec<SqliteValue>) -> rusqlite::Result<u64> {
