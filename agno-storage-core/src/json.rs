@@ -126,6 +126,22 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     }
 }
 
+/// Whether any of the eight bytes of `word` may need an escape: below `0x20`, `"`, `\\`, or
+/// (with `ensure_ascii`) `0x7f` and above. Never false for such a word; may be true for a
+/// word without one (the caller then checks byte by byte).
+fn may_need_escape(word: u64, ensure_ascii: bool) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // A byte below n (n <= 128) leaves its high bit set in (x - n) & !x.
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH != 0;
+    let control = below(word, 0x20);
+    let quote = below(word ^ (ONES * u64::from(b'"')), 1);
+    let backslash = below(word ^ (ONES * u64::from(b'\\')), 1);
+    // A byte above 0x7e has its high bit set after adding 1 (a carry only adds false hits).
+    let non_ascii = ensure_ascii && (word.wrapping_add(ONES) | word) & HIGH != 0;
+    control || quote || backslash || non_ascii
+}
+
 fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
     // Copy runs of bytes that need no escape in one go; escape the rest one char at a time.
@@ -135,6 +151,16 @@ fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
     let mut plain_from = 0;
     let mut i = 0;
     while i < bytes.len() {
+        // Eight plain bytes at a time; a word holding any other byte goes byte by byte.
+        if let Some(word) = bytes
+            .get(i..i + 8)
+            .and_then(|w| <[u8; 8]>::try_from(w).ok())
+        {
+            if !may_need_escape(u64::from_le_bytes(word), ensure_ascii) {
+                i += 8;
+                continue;
+            }
+        }
         let b = bytes[i];
         let plain = match b {
             b'"' | b'\\' => false,
@@ -332,6 +358,40 @@ mod tests {
         for bad in ["{\"a\": 1} x", "{\"a\": }", "", "[1, 2"] {
             assert!(parse_value(bad.as_bytes()).is_err(), "{bad}");
             assert!(serde_json::from_str::<Value>(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The word-at-a-time scan escapes exactly what the byte-at-a-time one does, whatever the
+    /// escape's offset in the word: without `ensure_ascii` agno's text is serde_json's, and
+    /// with it every non-ASCII char is a `\\u` escape.
+    #[test]
+    fn escapes_at_every_offset_of_a_word() {
+        let specials = [
+            "\"", "\\", "\n", "\u{1}", "\u{1f}", "\u{7f}", "é", "🍵", "~", " ", "é\u{1}", "🍵\"",
+            "\u{7f}\\", "ÿ\n",
+        ];
+        for special in specials {
+            for offset in 0..17 {
+                let s = format!("{}{special}{}", "x".repeat(offset), "y".repeat(20 - offset));
+                let mut plain = String::new();
+                write_string(&mut plain, &s, false);
+                assert_eq!(plain, serde_json::to_string(&s).unwrap(), "{s:?}");
+                let mut ascii = String::new();
+                write_string(&mut ascii, &s, true);
+                let expected: String = serde_json::to_string(&s)
+                    .unwrap()
+                    .chars()
+                    .flat_map(|c| match c {
+                        '\u{7f}'.. => c
+                            .encode_utf16(&mut [0; 2])
+                            .iter()
+                            .map(|u| format!("\\u{u:04x}"))
+                            .collect::<Vec<_>>(),
+                        c => vec![c.to_string()],
+                    })
+                    .collect();
+                assert_eq!(ascii, expected, "{s:?}");
+            }
         }
     }
 }
