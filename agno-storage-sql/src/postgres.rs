@@ -1,13 +1,15 @@
 //! The PostgreSQL executor: sqlx with a connection pool.
 
 use std::str::FromStr;
+use std::sync::Arc;
 
+use agno_storage_core::json::parse_value;
 use agno_storage_core::migration::{HeldLock, MigrationLock};
 use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use chrono::NaiveDate;
 use serde_json::Value;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Arguments, Column, Connection, Row as _, TypeInfo};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgValueFormat};
+use sqlx::{Arguments, Column, Connection, Row as _, TypeInfo, ValueRef as _};
 
 use crate::exec::{Executor, Statement};
 use crate::value::{Row, SqlValue};
@@ -104,9 +106,104 @@ fn strip_nul(v: Value) -> Value {
     }
 }
 
-fn decode(row: &PgRow) -> Result<Row> {
-    let columns: std::sync::Arc<[String]> =
-        row.columns().iter().map(|c| c.name().to_owned()).collect();
+/// JSON text a result may hold before its rows are decoded by two threads.
+const PARALLEL_JSON_BYTES: usize = 1 << 20;
+
+/// Decodes a result's rows, column names taken once. Decoding parses JSON cells, so it runs
+/// off the async worker (on the blocking pool, inside a runtime); a result with more than
+/// [`PARALLEL_JSON_BYTES`] of JSON is split between two threads.
+async fn decode_rows(rows: Vec<PgRow>) -> Result<Vec<Row>> {
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let columns: Arc<[String]> = first
+        .columns()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let json_bytes: usize = rows
+        .iter()
+        .map(|row| {
+            row.columns()
+                .iter()
+                .filter(|c| matches!(c.type_info().name(), "JSON" | "JSONB"))
+                .filter_map(|c| row.try_get_raw(c.ordinal()).ok())
+                .filter_map(|raw| raw.as_bytes().ok().map(<[u8]>::len))
+                .sum::<usize>()
+        })
+        .sum();
+    if json_bytes <= PARALLEL_JSON_BYTES {
+        return rows.iter().map(|row| decode(row, &columns)).collect();
+    }
+    let decode_all = move || {
+        let (front, back) = rows.split_at(rows.len() / 2);
+        let decode_part = |part: &[PgRow]| {
+            part.iter()
+                .map(|row| decode(row, &columns))
+                .collect::<Result<Vec<_>>>()
+        };
+        std::thread::scope(|scope| {
+            // Without a second thread (the OS refused one) this thread decodes both halves.
+            let helper = std::thread::Builder::new()
+                .name("agno-postgres-json".into())
+                .spawn_scoped(scope, || decode_part(back))
+                .ok();
+            let mut out = decode_part(front)?;
+            let back = match helper.map(|h| h.join()) {
+                Some(Ok(back)) => back?,
+                Some(Err(_)) => {
+                    return Err(Error::new(
+                        ErrorKind::Unexpected,
+                        "the thread decoding this query's rows panicked",
+                    )
+                    .with_backend(BACKEND))
+                }
+                None => decode_part(back)?,
+            };
+            out.extend(back);
+            Ok(out)
+        })
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.spawn_blocking(decode_all).await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unexpected,
+                format!("decoding this query's rows failed: {e}"),
+            )
+            .with_backend(BACKEND)
+        })?,
+        Err(_) => decode_all(),
+    }
+}
+
+/// A JSON or JSONB cell, parsed straight from the driver's buffer.
+fn json_cell(row: &PgRow, i: usize) -> Result<Option<Value>> {
+    let raw = row.try_get_raw(i).map_err(map_err)?;
+    if raw.is_null() {
+        return Ok(None);
+    }
+    let bad = |what: String| {
+        let column = row.columns().get(i).map_or("?", |c| c.name());
+        Error::new(
+            ErrorKind::Serialization,
+            format!("column {column} is not valid JSON: {what}"),
+        )
+        .with_backend(BACKEND)
+    };
+    let bytes = raw.as_bytes().map_err(|e| bad(e.to_string()))?;
+    let text = match (raw.format(), raw.type_info().name()) {
+        // Binary JSONB is a version byte (1) and the text.
+        (PgValueFormat::Binary, "JSONB") => match bytes.split_first() {
+            Some((1, text)) => text,
+            _ => return Err(bad("unsupported JSONB format version".into())),
+        },
+        _ => bytes,
+    };
+    parse_value(text).map(Some).map_err(|e| bad(e.to_string()))
+}
+
+fn decode(row: &PgRow, columns: &Arc<[String]>) -> Result<Row> {
+    let columns = columns.clone();
     let mut values = Vec::with_capacity(columns.len());
     for (i, c) in row.columns().iter().enumerate() {
         let v = match c.type_info().name() {
@@ -128,11 +225,7 @@ fn decode(row: &PgRow) -> Result<Row> {
                     .map_err(map_err)?
                     .map(f64::from),
             ),
-            "JSON" | "JSONB" => SqlValue::Json(
-                row.try_get::<Option<sqlx::types::Json<Value>>, _>(i)
-                    .map_err(map_err)?
-                    .map(|j| j.0),
-            ),
+            "JSON" | "JSONB" => SqlValue::Json(json_cell(row, i)?),
             "DATE" => SqlValue::Date(row.try_get::<Option<NaiveDate>, _>(i).map_err(map_err)?),
             "VOID" => SqlValue::Text(None),
             _ => SqlValue::Text(row.try_get::<Option<String>, _>(i).map_err(map_err)?),
@@ -209,7 +302,7 @@ impl Executor for PgExecutor {
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        rows.iter().map(decode).collect()
+        decode_rows(rows).await
     }
 
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64> {
@@ -232,7 +325,7 @@ impl Executor for PgExecutor {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(map_err)?;
-            out.push(rows.iter().map(decode).collect::<Result<Vec<_>>>()?);
+            out.push(decode_rows(rows).await?);
         }
         tx.commit().await.map_err(map_err)?;
         Ok(out)

@@ -29,6 +29,7 @@ pub(crate) fn all() -> Vec<Case> {
         case!(sessions::get_sessions_filters_and_sorts, ["sessions"]),
         case!(runs::runs_written_one_row_per_run, ["sessions", "runs"]),
         case!(runs::run_index_assigned_atomically, ["sessions", "runs"]),
+        case!(runs::long_session_reads_back_whole, ["sessions", "runs"]),
         case!(runs::get_runs_filters, ["sessions", "runs"]),
         case!(runs::run_requires_its_session, ["sessions", "runs"]),
         case!(runs::legacy_blob_merge, ["sessions", "runs", "legacy_runs"]),

@@ -110,6 +110,50 @@ pub(crate) async fn run_index_assigned_atomically(ctx: &Ctx) -> CaseResult {
     Ok(())
 }
 
+/// A session holding more than a megabyte of runs (300 runs of ~5 KB, with escapes and
+/// non-ASCII text) reads back whole, every run exactly as written and in order: stores that
+/// page their reads or decode large results in parts must stitch them back together.
+pub(crate) async fn long_session_reads_back_whole(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let (sessions, runs) = (db.sessions()?, db.runs()?);
+    let s = session(SessionType::Agent, Some("alice"));
+    sessions.upsert_session(s.clone()).await?;
+    let mut written = Vec::new();
+    for i in 0..300 {
+        let mut row = run_row(&s, &format!("{}-{i}", s.session_id), "COMPLETED");
+        row.run_data["content"] = json!(format!("{i}: {}", "é🍵\"x\n".repeat(200)));
+        written.push(row.run_data.clone());
+        runs.upsert_run(row).await?;
+    }
+    let read = sessions
+        .get_session(&s.session_id, SessionRead::default())
+        .await?
+        .ok_or("the long session is missing")?;
+    let read_runs = read.runs.unwrap_or_default();
+    ensure_eq(read_runs.len(), written.len(), "runs of the long session")?;
+    ensure(
+        read_runs == written,
+        "every run of the long session reads back as written, in order",
+    )?;
+    let page = runs
+        .get_runs(RunQuery {
+            session_id: Some(s.session_id.clone()),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(page.total, 300, "get_runs total of the long session")?;
+    ensure(
+        page.items.iter().map(|r| &r.run_data).eq(written.iter()),
+        "get_runs returns every run as written, in order",
+    )?;
+    ensure_eq(
+        page.items.iter().map(|r| r.run_index).collect::<Vec<_>>(),
+        (0..300).map(Some).collect::<Vec<_>>(),
+        "run_index of 300 appends",
+    )?;
+    Ok(())
+}
+
 /// `get_runs` filters by session, user and status, and honours limit and page.
 pub(crate) async fn get_runs_filters(ctx: &Ctx) -> CaseResult {
     let db = ctx.db().await?;
