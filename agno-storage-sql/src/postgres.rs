@@ -12,7 +12,7 @@ use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow
 use sqlx::{Arguments, Column, Connection, Row as _, TypeInfo, ValueRef as _};
 
 use crate::exec::{Executor, Statement};
-use crate::value::{Row, SqlValue};
+use crate::value::{Row, SqlValue, PARALLEL_JSON_BYTES};
 
 const BACKEND: &str = "postgres";
 
@@ -105,9 +105,6 @@ fn strip_nul(v: Value) -> Value {
         other => other,
     }
 }
-
-/// JSON text a result may hold before its rows are decoded by two threads.
-const PARALLEL_JSON_BYTES: usize = 1 << 20;
 
 /// Decodes a result's rows, column names taken once. Decoding parses JSON cells, so it runs
 /// off the async worker (on the blocking pool, inside a runtime); a result with more than

@@ -35,7 +35,7 @@ use rusqlite::types::{Value as SqliteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode};
 
 use crate::exec::{Executor, Statement};
-use crate::value::{Row, SqlValue};
+use crate::value::{Row, SqlValue, PARALLEL_JSON_BYTES};
 
 const BACKEND: &str = "sqlite";
 
@@ -480,9 +480,6 @@ fn run_query(
     }));
     Ok(out)
 }
-
-/// JSON text a query decodes on its own thread before it hands parsing to a second one.
-const PARALLEL_JSON_BYTES: usize = 1 << 20;
 
 /// Rows per chunk handed to the parsing thread.
 const ROWS_PER_CHUNK: usize = 64;

@@ -50,6 +50,11 @@ impl SqlValue {
     }
 }
 
+/// JSON text a result may hold before an executor decodes its rows on two threads (the
+/// SQLite and PostgreSQL executors): below it, a second thread costs more than it saves.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const PARALLEL_JSON_BYTES: usize = 1 << 20;
+
 /// One fetched row, cells addressed by column name.
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
