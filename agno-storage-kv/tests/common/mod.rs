@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+mod keys;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -71,30 +73,7 @@ pub async fn delete_matching(
     conn: &mut redis::aio::ConnectionManager,
     pattern: &str,
 ) -> Result<u64> {
-    let mut cursor: u64 = 0;
-    let mut deleted = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .map_err(kv_err)?;
-        if !keys.is_empty() {
-            deleted += redis::cmd("UNLINK")
-                .arg(&keys)
-                .query_async::<u64>(conn)
-                .await
-                .map_err(kv_err)?;
-        }
-        if next == 0 {
-            return Ok(deleted);
-        }
-        cursor = next;
-    }
+    keys::delete_matching(conn, pattern).await.map_err(kv_err)
 }
 
 /// Drops the keys of test prefixes older than [`STALE_AFTER`] (left by crashed runs).
