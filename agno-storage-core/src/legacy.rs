@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::run::{RunRecord, RunType};
+use crate::run_json::RunJson;
 
 /// Decodes a JSON cell as agno 2.x may have written it: parses `text`, and when the result
 /// is itself a JSON string (the 2.x SQLite double encoding), parses that too.
@@ -81,15 +82,49 @@ fn run_id_of(run: &Value) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
+/// A runs-store run as a session read merges it: its order keys and its dict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRun {
+    /// The run's id.
+    pub run_id: String,
+    /// Position in the session; missing sorts first.
+    pub run_index: Option<i64>,
+    /// Creation time, epoch seconds.
+    pub created_at: i64,
+    /// The run dict.
+    pub run: RunJson,
+}
+
+impl From<RunRecord> for SessionRun {
+    fn from(record: RunRecord) -> Self {
+        SessionRun {
+            run_id: record.run_id,
+            run_index: record.run_index,
+            created_at: record.created_at,
+            run: RunJson::from(record.run_data),
+        }
+    }
+}
+
 /// `session.runs` as agno 3 rebuilds it: the legacy blob in stored order with each entry
 /// replaced by the runs-store copy of the same `run_id` (the store wins), then the
 /// store-only runs in store order (`run_index, created_at, run_id`). Blob entries that are
 /// not objects or lack a `run_id` are dropped. Returns run dicts.
-pub fn merge_runs(legacy_blob: Option<&Value>, mut store_runs: Vec<RunRecord>) -> Vec<Value> {
-    sort_runs_for_session(&mut store_runs);
+pub fn merge_runs<R: Into<SessionRun>>(
+    legacy_blob: Option<&Value>,
+    store_runs: Vec<R>,
+) -> Vec<RunJson> {
+    let mut store_runs: Vec<SessionRun> = store_runs.into_iter().map(Into::into).collect();
+    store_runs.sort_by(|a, b| {
+        session_order(a.run_index, a.created_at, &a.run_id).cmp(&session_order(
+            b.run_index,
+            b.created_at,
+            &b.run_id,
+        ))
+    });
     let legacy = legacy_runs_list(legacy_blob);
     if legacy.is_empty() {
-        return store_runs.into_iter().map(|r| r.run_data).collect();
+        return store_runs.into_iter().map(|r| r.run).collect();
     }
     let mut merged = Vec::with_capacity(legacy.len() + store_runs.len());
     let mut used = vec![false; store_runs.len()];
@@ -110,9 +145,9 @@ pub fn merge_runs(legacy_blob: Option<&Value>, mut store_runs: Vec<RunRecord>) -
         match position.get(run_id) {
             Some(&i) => {
                 used[i] = true;
-                merged.push(store_runs[i].run_data.clone());
+                merged.push(store_runs[i].run.clone());
             }
-            None => merged.push(entry),
+            None => merged.push(RunJson::from(entry)),
         }
     }
     merged.extend(
@@ -120,7 +155,7 @@ pub fn merge_runs(legacy_blob: Option<&Value>, mut store_runs: Vec<RunRecord>) -
             .into_iter()
             .zip(used)
             .filter(|(_, used)| !used)
-            .map(|(r, _)| r.run_data),
+            .map(|(r, _)| r.run),
     );
     merged
 }
@@ -128,13 +163,26 @@ pub fn merge_runs(legacy_blob: Option<&Value>, mut store_runs: Vec<RunRecord>) -
 /// Sorts runs in session order: `run_index` (missing first), then `created_at`, then `run_id`.
 pub fn sort_runs_for_session(runs: &mut [RunRecord]) {
     runs.sort_by(|a, b| {
-        (a.run_index, a.created_at, &a.run_id).cmp(&(b.run_index, b.created_at, &b.run_id))
+        session_order(a.run_index, a.created_at, &a.run_id).cmp(&session_order(
+            b.run_index,
+            b.created_at,
+            &b.run_id,
+        ))
     });
 }
 
+/// The key runs are ordered by within a session.
+fn session_order(
+    run_index: Option<i64>,
+    created_at: i64,
+    run_id: &str,
+) -> (Option<i64>, i64, &str) {
+    (run_index, created_at, run_id)
+}
+
 /// Keeps the last `limit` context runs (see [`RunRecord::is_context_run`]).
-pub fn last_context_runs(runs: Vec<Value>, limit: usize) -> Vec<Value> {
-    let context: Vec<Value> = runs.into_iter().filter(RunRecord::is_context_run).collect();
+pub fn last_context_runs(runs: Vec<RunJson>, limit: usize) -> Vec<RunJson> {
+    let context: Vec<RunJson> = runs.into_iter().filter(RunJson::is_context_run).collect();
     let skip = context.len().saturating_sub(limit);
     context.into_iter().skip(skip).collect()
 }
@@ -375,6 +423,7 @@ mod tests {
             Some(&blob),
             vec![row("r3", 2, "RUNNING"), row("r1", 0, "COMPLETED")],
         );
+        let merged: Vec<Value> = merged.iter().map(|r| r.to_value().unwrap()).collect();
         let ids: Vec<_> = merged
             .iter()
             .map(|r| r["run_id"].as_str().unwrap())

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod migration;
 mod pagination;
 pub mod run;
+mod run_json;
 pub mod schedule;
 pub mod session;
 pub mod user_memory;
@@ -50,6 +51,7 @@ pub use migration::{
 };
 pub use pagination::{compare_json, sort_records, Page, Pagination, Sort, SortOrder};
 pub use run::{RunQuery, RunRecord, RunStore, RunType};
+pub use run_json::RunJson;
 pub use schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 pub use session::{Session, SessionQuery, SessionRead, SessionStore, SessionType};
 pub use user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};

@@ -173,6 +173,13 @@ fn add_i64(map: &mut Map<String, Value>, key: &str, by: i64) {
     map.insert(key.to_owned(), json!(current.saturating_add(by)));
 }
 
+/// The keys of a run dict that daily metrics count.
+#[derive(serde::Deserialize)]
+struct ModelFields {
+    model: Option<Value>,
+    model_provider: Option<Value>,
+}
+
 /// Aggregates the sessions created on `date` (UTC) into one row per owner (the shared bucket
 /// for unowned sessions), as agno 3's `calculate_date_metrics`. Each session's `runs` must be
 /// attached. `today` decides `completed`.
@@ -210,13 +217,20 @@ pub fn aggregate_daily_metrics(
                 let runs = session.runs.as_deref().unwrap_or_default();
                 counts[slot] += runs.len() as i64;
                 for run in runs {
-                    if let Some(model) = run
-                        .get("model")
+                    let Ok(ModelFields {
+                        model,
+                        model_provider,
+                    }) = run.fields::<ModelFields>()
+                    else {
+                        continue;
+                    };
+                    if let Some(model) = model
+                        .as_ref()
                         .and_then(Value::as_str)
                         .filter(|m| !m.is_empty())
                     {
-                        let provider = run
-                            .get("model_provider")
+                        let provider = model_provider
+                            .as_ref()
                             .and_then(Value::as_str)
                             .unwrap_or_default();
                         *models
@@ -336,6 +350,7 @@ pub async fn calculate_metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RunJson;
 
     #[test]
     fn legacy_rows_show_only_where_uncovered() {
@@ -410,14 +425,14 @@ mod tests {
         let mut a = Session::new("s1", SessionType::Agent, "ag").with_user("alice");
         a.created_at = ts;
         a.runs = Some(vec![
-            json!({"run_id": "r", "model": "gpt", "model_provider": "openai"}),
+            json!({"run_id": "r", "model": "gpt", "model_provider": "openai"}).into(),
         ]);
         a.session_data = Some(json!({"session_metrics": {"input_tokens": 5, "total_tokens": 7}}));
         let mut shared = Session::new("s2", SessionType::Team, "tm");
         shared.created_at = ts;
         shared.runs = Some(vec![
-            json!({"run_id": "t"}),
-            json!({"run_id": "m", "parent_run_id": "t"}),
+            json!({"run_id": "t"}).into(),
+            RunJson::from_stored_text(r#"{"run_id": "m", "parent_run_id": "t"}"#.into()).unwrap(),
         ]);
         let rows = aggregate_daily_metrics(date, &[a, shared], date, ts);
         assert_eq!(rows.len(), 2);

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::pagination::{Page, Pagination, Sort};
+use crate::run_json::RunJson;
 
 /// The kind of component a session belongs to. Stored lowercase (`agent`, `team`, `workflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -82,9 +83,10 @@ pub struct Session {
     /// `{"summary", "topics"?, "updated_at"?}`.
     #[serde(default)]
     pub summary: Option<Value>,
-    /// Runs as run dicts, filled on read; `None` when runs were not requested.
+    /// Runs as run dicts, filled on read; `None` when runs were not requested. SQL stores
+    /// hand them over as unparsed JSON text (see [`RunJson`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runs: Option<Vec<Value>>,
+    pub runs: Option<Vec<RunJson>>,
     /// Creation time, epoch seconds.
     pub created_at: i64,
     /// Last write, epoch seconds.

@@ -129,6 +129,7 @@ proptest! {
         let merged = merge_runs(Some(&Value::Array(blob.clone())), store);
         let mut seen = HashMap::new();
         for run in &merged {
+            let run = run.to_value().unwrap();
             let id = run.get("run_id").and_then(Value::as_str).unwrap_or_default();
             prop_assert!(!id.is_empty(), "an entry without a run_id survived: {}", run);
             *seen.entry(id.to_owned()).or_insert(0) += 1;

@@ -122,7 +122,12 @@ fn we_read_what_agno_writes() {
             .expect("agno's session");
         assert_eq!(s.session_type, SessionType::Agent);
         assert_eq!(s.session_name(), Some("From Python"));
-        let runs = s.runs.unwrap_or_default();
+        let runs: Vec<serde_json::Value> = s
+            .runs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.into_value().unwrap())
+            .collect();
         let ids: Vec<_> = runs.iter().filter_map(|r| r["run_id"].as_str()).collect();
         assert_eq!(ids, ["py-r0", "py-r1"]);
         let run = db
@@ -250,7 +255,7 @@ fn v2_tables_migrate_and_agno_reads_them() {
             .runs
             .unwrap_or_default()
             .iter()
-            .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+            .filter_map(agno_storage_core::RunJson::run_id)
             .collect();
         assert_eq!(ids, ["v2-a0", "v2-a1", "v2-a2"]);
         let run = db

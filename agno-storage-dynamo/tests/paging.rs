@@ -200,7 +200,7 @@ fn listings_follow_last_evaluated_key() {
             .runs
             .unwrap_or_default()
             .iter()
-            .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+            .filter_map(agno_storage_core::RunJson::run_id)
             .collect();
         assert_eq!(merged, runs[..11].to_vec(), "get_session runs in order");
 

@@ -152,7 +152,7 @@ async fn agno_auto_id_session_is_updated_in_place_and_deleted_runs_stay_deleted(
         .runs
         .unwrap_or_default()
         .iter()
-        .filter_map(|r| r.get("run_id").and_then(|v| v.as_str()).map(str::to_owned))
+        .filter_map(agno_storage_core::RunJson::run_id)
         .collect();
     assert_eq!(ids, vec!["old-2".to_owned()]);
 }

@@ -140,12 +140,12 @@ fn v2_migrates_like_agno(url: &str) {
             .await
             .unwrap()
             .expect("team session");
-        let ids: Vec<&str> = s
+        let ids: Vec<String> = s
             .runs
             .as_deref()
             .unwrap_or_default()
             .iter()
-            .filter_map(|r| r["run_id"].as_str())
+            .filter_map(agno_storage_core::RunJson::run_id)
             .collect();
         assert_eq!(ids, ["v2-t0", "v2-t0-m1"]);
         // The migration indexed what agno 2.9.0 wrote: listings find it.
@@ -320,7 +320,12 @@ fn we_read_what_agno_writes(url: &str) {
             .unwrap()
             .expect("python's session");
         assert_eq!(s.session_name(), Some("From Python"));
-        let runs = s.runs.unwrap_or_default();
+        let runs: Vec<serde_json::Value> = s
+            .runs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.into_value().unwrap())
+            .collect();
         assert_eq!(
             runs.iter()
                 .map(|r| r["content"].as_str().unwrap())

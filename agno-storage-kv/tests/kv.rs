@@ -185,12 +185,12 @@ fn legacy_only_run_is_deleted_before_migration() {
             .await
             .unwrap()
             .unwrap();
-        let ids: Vec<&str> = read
+        let ids: Vec<String> = read
             .runs
             .as_deref()
             .unwrap_or_default()
             .iter()
-            .filter_map(|r| r["run_id"].as_str())
+            .filter_map(agno_storage_core::RunJson::run_id)
             .collect();
         assert_eq!(ids, ["l-r2"]);
         // bob may not scrub alice's blob.

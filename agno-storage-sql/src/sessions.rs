@@ -1,14 +1,13 @@
 //! Sessions (`agno_sessions`).
 
-use agno_storage_core::legacy::{last_context_runs, merge_runs};
+use agno_storage_core::legacy::{last_context_runs, merge_runs, SessionRun};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, Page, Result, RunRecord, Session,
+    async_trait, now_epoch_seconds, owned_by_another_user, Error, Page, Result, RunJson, Session,
     SessionQuery, SessionRead, SessionStore, SessionType,
 };
 use serde_json::Value;
 
 use crate::dialect::like_pattern;
-use crate::runs::run_from_row;
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -39,23 +38,40 @@ fn json_or_null(v: &Option<Value>) -> SqlValue {
 }
 
 impl SqlStore {
-    /// Runs of these sessions from the runs table, in no particular order: the merge sorts
-    /// them ([`merge_runs`]), which costs far less than a SQL sort of whole rows (SQLite
-    /// would copy every `run_data` into a temporary b-tree to order ties by `created_at`).
-    pub(crate) async fn runs_of(&self, session_ids: &[String]) -> Result<Vec<RunRecord>> {
+    /// Runs of these sessions from the runs table, each with its session id, in no
+    /// particular order: the merge sorts them ([`merge_runs`]), which costs far less than a
+    /// SQL sort of whole rows (SQLite would copy every `run_data` into a temporary b-tree to
+    /// order ties by `created_at`). Run JSON stays text, checked but not parsed.
+    async fn session_runs(&self, session_ids: &[String]) -> Result<Vec<(String, SessionRun)>> {
         if session_ids.is_empty() {
             return Ok(Vec::new());
         }
         let (list, params) = in_list(session_ids);
         let sql = format!(
-            "SELECT * FROM {} WHERE session_id IN {list}",
+            "SELECT session_id, run_id, run_index, created_at, {} AS run_data FROM {} WHERE session_id IN {list}",
+            self.dialect.json_as_text("run_data"),
             self.t(Tbl::Runs)
         );
         self.exec
-            .query_json(&sql, params)
+            .query(&sql, params)
             .await?
             .into_iter()
-            .map(run_from_row)
+            .map(|mut row| {
+                let run_id = row.take_str("run_id")?;
+                let run = match row.take_opt_str("run_data")? {
+                    Some(text) => RunJson::from_stored_text(text).map_err(|e| {
+                        Error::new(e.kind(), format!("run {run_id}: {}", e.message()))
+                    })?,
+                    None => RunJson::from(Value::Null),
+                };
+                let run = SessionRun {
+                    run_index: row.opt_i64("run_index")?,
+                    created_at: row.i64("created_at")?,
+                    run_id,
+                    run,
+                };
+                Ok((row.take_str("session_id")?, run))
+            })
             .collect()
     }
 
@@ -65,15 +81,10 @@ impl SqlStore {
             .iter()
             .map(|r| r.str("session_id"))
             .collect::<Result<_>>()?;
-        let mut by_session: std::collections::HashMap<String, Vec<RunRecord>> =
+        let mut by_session: std::collections::HashMap<String, Vec<SessionRun>> =
             std::collections::HashMap::with_capacity(ids.len());
-        for run in self.runs_of(&ids).await? {
-            match by_session.get_mut(&run.session_id) {
-                Some(runs) => runs.push(run),
-                None => {
-                    by_session.insert(run.session_id.clone(), vec![run]);
-                }
-            }
+        for (session_id, run) in self.session_runs(&ids).await? {
+            by_session.entry(session_id).or_default().push(run);
         }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {

@@ -70,8 +70,8 @@ use std::time::{Duration, Instant};
 
 use agno_storage_core::legacy::decode_legacy_runs;
 use agno_storage_core::{
-    AgnoDb, MigrationManager, Pagination, Result, RunQuery, SchemaVersion, Session, SessionRead,
-    SessionType,
+    AgnoDb, MigrationManager, Pagination, Result, RunJson, RunQuery, SchemaVersion, Session,
+    SessionRead, SessionType,
 };
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -773,12 +773,12 @@ async fn check_complete(db: &AgnoDb, originals: &Originals, rng: &mut Rng) -> Ch
             .await
             .map_err(err("reading a session"))?
             .ok_or_else(|| format!("session {sid} is gone"))?;
-        let merged: Vec<&str> = read
+        let merged: Vec<String> = read
             .runs
             .as_deref()
             .unwrap_or_default()
             .iter()
-            .filter_map(|r| r.get("run_id").and_then(Value::as_str))
+            .filter_map(RunJson::run_id)
             .collect();
         if merged != expected {
             return fail(format!(

@@ -1,6 +1,6 @@
 //! The cases, one module per domain.
 
-use agno_storage_core::{RunRecord, Session, SessionType};
+use agno_storage_core::{RunJson, RunRecord, Session, SessionType};
 use serde_json::{json, Value};
 
 use crate::Case;
@@ -187,9 +187,6 @@ pub(crate) fn run_row(session: &Session, run_id: &str, status: &str) -> RunRecor
 }
 
 /// The `run_id`s of run dicts.
-pub(crate) fn run_ids(runs: &[Value]) -> Vec<String> {
-    runs.iter()
-        .filter_map(|r| r.get("run_id").and_then(Value::as_str))
-        .map(str::to_owned)
-        .collect()
+pub(crate) fn run_ids(runs: &[RunJson]) -> Vec<String> {
+    runs.iter().filter_map(RunJson::run_id).collect()
 }

@@ -267,7 +267,7 @@ pub(crate) async fn legacy_blob_merge(ctx: &Ctx) -> CaseResult {
         "merged run order",
     )?;
     ensure_eq(
-        merged[0]["status"].clone(),
+        merged[0].to_value()?["status"].clone(),
         json!("COMPLETED"),
         "runs store wins on a duplicate run_id",
     )?;
