@@ -2,10 +2,10 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -14,30 +14,33 @@ use crate::run::RunRecord;
 
 /// One run dict of [`crate::Session::runs`].
 ///
-/// A store that keeps runs as JSON text (SQL) hands each one over as checked, unparsed
-/// text, so reading a long session does not build a tree per run; other stores hand over
-/// the parsed value. Either way [`RunJson::to_value`] gives the dict, [`RunJson::fields`]
-/// reads a few keys without building the rest, and equality compares the dicts (not the
-/// text). With serde, a run serializes as the dict it holds and deserializes from any dict.
+/// A store that keeps runs as JSON text (SQL) hands each one over as the stored text, not
+/// parsed and not yet checked, so reading a long session neither builds a tree per run nor
+/// scans its text; other stores hand over the parsed value. Either way
+/// [`RunJson::to_value`] gives the dict, [`RunJson::fields`] reads a few keys without
+/// building the rest, [`RunJson::json_text`] gives checked JSON text, and equality compares
+/// the dicts (not the text). Malformed stored JSON surfaces from those calls as a
+/// [`crate::ErrorKind::Serialization`] error, for that run alone. With serde, a run
+/// serializes as the dict it holds and deserializes from any dict.
 #[derive(Clone)]
 pub struct RunJson(Repr);
 
 #[derive(Clone)]
 enum Repr {
     Parsed(Value),
-    Text(Box<RawValue>),
+    /// Stored text of an object, not yet checked; shared, so copies of a run (a store's
+    /// cache of recent reads) do not copy its text.
+    Text(Arc<String>),
 }
 
 impl RunJson {
-    /// A run dict as a store keeps it in a JSON text column. An object is checked to be
-    /// well-formed JSON and kept as text; anything else is decoded as agno 2.x may have
-    /// written it (a double-encoded string is unwrapped, JSON `null` becomes `null`).
-    /// Malformed JSON is a [`crate::ErrorKind::Serialization`] error.
+    /// A run dict as a store keeps it in a JSON text column. An object is kept as text,
+    /// unchecked (see [`RunJson`]); anything else is decoded now, as agno 2.x may have
+    /// written it (a double-encoded string is unwrapped, JSON `null` becomes `null`), and
+    /// is a [`crate::ErrorKind::Serialization`] error when malformed.
     pub fn from_stored_text(text: String) -> Result<Self> {
         if text.trim_start().starts_with('{') {
-            return RawValue::from_string(text)
-                .map(|raw| RunJson(Repr::Text(raw)))
-                .map_err(|e| Error::serialization("a run's JSON", e));
+            return Ok(RunJson(Repr::Text(Arc::new(text))));
         }
         Ok(RunJson(Repr::Parsed(
             decode_legacy_json(Some(&text))?.unwrap_or(Value::Null),
@@ -53,9 +56,7 @@ impl RunJson {
     pub fn as_value(&self) -> Result<Cow<'_, Value>> {
         match &self.0 {
             Repr::Parsed(value) => Ok(Cow::Borrowed(value)),
-            Repr::Text(raw) => crate::json::parse_value(raw.get().as_bytes())
-                .map(Cow::Owned)
-                .map_err(|e| Error::serialization("a run's JSON", e)),
+            Repr::Text(text) => parse(text).map(Cow::Owned),
         }
     }
 
@@ -63,17 +64,38 @@ impl RunJson {
     pub fn into_value(self) -> Result<Value> {
         match self.0 {
             Repr::Parsed(value) => Ok(value),
-            Repr::Text(raw) => crate::json::parse_value(raw.get().as_bytes())
-                .map_err(|e| Error::serialization("a run's JSON", e)),
+            Repr::Text(text) => parse(&text),
         }
     }
 
-    /// The JSON text as the store holds it, when it was handed over unparsed: ready to be
-    /// written into a JSON response as it is.
-    pub fn as_text(&self) -> Option<&str> {
+    /// The dict as JSON text, checked to be well-formed: the stored text as it is when the
+    /// run was handed over unparsed (ready to be written into a JSON response), else the
+    /// value encoded now.
+    pub fn json_text(&self) -> Result<Cow<'_, str>> {
+        match &self.0 {
+            Repr::Parsed(value) => serde_json::to_string(value)
+                .map(Cow::Owned)
+                .map_err(|e| Error::serialization("a run's JSON", e)),
+            Repr::Text(text) => {
+                let mut de = serde_json::Deserializer::from_str(text);
+                serde::de::IgnoredAny::deserialize(&mut de)
+                    .and_then(|_| de.end())
+                    .map_err(|e| Error::serialization("a run's JSON", e))?;
+                Ok(Cow::Borrowed(text))
+            }
+        }
+    }
+
+    /// Bytes of stored JSON text this run holds (0 when it holds a parsed value).
+    pub fn stored_text_len(&self) -> usize {
+        self.stored_text().map_or(0, str::len)
+    }
+
+    /// The stored text, unchecked, when the run was handed over unparsed.
+    fn stored_text(&self) -> Option<&str> {
         match &self.0 {
             Repr::Parsed(_) => None,
-            Repr::Text(raw) => Some(raw.get()),
+            Repr::Text(text) => Some(text),
         }
     }
 
@@ -82,7 +104,7 @@ impl RunJson {
     pub fn fields<T: DeserializeOwned>(&self) -> Result<T> {
         match &self.0 {
             Repr::Parsed(value) => T::deserialize(value),
-            Repr::Text(raw) => serde_json::from_str(raw.get()),
+            Repr::Text(text) => serde_json::from_str(text),
         }
         .map_err(|e| Error::serialization("a run's fields", e))
     }
@@ -119,6 +141,11 @@ impl RunJson {
     }
 }
 
+/// Parses a run's stored text.
+fn parse(text: &str) -> Result<Value> {
+    crate::json::parse_value(text.as_bytes()).map_err(|e| Error::serialization("a run's JSON", e))
+}
+
 impl From<Value> for RunJson {
     fn from(value: Value) -> Self {
         RunJson(Repr::Parsed(value))
@@ -128,7 +155,7 @@ impl From<Value> for RunJson {
 impl PartialEq for RunJson {
     /// Equal dicts, whatever their text: key order and spacing do not count.
     fn eq(&self, other: &Self) -> bool {
-        if let (Some(a), Some(b)) = (self.as_text(), other.as_text()) {
+        if let (Some(a), Some(b)) = (self.stored_text(), other.stored_text()) {
             if a == b {
                 return true;
             }
@@ -150,7 +177,7 @@ impl fmt::Debug for RunJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Repr::Parsed(value) => fmt::Debug::fmt(value, f),
-            Repr::Text(raw) => f.write_str(raw.get()),
+            Repr::Text(text) => f.write_str(text),
         }
     }
 }
@@ -180,8 +207,8 @@ mod tests {
         let run = RunJson::from_stored_text(r#"{"run_id": "r1", "status": "COMPLETED"}"#.into())
             .expect("valid JSON");
         assert_eq!(
-            run.as_text(),
-            Some(r#"{"run_id": "r1", "status": "COMPLETED"}"#)
+            run.json_text().expect("well-formed"),
+            r#"{"run_id": "r1", "status": "COMPLETED"}"#
         );
         assert_eq!(
             run.to_value().expect("parses"),
@@ -202,16 +229,27 @@ mod tests {
         let doubled = serde_json::to_string(r#"{"run_id":"r1"}"#).expect("encodes");
         let run = RunJson::from_stored_text(doubled).expect("decodes");
         assert_eq!(run, json!({"run_id": "r1"}));
-        assert_eq!(run.as_text(), None);
+        assert_eq!(run.json_text().expect("encodes"), r#"{"run_id":"r1"}"#);
         let null = RunJson::from_stored_text("null".into()).expect("decodes");
         assert_eq!(null, Value::Null);
     }
 
     #[test]
-    fn malformed_text_is_a_serialization_error() {
-        let err = RunJson::from_stored_text(r#"{"run_id": "r1""#.into()).expect_err("malformed");
-        assert_eq!(err.kind(), crate::ErrorKind::Serialization);
-        assert!(err.message().contains("run's JSON"), "{}", err.message());
+    fn malformed_text_is_a_serialization_error_when_read() {
+        let run = RunJson::from_stored_text(r#"{"run_id": "r1""#.into()).expect("kept unchecked");
+        for err in [
+            run.to_value().expect_err("malformed"),
+            run.json_text().expect_err("malformed"),
+            serde_json::to_string(&run)
+                .map_err(|e| Error::serialization("a run", e))
+                .expect_err("malformed"),
+        ] {
+            assert_eq!(err.kind(), crate::ErrorKind::Serialization);
+            assert!(err.message().contains("run"), "{}", err.message());
+        }
+        let trailing = RunJson::from_stored_text(r#"{"run_id": "r1"} x"#.into()).expect("kept");
+        assert!(trailing.json_text().is_err());
+        assert!(RunJson::from_stored_text(r#""{\"run_id\""#.into()).is_err());
     }
 
     #[test]

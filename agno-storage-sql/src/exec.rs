@@ -32,6 +32,26 @@ impl NamedLock {
     }
 }
 
+/// A database's version: equal versions mean no commit by any connection and no schema
+/// change in between (SQLite's `data_version` and `schema_version`, and the changes its own
+/// connection made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DataVersion {
+    pub(crate) data: i64,
+    pub(crate) schema: i64,
+    pub(crate) own_changes: u64,
+}
+
+/// What [`Executor::query_versioned`] found.
+pub(crate) enum Versioned {
+    /// The database has not changed since the version the caller knew (only SQLite can
+    /// tell).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    Unchanged,
+    /// The rows, with the version they were read at when the executor can tell it.
+    Rows(Option<DataVersion>, Vec<Row>),
+}
+
 /// Runs SQL against one database.
 #[async_trait]
 pub(crate) trait Executor: Send + Sync {
@@ -44,6 +64,20 @@ pub(crate) trait Executor: Send + Sync {
     /// valid JSON arrives as text, as from `query`.
     async fn query_json(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
         self.query(sql, params).await
+    }
+
+    /// [`Executor::query`] unless the database is provably unchanged since `known` was
+    /// read: then [`Versioned::Unchanged`]. Rows come with the database's version as of
+    /// their read, when the executor can tell it (SQLite; others answer `None` and never
+    /// `Unchanged`).
+    async fn query_versioned(
+        &self,
+        sql: &str,
+        params: Vec<SqlValue>,
+        known: Option<DataVersion>,
+    ) -> Result<Versioned> {
+        let _ = known;
+        Ok(Versioned::Rows(None, self.query(sql, params).await?))
     }
 
     /// Rows affected by a statement (rows matched, for updates).

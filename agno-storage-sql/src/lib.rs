@@ -57,6 +57,7 @@ mod migrate;
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod run_cache;
 mod runs;
 mod schedules;
 mod schema;

@@ -2,12 +2,13 @@
 
 use agno_storage_core::legacy::{last_context_runs, merge_runs, SessionRun};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, Error, Page, Result, RunJson, Session,
-    SessionQuery, SessionRead, SessionStore, SessionType,
+    async_trait, now_epoch_seconds, owned_by_another_user, Error, ErrorKind, Page, Result, RunJson,
+    Session, SessionQuery, SessionRead, SessionStore, SessionType,
 };
 use serde_json::Value;
 
 use crate::dialect::like_pattern;
+use crate::exec::Versioned;
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -32,47 +33,88 @@ pub(crate) fn session_from_row(row: &Row) -> Result<Session> {
     })
 }
 
+/// A row of [`SqlStore::session_runs_query`]: the run's session id and the run.
+fn session_run_from_row(mut row: Row) -> Result<(String, SessionRun)> {
+    let run_id = row.take_str("run_id")?;
+    let run = match row.take_opt_str("run_data")? {
+        Some(text) => RunJson::from_stored_text(text)
+            .map_err(|e| Error::new(e.kind(), format!("run {run_id}: {}", e.message())))?,
+        None => RunJson::from(Value::Null),
+    };
+    let run = SessionRun {
+        run_index: row.opt_i64("run_index")?,
+        created_at: row.i64("created_at")?,
+        run_id,
+        run,
+    };
+    Ok((row.take_str("session_id")?, run))
+}
+
 /// A JSON cell as agno binds it: an absent value becomes JSON `null`.
 fn json_or_null(v: &Option<Value>) -> SqlValue {
     SqlValue::Json(Some(v.clone().unwrap_or(Value::Null)))
 }
 
 impl SqlStore {
-    /// Runs of these sessions from the runs table, each with its session id, in no
-    /// particular order: the merge sorts them ([`merge_runs`]), which costs far less than a
-    /// SQL sort of whole rows (SQLite would copy every `run_data` into a temporary b-tree to
-    /// order ties by `created_at`). Run JSON stays text, checked but not parsed.
-    async fn session_runs(&self, session_ids: &[String]) -> Result<Vec<(String, SessionRun)>> {
-        if session_ids.is_empty() {
-            return Ok(Vec::new());
-        }
+    /// The query for the runs of these sessions, in no particular order: the merge sorts
+    /// them ([`merge_runs`]), which costs far less than a SQL sort of whole rows (SQLite
+    /// would copy every `run_data` into a temporary b-tree to order ties by `created_at`).
+    /// Run JSON comes back as text, not parsed.
+    fn session_runs_query(&self, session_ids: &[String]) -> (String, Vec<SqlValue>) {
         let (list, params) = in_list(session_ids);
         let sql = format!(
             "SELECT session_id, run_id, run_index, created_at, {} AS run_data FROM {} WHERE session_id IN {list}",
             self.dialect.json_as_text("run_data"),
             self.t(Tbl::Runs)
         );
+        (sql, params)
+    }
+
+    /// Runs of these sessions, each with its session id.
+    async fn session_runs(&self, session_ids: &[String]) -> Result<Vec<(String, SessionRun)>> {
+        if session_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (sql, params) = self.session_runs_query(session_ids);
         self.exec
             .query(&sql, params)
             .await?
             .into_iter()
-            .map(|mut row| {
-                let run_id = row.take_str("run_id")?;
-                let run = match row.take_opt_str("run_data")? {
-                    Some(text) => RunJson::from_stored_text(text).map_err(|e| {
-                        Error::new(e.kind(), format!("run {run_id}: {}", e.message()))
-                    })?,
-                    None => RunJson::from(Value::Null),
-                };
-                let run = SessionRun {
-                    run_index: row.opt_i64("run_index")?,
-                    created_at: row.i64("created_at")?,
-                    run_id,
-                    run,
-                };
-                Ok((row.take_str("session_id")?, run))
-            })
+            .map(session_run_from_row)
             .collect()
+    }
+
+    /// The runs of one session: the cached ones while the database is unchanged since they
+    /// were read ([`crate::run_cache`]), else read now (and cached when the executor can
+    /// tell the database's version).
+    async fn runs_of_session(&self, session_id: &str) -> Result<Vec<SessionRun>> {
+        let (sql, params) = self.session_runs_query(&[session_id.to_owned()]);
+        let known = self.run_cache.version(session_id);
+        let mut answer = self
+            .exec
+            .query_versioned(&sql, params.clone(), known)
+            .await?;
+        if let Versioned::Unchanged = answer {
+            if let Some(runs) = known.and_then(|v| self.run_cache.get(session_id, v)) {
+                return Ok(runs);
+            }
+            // Another read replaced the entry meanwhile: read again.
+            answer = self.exec.query_versioned(&sql, params, None).await?;
+        }
+        let Versioned::Rows(version, rows) = answer else {
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                "the executor reported no change to a read that knew no version",
+            ));
+        };
+        let runs: Vec<SessionRun> = rows
+            .into_iter()
+            .map(|row| session_run_from_row(row).map(|(_, run)| run))
+            .collect::<Result<_>>()?;
+        if let Some(version) = version {
+            self.run_cache.put(session_id, version, runs.clone());
+        }
+        Ok(runs)
     }
 
     /// Sessions from rows, with runs merged from the runs table and any legacy blob.
@@ -83,8 +125,12 @@ impl SqlStore {
             .collect::<Result<_>>()?;
         let mut by_session: std::collections::HashMap<String, Vec<SessionRun>> =
             std::collections::HashMap::with_capacity(ids.len());
-        for (session_id, run) in self.session_runs(&ids).await? {
-            by_session.entry(session_id).or_default().push(run);
+        if let [session_id] = ids.as_slice() {
+            by_session.insert(session_id.clone(), self.runs_of_session(session_id).await?);
+        } else {
+            for (session_id, run) in self.session_runs(&ids).await? {
+                by_session.entry(session_id).or_default().push(run);
+            }
         }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {

@@ -34,7 +34,7 @@ use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use rusqlite::types::{Value as SqliteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode};
 
-use crate::exec::{Executor, Statement};
+use crate::exec::{DataVersion, Executor, Statement, Versioned};
 use crate::value::{Row, SqlValue, PARALLEL_JSON_BYTES};
 
 const BACKEND: &str = "sqlite";
@@ -733,6 +733,19 @@ impl SqliteExecutor {
     }
 }
 
+/// The database's version as `conn` sees it now.
+fn data_version(conn: &Connection) -> rusqlite::Result<DataVersion> {
+    let pragma = |sql: &str| {
+        conn.prepare_cached(sql)?
+            .query_row([], |r| r.get::<_, i64>(0))
+    };
+    Ok(DataVersion {
+        data: pragma("PRAGMA data_version")?,
+        schema: pragma("PRAGMA schema_version")?,
+        own_changes: conn.total_changes(),
+    })
+}
+
 fn is_read(sql: &str) -> bool {
     sql.trim_start()
         .get(..6)
@@ -753,6 +766,29 @@ impl Executor for SqliteExecutor {
         let (sql, params) = (sql.to_owned(), encode(params));
         self.call(writes, false, move |c| run_query(c, &sql, params, true))
             .await
+    }
+
+    async fn query_versioned(
+        &self,
+        sql: &str,
+        params: Vec<SqlValue>,
+        known: Option<DataVersion>,
+    ) -> Result<Versioned> {
+        let (sql, params) = (sql.to_owned(), encode(params));
+        self.call(false, false, move |c| {
+            // Inside a transaction the rows may include writes that are not committed yet:
+            // they get no version, so nobody keeps them.
+            let version = if c.is_autocommit() {
+                Some(data_version(c)?)
+            } else {
+                None
+            };
+            if version.is_some() && version == known {
+                return Ok(Versioned::Unchanged);
+            }
+            Ok(Versioned::Rows(version, run_query(c, &sql, params, false)?))
+        })
+        .await
     }
 
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64> {

@@ -8,6 +8,7 @@ use agno_storage_core::{Error, ErrorKind, Result, SchemaVersion};
 
 use crate::dialect::Dialect;
 use crate::exec::{Executor, Statement};
+use crate::run_cache::{RunCache, DEFAULT_RUN_CACHE_BYTES};
 use crate::schema::{spec, Ddl, TableNames, Tbl};
 use crate::value::{Row, SqlValue};
 
@@ -23,6 +24,8 @@ pub(crate) struct SqlStore {
     /// `upsert_run`'s statement and its next-index subquery, built on first use (the
     /// tables' names never change).
     pub(crate) upsert_run_sql: std::sync::OnceLock<(String, String)>,
+    /// Runs of recently read sessions, reused while the database is unchanged.
+    pub(crate) run_cache: RunCache,
 }
 
 /// ISO-8601 local time with microseconds, as agno stamps `agno_schema_versions`.
@@ -48,6 +51,7 @@ impl SqlStore {
             invalid: Mutex::new(HashMap::new()),
             legacy_runs_column: AtomicBool::new(false),
             upsert_run_sql: std::sync::OnceLock::new(),
+            run_cache: RunCache::new(DEFAULT_RUN_CACHE_BYTES),
         }
     }
 

@@ -367,6 +367,86 @@ fn duplicate_schedule_names_abort_the_migration_naming_them() {
     });
 }
 
+/// The run ids and contents of session `s` as `db` reads it.
+async fn session_runs(db: &agno_storage_core::AgnoDb) -> Vec<(String, String)> {
+    db.sessions()
+        .unwrap()
+        .get_session("s", agno_storage_core::SessionRead::default())
+        .await
+        .unwrap()
+        .expect("session")
+        .runs
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            let v = r.to_value().expect("run JSON");
+            (
+                v["run_id"].as_str().unwrap_or_default().to_owned(),
+                v["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Session reads reuse the runs they read while the database is unchanged, and see every
+/// change: by their own handle, by another handle (another connection), by a bare
+/// connection, and to the schema.
+#[test]
+fn session_reads_see_every_change_from_any_connection() {
+    runtime().block_on(async {
+        let path = temp_db("session_reads_see_every_change");
+        let _ = std::fs::remove_file(&path);
+        let open = || async {
+            SqlDb::open_sqlite(&path, TableNames::default())
+                .await
+                .expect("open")
+                .agno_db()
+        };
+        let (a, b) = (open().await, open().await);
+        a.sessions()
+            .unwrap()
+            .upsert_session(Session::new("s", SessionType::Agent, "a").with_user("u"))
+            .await
+            .unwrap();
+        let run = |i: usize, content: &str| {
+            RunRecord::from_run_data(
+                "s",
+                Some("u".into()),
+                json!({"run_id": format!("r{i}"), "agent_id": "a", "content": content}),
+            )
+            .unwrap()
+        };
+        for i in 0..3 {
+            a.runs().unwrap().upsert_run(run(i, "one")).await.unwrap();
+        }
+        let ids = |runs: &[(String, String)]| runs.iter().map(|r| r.0.clone()).collect::<Vec<_>>();
+        let first = session_runs(&a).await;
+        assert_eq!(ids(&first), ["r0", "r1", "r2"]);
+        assert_eq!(session_runs(&a).await, first, "an unchanged session reads the same");
+
+        b.runs().unwrap().upsert_run(run(3, "one")).await.unwrap();
+        assert_eq!(ids(&session_runs(&a).await), ["r0", "r1", "r2", "r3"], "another handle's insert");
+        b.runs().unwrap().upsert_run(run(0, "two")).await.unwrap();
+        assert_eq!(session_runs(&a).await[0].1, "two", "another handle's update");
+
+        a.runs().unwrap().delete_runs(&["r1".into()], None).await.unwrap();
+        assert_eq!(ids(&session_runs(&a).await), ["r0", "r2", "r3"], "its own delete");
+
+        let bare = rusqlite::Connection::open(&path).expect("bare connection");
+        bare.execute(
+            "UPDATE agno_runs SET run_data = json_set(run_data, '$.content', 'three') WHERE run_id = 'r2'",
+            [],
+        )
+        .expect("bare update");
+        assert_eq!(session_runs(&a).await[1].1, "three", "a bare connection's update");
+
+        bare.execute_batch("CREATE TABLE unrelated (x INTEGER); DELETE FROM agno_runs WHERE run_id = 'r3'")
+            .expect("bare schema change and delete");
+        assert_eq!(ids(&session_runs(&a).await), ["r0", "r2"], "a schema change and a delete");
+        assert_eq!(ids(&session_runs(&b).await), ["r0", "r2"], "the other handle agrees");
+    });
+}
+
 #[test]
 fn configured_identifiers_are_validated() {
     runtime().block_on(async {
