@@ -146,6 +146,17 @@ impl Dialect {
         }
     }
 
+    /// An expression, as text, that changes whenever a row of the table aliased `alias` is
+    /// written: PostgreSQL's `xmin` (the writing transaction). Other dialects have none.
+    pub(crate) fn row_version(self, alias: &str) -> Option<String> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => Some(format!("CAST({alias}.xmin AS TEXT)")),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     /// A JSON column rendered as text.
     pub(crate) fn json_as_text(self, column: &str) -> String {
         match self {

@@ -1,11 +1,15 @@
-//! The runs of recently read sessions, kept while the database provably has not changed.
+//! The runs of recently read sessions, reused while they provably have not changed.
 //!
 //! A session read fetches every run's JSON text, which for a long session is most of its
-//! cost, and a conversation re-reads its session every turn. When the executor can tell the
-//! database's version (SQLite: any commit by any connection or process, any schema change,
-//! or any change by this store's own connection changes it), a read whose version matches
-//! the one its session's runs were read at reuses them without reading them again. Entries
-//! are bounded in bytes of run text; the least recently read go first.
+//! cost, and a conversation re-reads its session every turn. Two proofs of "unchanged":
+//! - SQLite tells the database's version (any commit by any connection or process, any
+//!   schema change, or any change by the store's own connection changes it): a read at the
+//!   version its session's runs were read at reuses them without a query.
+//! - PostgreSQL tells each row's version (`xmin`, the transaction that wrote it): a read
+//!   still lists every run of the session in one statement, but fetches the text only of
+//!   runs whose version differs from the cached one.
+//!
+//! Entries are bounded in bytes of run text; the least recently read go first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,9 +21,18 @@ use crate::exec::DataVersion;
 /// Bytes of run text the cache holds by default.
 pub(crate) const DEFAULT_RUN_CACHE_BYTES: usize = 64 << 20;
 
-/// One session's runs as read at `version`.
+/// How a session's cached runs are known to be current.
+#[derive(Clone)]
+pub(crate) enum Stamp {
+    /// The database's version when they were read.
+    Database(DataVersion),
+    /// Each run's row version, in the order of the runs.
+    Rows(Arc<Vec<String>>),
+}
+
+/// One session's runs as read at `stamp`.
 struct Entry {
-    version: DataVersion,
+    stamp: Stamp,
     runs: Arc<Vec<SessionRun>>,
     bytes: usize,
     last_read: u64,
@@ -53,29 +66,39 @@ impl RunCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The version `session_id`'s cached runs were read at.
-    pub(crate) fn version(&self, session_id: &str) -> Option<DataVersion> {
-        self.entries().by_session.get(session_id).map(|e| e.version)
-    }
-
-    /// The cached runs of `session_id` if they were read at `version`.
-    pub(crate) fn get(&self, session_id: &str, version: DataVersion) -> Option<Vec<SessionRun>> {
+    /// The stamp and runs cached for `session_id`, marked as read now.
+    pub(crate) fn get(&self, session_id: &str) -> Option<(Stamp, Arc<Vec<SessionRun>>)> {
         let mut entries = self.entries();
         entries.reads += 1;
         let reads = entries.reads;
         let entry = entries.by_session.get_mut(session_id)?;
-        if entry.version != version {
-            return None;
-        }
         entry.last_read = reads;
-        let runs = entry.runs.clone();
-        drop(entries);
-        Some(runs.as_ref().clone())
+        Some((entry.stamp.clone(), entry.runs.clone()))
     }
 
-    /// Keeps `runs` of `session_id` as read at `version`, evicting the least recently read
+    /// The database version `session_id`'s cached runs were read at, if cached that way.
+    pub(crate) fn version(&self, session_id: &str) -> Option<DataVersion> {
+        match self.entries().by_session.get(session_id)?.stamp {
+            Stamp::Database(version) => Some(version),
+            Stamp::Rows(_) => None,
+        }
+    }
+
+    /// The cached runs of `session_id` if they were read at database version `version`.
+    pub(crate) fn at_version(
+        &self,
+        session_id: &str,
+        version: DataVersion,
+    ) -> Option<Vec<SessionRun>> {
+        match self.get(session_id)? {
+            (Stamp::Database(v), runs) if v == version => Some(runs.as_ref().clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `runs` of `session_id` as read at `stamp`, evicting the least recently read
     /// sessions to stay within capacity; runs larger than the whole capacity are not kept.
-    pub(crate) fn put(&self, session_id: &str, version: DataVersion, runs: Vec<SessionRun>) {
+    pub(crate) fn put(&self, session_id: &str, stamp: Stamp, runs: Vec<SessionRun>) {
         let bytes: usize = runs
             .iter()
             .map(|r| r.run_id.len() + r.run.stored_text_len())
@@ -106,7 +129,7 @@ impl RunCache {
         entries.by_session.insert(
             session_id.to_owned(),
             Entry {
-                version,
+                stamp,
                 runs: Arc::new(runs),
                 bytes,
                 last_read,
@@ -138,22 +161,29 @@ mod tests {
         }
     }
 
+    fn stamp(data: i64) -> Stamp {
+        Stamp::Database(version(data))
+    }
+
     #[test]
     fn a_changed_version_misses_and_the_least_recently_read_go_first() {
         let cache = RunCache::new(250);
-        cache.put("a", version(1), runs(100));
-        assert!(cache.get("a", version(2)).is_none(), "another version");
-        assert_eq!(cache.get("a", version(1)).map(|r| r.len()), Some(1));
-        cache.put("b", version(1), runs(100));
-        assert!(cache.get("a", version(1)).is_some());
-        cache.put("c", version(1), runs(100));
+        cache.put("a", stamp(1), runs(100));
         assert!(
-            cache.get("b", version(1)).is_none(),
+            cache.at_version("a", version(2)).is_none(),
+            "another version"
+        );
+        assert_eq!(cache.at_version("a", version(1)).map(|r| r.len()), Some(1));
+        cache.put("b", stamp(1), runs(100));
+        assert!(cache.at_version("a", version(1)).is_some());
+        cache.put("c", stamp(1), runs(100));
+        assert!(
+            cache.at_version("b", version(1)).is_none(),
             "b was read least recently"
         );
-        assert!(cache.get("a", version(1)).is_some());
-        assert!(cache.get("c", version(1)).is_some());
-        cache.put("d", version(1), runs(300));
+        assert!(cache.at_version("a", version(1)).is_some());
+        assert!(cache.at_version("c", version(1)).is_some());
+        cache.put("d", stamp(1), runs(300));
         assert!(cache.version("d").is_none(), "larger than the whole cache");
     }
 }

@@ -1,5 +1,7 @@
 //! Sessions (`agno_sessions`).
 
+use std::sync::Arc;
+
 use agno_storage_core::legacy::{last_context_runs, merge_runs, SessionRun};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, Error, ErrorKind, Page, Result, RunJson,
@@ -9,6 +11,7 @@ use serde_json::Value;
 
 use crate::dialect::like_pattern;
 use crate::exec::Versioned;
+use crate::run_cache::Stamp;
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -84,10 +87,12 @@ impl SqlStore {
             .collect()
     }
 
-    /// The runs of one session: the cached ones while the database is unchanged since they
-    /// were read ([`crate::run_cache`]), else read now (and cached when the executor can
-    /// tell the database's version).
+    /// The runs of one session, reusing the cached ones that provably have not changed
+    /// ([`crate::run_cache`]) and caching what was read where the dialect can prove it.
     async fn runs_of_session(&self, session_id: &str) -> Result<Vec<SessionRun>> {
+        if let Some(row_version) = self.dialect.row_version("runs") {
+            return self.runs_of_session_by_row(session_id, &row_version).await;
+        }
         let (sql, params) = self.session_runs_query(&[session_id.to_owned()]);
         let known = self.run_cache.version(session_id);
         let mut answer = self
@@ -95,7 +100,7 @@ impl SqlStore {
             .query_versioned(&sql, params.clone(), known)
             .await?;
         if let Versioned::Unchanged = answer {
-            if let Some(runs) = known.and_then(|v| self.run_cache.get(session_id, v)) {
+            if let Some(runs) = known.and_then(|v| self.run_cache.at_version(session_id, v)) {
                 return Ok(runs);
             }
             // Another read replaced the entry meanwhile: read again.
@@ -112,8 +117,72 @@ impl SqlStore {
             .map(|row| session_run_from_row(row).map(|(_, run)| run))
             .collect::<Result<_>>()?;
         if let Some(version) = version {
-            self.run_cache.put(session_id, version, runs.clone());
+            self.run_cache
+                .put(session_id, Stamp::Database(version), runs.clone());
         }
+        Ok(runs)
+    }
+
+    /// [`SqlStore::runs_of_session`] where each row tells its version (`row_version`, of the
+    /// runs table aliased `runs`): one
+    /// statement lists every run of the session with its version, and carries the JSON
+    /// text only of runs whose version is not the cached one.
+    async fn runs_of_session_by_row(
+        &self,
+        session_id: &str,
+        row_version: &str,
+    ) -> Result<Vec<SessionRun>> {
+        let cached = match self.run_cache.get(session_id) {
+            Some((Stamp::Rows(versions), runs)) => Some((versions, runs)),
+            _ => None,
+        };
+        let mut known = serde_json::Map::new();
+        let mut by_id = std::collections::HashMap::new();
+        if let Some((versions, runs)) = &cached {
+            for (run, version) in runs.iter().zip(versions.iter()) {
+                known.insert(run.run_id.clone(), Value::String(version.clone()));
+                by_id.insert(run.run_id.as_str(), &run.run);
+            }
+        }
+        let sql = format!(
+            "SELECT run_id, run_index, created_at, {row_version} AS row_version, \
+             CASE WHEN known ->> run_id = {row_version} THEN NULL ELSE {} END AS run_data \
+             FROM {} AS runs CROSS JOIN (SELECT CAST(? AS JSONB) AS known) AS cached WHERE session_id = ?",
+            self.dialect.json_as_text("run_data"),
+            self.t(Tbl::Runs)
+        );
+        let params = vec![
+            SqlValue::text(Value::Object(known).to_string()),
+            SqlValue::text(session_id),
+        ];
+        let rows = self.exec.query(&sql, params).await?;
+        let mut runs = Vec::with_capacity(rows.len());
+        let mut versions = Vec::with_capacity(rows.len());
+        for mut row in rows {
+            let run_id = row.take_str("run_id")?;
+            let run = match row.take_opt_str("run_data")? {
+                Some(text) => RunJson::from_stored_text(text)
+                    .map_err(|e| Error::new(e.kind(), format!("run {run_id}: {}", e.message())))?,
+                None => by_id
+                    .get(run_id.as_str())
+                    .map(|r| (*r).clone())
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Unexpected,
+                            format!("run {run_id} came back unchanged but is not cached"),
+                        )
+                    })?,
+            };
+            versions.push(row.take_str("row_version")?);
+            runs.push(SessionRun {
+                run_index: row.opt_i64("run_index")?,
+                created_at: row.i64("created_at")?,
+                run_id,
+                run,
+            });
+        }
+        self.run_cache
+            .put(session_id, Stamp::Rows(Arc::new(versions)), runs.clone());
         Ok(runs)
     }
 

@@ -1,0 +1,177 @@
+//! Session reads reuse the runs they read while those provably have not changed, and see
+//! every change: by their own handle, by another handle (another connection), by a bare
+//! connection, and to the schema. SQLite proves "unchanged" by the database's version,
+//! PostgreSQL by each row's `xmin`.
+//!
+//! PostgreSQL comes from `AGNO_TEST_POSTGRES_URL`; without it that case is skipped, except
+//! under `CI=true`, where it fails.
+
+mod common;
+
+use agno_storage_core::{now_epoch_seconds, AgnoDb, RunRecord, Session, SessionRead, SessionType};
+use agno_storage_sql::{SqlDb, TableNames};
+use serde_json::json;
+
+/// The run ids and contents of session `s` as `db` reads it.
+async fn session_runs(db: &AgnoDb) -> Vec<(String, String)> {
+    db.sessions()
+        .unwrap()
+        .get_session("s", SessionRead::default())
+        .await
+        .unwrap()
+        .expect("session")
+        .runs
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            let v = r.to_value().expect("run JSON");
+            (
+                v["run_id"].as_str().unwrap_or_default().to_owned(),
+                v["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn ids(runs: &[(String, String)]) -> Vec<String> {
+    runs.iter().map(|r| r.0.clone()).collect()
+}
+
+fn run(i: usize, content: &str) -> RunRecord {
+    RunRecord::from_run_data(
+        "s",
+        Some("u".into()),
+        json!({"run_id": format!("r{i}"), "agent_id": "a", "content": content}),
+    )
+    .unwrap()
+}
+
+/// The scenario on two handles `a` and `b` of one database. `bare` runs SQL on a
+/// connection of its own: step 1 sets run r2's content to "three"; step 2 creates a table
+/// and deletes run r3.
+async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
+    a.sessions()
+        .unwrap()
+        .upsert_session(Session::new("s", SessionType::Agent, "a").with_user("u"))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        a.runs().unwrap().upsert_run(run(i, "one")).await.unwrap();
+    }
+    let first = session_runs(a).await;
+    assert_eq!(ids(&first), ["r0", "r1", "r2"]);
+    assert_eq!(
+        session_runs(a).await,
+        first,
+        "an unchanged session reads the same"
+    );
+
+    b.runs().unwrap().upsert_run(run(3, "one")).await.unwrap();
+    assert_eq!(
+        ids(&session_runs(a).await),
+        ["r0", "r1", "r2", "r3"],
+        "another handle's insert"
+    );
+    b.runs().unwrap().upsert_run(run(0, "two")).await.unwrap();
+    assert_eq!(session_runs(a).await[0].1, "two", "another handle's update");
+
+    a.runs()
+        .unwrap()
+        .delete_runs(&["r1".into()], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&session_runs(a).await),
+        ["r0", "r2", "r3"],
+        "its own delete"
+    );
+
+    bare(1).await;
+    assert_eq!(
+        session_runs(a).await[1].1,
+        "three",
+        "a bare connection's update"
+    );
+    bare(2).await;
+    assert_eq!(
+        ids(&session_runs(a).await),
+        ["r0", "r2"],
+        "a schema change and a delete"
+    );
+    assert_eq!(
+        session_runs(b).await,
+        session_runs(a).await,
+        "the other handle agrees"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_session_reads_see_every_change() {
+    let dir = std::env::temp_dir().join("agno-storage-tests");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(format!("{}.db", common::slug("session_cache")));
+    let open = async || {
+        SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .expect("open")
+            .agno_db()
+    };
+    let (a, b) = (open().await, open().await);
+    let bare = rusqlite::Connection::open(&path).expect("bare connection");
+    every_change_is_seen(&a, &b, async |step| {
+        let sql = match step {
+            1 => "UPDATE agno_runs SET run_data = json_set(run_data, '$.content', 'three') WHERE run_id = 'r2'",
+            _ => "CREATE TABLE unrelated (x INTEGER); DELETE FROM agno_runs WHERE run_id = 'r3'",
+        };
+        bare.execute_batch(sql).expect("bare SQL");
+    })
+    .await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_session_reads_see_every_change() {
+    let Ok(url) = std::env::var("AGNO_TEST_POSTGRES_URL") else {
+        assert!(!common::ci(), "CI=true needs AGNO_TEST_POSTGRES_URL");
+        eprintln!("skipped: AGNO_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = format!(
+        "agno_ct_{}_{}",
+        now_epoch_seconds(),
+        common::slug("session_cache")
+    )
+    .to_lowercase();
+    let open = async || {
+        SqlDb::connect_postgres(&url, &schema, TableNames::default())
+            .await
+            .expect("connect")
+            .agno_db()
+    };
+    let (a, b) = (open().await, open().await);
+    let bare = sqlx::PgPool::connect(&url).await.expect("bare pool");
+    every_change_is_seen(&a, &b, async |step| {
+        let statements = match step {
+            1 => vec![format!(
+                "UPDATE \"{schema}\".agno_runs SET run_data = jsonb_set(run_data, '{{content}}', '\"three\"') WHERE run_id = 'r2'"
+            )],
+            _ => vec![
+                format!("CREATE TABLE \"{schema}\".unrelated (x INTEGER)"),
+                format!("DELETE FROM \"{schema}\".agno_runs WHERE run_id = 'r3'"),
+            ],
+        };
+        for sql in statements {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&bare)
+                .await
+                .expect("bare SQL");
+        }
+    })
+    .await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&bare)
+    .await
+    .expect("drop the test schema");
+}
