@@ -26,8 +26,36 @@ pub(crate) const DEFAULT_RUN_CACHE_BYTES: usize = 64 << 20;
 pub(crate) enum Stamp {
     /// The database's version when they were read.
     Database(DataVersion),
-    /// Each run's row version, in the order of the runs.
-    Rows(Arc<Vec<String>>),
+    /// Each run's row version.
+    Rows(Arc<RowVersions>),
+}
+
+/// The row versions of a session's cached runs, ready for the next read.
+pub(crate) struct RowVersions {
+    /// The JSON object `{run_id: version}` a read sends.
+    pub(crate) known: String,
+    /// Each run's position among the cached runs.
+    pub(crate) position: HashMap<String, usize>,
+}
+
+impl RowVersions {
+    /// The versions of `runs`, `versions[i]` being the version of `runs[i]`.
+    pub(crate) fn new(runs: &[SessionRun], versions: Vec<String>) -> Self {
+        let position = runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| (run.run_id.clone(), i))
+            .collect();
+        let known: serde_json::Map<String, serde_json::Value> = runs
+            .iter()
+            .map(|run| run.run_id.clone())
+            .zip(versions.into_iter().map(serde_json::Value::String))
+            .collect();
+        RowVersions {
+            known: serde_json::Value::Object(known).to_string(),
+            position,
+        }
+    }
 }
 
 /// One session's runs as read at `stamp`.

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::dialect::like_pattern;
 use crate::exec::Versioned;
-use crate::run_cache::Stamp;
+use crate::run_cache::{RowVersions, Stamp};
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -124,9 +124,10 @@ impl SqlStore {
     }
 
     /// [`SqlStore::runs_of_session`] where each row tells its version (`row_version`, of the
-    /// runs table aliased `runs`): one
-    /// statement lists every run of the session with its version, and carries the JSON
-    /// text only of runs whose version is not the cached one.
+    /// runs table aliased `runs`): one statement lists every run of the session with its
+    /// version, and carries the JSON text only of runs whose version is not the cached one.
+    /// The cached versions are one JSONB parameter, read in a scalar subquery so that the
+    /// server decodes it once per read (an InitPlan), not once per row, whatever the plan.
     async fn runs_of_session_by_row(
         &self,
         session_id: &str,
@@ -136,36 +137,34 @@ impl SqlStore {
             Some((Stamp::Rows(versions), runs)) => Some((versions, runs)),
             _ => None,
         };
-        let mut known = serde_json::Map::new();
-        let mut by_id = std::collections::HashMap::new();
-        if let Some((versions, runs)) = &cached {
-            for (run, version) in runs.iter().zip(versions.iter()) {
-                known.insert(run.run_id.clone(), Value::String(version.clone()));
-                by_id.insert(run.run_id.as_str(), &run.run);
-            }
-        }
         let sql = format!(
             "SELECT run_id, run_index, created_at, {row_version} AS row_version, \
-             CASE WHEN known ->> run_id = {row_version} THEN NULL ELSE {} END AS run_data \
-             FROM {} AS runs CROSS JOIN (SELECT CAST(? AS JSONB) AS known) AS cached WHERE session_id = ?",
+             CASE WHEN (SELECT CAST(? AS JSONB)) ->> run_id = {row_version} THEN NULL ELSE {} END AS run_data \
+             FROM {} AS runs WHERE session_id = ?",
             self.dialect.json_as_text("run_data"),
             self.t(Tbl::Runs)
         );
-        let params = vec![
-            SqlValue::text(Value::Object(known).to_string()),
-            SqlValue::text(session_id),
-        ];
+        let known = cached.as_ref().map_or("{}", |(v, _)| v.known.as_str());
+        let params = vec![SqlValue::text(known), SqlValue::text(session_id)];
         let rows = self.exec.query(&sql, params).await?;
         let mut runs = Vec::with_capacity(rows.len());
         let mut versions = Vec::with_capacity(rows.len());
+        let mut fetched = false;
         for mut row in rows {
             let run_id = row.take_str("run_id")?;
             let run = match row.take_opt_str("run_data")? {
-                Some(text) => RunJson::from_stored_text(text)
-                    .map_err(|e| Error::new(e.kind(), format!("run {run_id}: {}", e.message())))?,
-                None => by_id
-                    .get(run_id.as_str())
-                    .map(|r| (*r).clone())
+                Some(text) => {
+                    fetched = true;
+                    RunJson::from_stored_text(text).map_err(|e| {
+                        Error::new(e.kind(), format!("run {run_id}: {}", e.message()))
+                    })?
+                }
+                None => cached
+                    .as_ref()
+                    .and_then(|(v, cached_runs)| {
+                        let i = *v.position.get(&run_id)?;
+                        cached_runs.get(i).map(|r| r.run.clone())
+                    })
                     .ok_or_else(|| {
                         Error::new(
                             ErrorKind::Unexpected,
@@ -181,8 +180,12 @@ impl SqlStore {
                 run,
             });
         }
-        self.run_cache
-            .put(session_id, Stamp::Rows(Arc::new(versions)), runs.clone());
+        let unchanged = !fetched && cached.is_some_and(|(_, c)| c.len() == runs.len());
+        if !unchanged {
+            let versions = RowVersions::new(&runs, versions);
+            self.run_cache
+                .put(session_id, Stamp::Rows(Arc::new(versions)), runs.clone());
+        }
         Ok(runs)
     }
 
