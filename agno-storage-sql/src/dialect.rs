@@ -153,7 +153,10 @@ impl Dialect {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => Some(format!("CAST({alias}.xmin AS TEXT)")),
             #[allow(unreachable_patterns)]
-            _ => None,
+            _ => {
+                let _ = alias;
+                None
+            }
         }
     }
 

@@ -144,6 +144,14 @@ impl SqlDb {
         Ok(SqlDb { store })
     }
 
+    /// Bytes of run JSON that session reads may keep, to reuse while those runs provably have
+    /// not changed (default 64 MiB; 0 keeps nothing and drops what is kept). See the
+    /// crate's README: SQLite proves it by the database's version, PostgreSQL by each row's
+    /// `xmin`; MySQL keeps nothing.
+    pub fn set_run_cache_bytes(&self, bytes: usize) {
+        self.store.run_cache.set_capacity(bytes);
+    }
+
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
         let s = self.store.clone();

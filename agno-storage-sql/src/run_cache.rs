@@ -12,6 +12,7 @@
 //! Entries are bounded in bytes of run text; the least recently read go first.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agno_storage_core::legacy::SessionRun;
@@ -69,7 +70,7 @@ struct Entry {
 /// Runs of recently read sessions, keyed by session id.
 pub(crate) struct RunCache {
     entries: Mutex<Entries>,
-    capacity: usize,
+    capacity: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -79,13 +80,39 @@ struct Entries {
     reads: u64,
 }
 
+impl Entries {
+    /// Evicts the least recently read sessions until at most `bytes` are held.
+    fn evict_to(&mut self, bytes: usize) {
+        while self.bytes > bytes {
+            let Some(oldest) = self
+                .by_session
+                .iter()
+                .min_by_key(|(_, e)| e.last_read)
+                .map(|(id, _)| id.clone())
+            else {
+                break;
+            };
+            if let Some(old) = self.by_session.remove(&oldest) {
+                self.bytes -= old.bytes;
+            }
+        }
+    }
+}
+
 impl RunCache {
     /// A cache holding at most `capacity` bytes of run text (0 keeps nothing).
     pub(crate) fn new(capacity: usize) -> Self {
         RunCache {
             entries: Mutex::new(Entries::default()),
-            capacity,
+            capacity: AtomicUsize::new(capacity),
         }
+    }
+
+    /// Holds at most `capacity` bytes from now on, evicting what no longer fits.
+    pub(crate) fn set_capacity(&self, capacity: usize) {
+        self.capacity.store(capacity, Ordering::Relaxed);
+        let mut entries = self.entries();
+        entries.evict_to(capacity);
     }
 
     fn entries(&self) -> MutexGuard<'_, Entries> {
@@ -131,26 +158,15 @@ impl RunCache {
             .iter()
             .map(|r| r.run_id.len() + r.run.stored_text_len())
             .sum();
+        let capacity = self.capacity.load(Ordering::Relaxed);
         let mut entries = self.entries();
         if let Some(old) = entries.by_session.remove(session_id) {
             entries.bytes -= old.bytes;
         }
-        if bytes > self.capacity {
+        if bytes > capacity {
             return;
         }
-        while entries.bytes + bytes > self.capacity {
-            let Some(oldest) = entries
-                .by_session
-                .iter()
-                .min_by_key(|(_, e)| e.last_read)
-                .map(|(id, _)| id.clone())
-            else {
-                break;
-            };
-            if let Some(old) = entries.by_session.remove(&oldest) {
-                entries.bytes -= old.bytes;
-            }
-        }
+        entries.evict_to(capacity - bytes);
         entries.reads += 1;
         let last_read = entries.reads;
         entries.bytes += bytes;
@@ -213,5 +229,12 @@ mod tests {
         assert!(cache.at_version("c", version(1)).is_some());
         cache.put("d", stamp(1), runs(300));
         assert!(cache.version("d").is_none(), "larger than the whole cache");
+        cache.set_capacity(0);
+        assert!(cache.version("a").is_none() && cache.version("c").is_none());
+        cache.put("a", stamp(1), runs(100));
+        assert!(
+            cache.version("a").is_none(),
+            "a cache of 0 bytes keeps nothing"
+        );
     }
 }
