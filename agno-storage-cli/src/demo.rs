@@ -1038,12 +1038,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        let runs: Vec<serde_json::Value> = team
-            .runs
-            .unwrap()
-            .iter()
-            .map(|r| r.to_value().unwrap())
-            .collect();
+        let runs = team.run_values().unwrap();
         assert_eq!(runs.len(), 3);
         assert_eq!(runs[1]["parent_run_id"], runs[0]["run_id"]);
         assert!(

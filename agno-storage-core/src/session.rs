@@ -126,6 +126,11 @@ impl Session {
         }
     }
 
+    /// Every run dict of [`Session::runs`], parsed (empty when runs were not read).
+    pub fn run_values(&self) -> Result<Vec<Value>> {
+        self.runs.iter().flatten().map(RunJson::to_value).collect()
+    }
+
     /// Sets the owner.
     pub fn with_user(mut self, user_id: impl Into<String>) -> Self {
         self.user_id = Some(user_id.into());

@@ -122,12 +122,7 @@ fn we_read_what_agno_writes() {
             .expect("agno's session");
         assert_eq!(s.session_type, SessionType::Agent);
         assert_eq!(s.session_name(), Some("From Python"));
-        let runs: Vec<serde_json::Value> = s
-            .runs
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| r.into_value().unwrap())
-            .collect();
+        let runs = s.run_values().unwrap();
         let ids: Vec<_> = runs.iter().filter_map(|r| r["run_id"].as_str()).collect();
         assert_eq!(ids, ["py-r0", "py-r1"]);
         let run = db

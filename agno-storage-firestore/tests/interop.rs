@@ -371,12 +371,7 @@ fn we_read_what_agno_writes() {
             .unwrap()
             .expect("python's session");
         assert_eq!(s.session_name(), Some("From Python"));
-        let runs: Vec<serde_json::Value> = s
-            .runs
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| r.into_value().unwrap())
-            .collect();
+        let runs = s.run_values().unwrap();
         assert_eq!(
             runs.iter()
                 .map(|r| r["content"].as_str().unwrap())

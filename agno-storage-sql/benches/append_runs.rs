@@ -97,12 +97,7 @@ async fn ours(db: &AgnoDb, n: usize) -> Sample {
             .unwrap()
             .unwrap();
         reads.push(t.elapsed().as_secs_f64());
-        let parsed: Vec<Value> = s
-            .runs
-            .unwrap_or_default()
-            .iter()
-            .map(|r| r.to_value().unwrap())
-            .collect();
+        let parsed = s.run_values().unwrap();
         parsed_reads.push(t.elapsed().as_secs_f64());
         assert_eq!(parsed.len(), n);
     }

@@ -20,11 +20,10 @@ async fn session_runs(db: &AgnoDb) -> Vec<(String, String)> {
         .await
         .unwrap()
         .expect("session")
-        .runs
-        .unwrap_or_default()
+        .run_values()
+        .expect("run JSON")
         .iter()
-        .map(|r| {
-            let v = r.to_value().expect("run JSON");
+        .map(|v| {
             (
                 v["run_id"].as_str().unwrap_or_default().to_owned(),
                 v["content"].as_str().unwrap_or_default().to_owned(),

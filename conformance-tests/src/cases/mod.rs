@@ -30,6 +30,10 @@ pub(crate) fn all() -> Vec<Case> {
         case!(runs::runs_written_one_row_per_run, ["sessions", "runs"]),
         case!(runs::run_index_assigned_atomically, ["sessions", "runs"]),
         case!(runs::long_session_reads_back_whole, ["sessions", "runs"]),
+        case!(
+            runs::session_reads_see_each_write_between_them,
+            ["sessions", "runs"]
+        ),
         case!(runs::get_runs_filters, ["sessions", "runs"]),
         case!(runs::run_requires_its_session, ["sessions", "runs"]),
         case!(runs::legacy_blob_merge, ["sessions", "runs", "legacy_runs"]),

@@ -4,7 +4,7 @@ use agno_storage_core::{ErrorKind, Pagination, RunQuery, SessionRead, SessionTyp
 use serde_json::json;
 
 use super::{run_dict, run_ids, run_row, session, uid};
-use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx};
+use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx, Failure};
 
 /// Each upsert writes one row; re-upserting updates it in place and keeps its index; the
 /// session lists its runs in order; saving the session leaves the runs alone.
@@ -150,6 +150,64 @@ pub(crate) async fn long_session_reads_back_whole(ctx: &Ctx) -> CaseResult {
         page.items.iter().map(|r| r.run_index).collect::<Vec<_>>(),
         (0..300).map(Some).collect::<Vec<_>>(),
         "run_index of 300 appends",
+    )?;
+    Ok(())
+}
+
+/// A session read right after another one sees every write made in between: an added run,
+/// an updated run, a deleted run, and a session without runs (stores that reuse the runs of
+/// recently read sessions must notice each change).
+pub(crate) async fn session_reads_see_each_write_between_them(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let (sessions, runs) = (db.sessions()?, db.runs()?);
+    let s = session(SessionType::Agent, Some("alice"));
+    sessions.upsert_session(s.clone()).await?;
+    let read = || async {
+        let read = sessions
+            .get_session(&s.session_id, SessionRead::for_user("alice"))
+            .await?
+            .ok_or("the session reads back")?;
+        Ok::<_, Failure>(read.run_values()?)
+    };
+    ensure_eq(read().await?.len(), 0, "runs of a new session")?;
+    let id = |n: &str| format!("{}{n}", s.session_id);
+    for n in ["a", "b"] {
+        runs.upsert_run(run_row(&s, &id(n), "RUNNING")).await?;
+        read().await?;
+    }
+    ensure_eq(read().await?.len(), 2, "runs after two writes, each read")?;
+    read().await?;
+    runs.upsert_run(run_row(&s, &id("a"), "COMPLETED")).await?;
+    ensure_eq(
+        read().await?[0]["status"].clone(),
+        json!("COMPLETED"),
+        "an update right after a read",
+    )?;
+    runs.upsert_run(run_row(&s, &id("c"), "RUNNING")).await?;
+    ensure_eq(
+        read()
+            .await?
+            .iter()
+            .map(|r| r["run_id"].clone())
+            .collect::<Vec<_>>(),
+        vec![json!(id("a")), json!(id("b")), json!(id("c"))],
+        "an added run right after a read",
+    )?;
+    runs.delete_runs(&[id("b")], Some("alice")).await?;
+    ensure_eq(
+        read()
+            .await?
+            .iter()
+            .map(|r| r["run_id"].clone())
+            .collect::<Vec<_>>(),
+        vec![json!(id("a")), json!(id("c"))],
+        "a deleted run right after a read",
+    )?;
+    runs.delete_runs(&[id("a"), id("c")], Some("alice")).await?;
+    ensure_eq(
+        read().await?.len(),
+        0,
+        "every run deleted right after a read",
     )?;
     Ok(())
 }
