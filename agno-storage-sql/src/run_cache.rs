@@ -9,7 +9,14 @@
 //!   still lists every run of the session in one statement, but fetches the text only of
 //!   runs whose version differs from the cached one.
 //!
-//! Entries are bounded in bytes of run text; the least recently read go first.
+//! Either way a read never returns runs from before a change it could have seen: SQLite's
+//! version is taken before the rows it stamps (a commit in between only costs a miss), and
+//! each PostgreSQL row brings its own version in the same statement as its text. (An `xmin`
+//! value repeats only after 2^32 transactions; an entry would have to outlive that and meet
+//! the same value on the same run.)
+//!
+//! Entries are bounded in bytes of run text, per [`crate::SqlDb`] (see
+//! [`crate::SqlDb::set_run_cache_bytes`]); the least recently read go first.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
