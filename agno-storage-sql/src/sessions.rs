@@ -36,12 +36,17 @@ pub(crate) fn session_from_row(row: &Row) -> Result<Session> {
     })
 }
 
+/// Run `run_id` from its stored text ([`RunJson::from_stored_text`]); an error names the run.
+fn stored_run(run_id: &str, text: String) -> Result<RunJson> {
+    RunJson::from_stored_text(text)
+        .map_err(|e| Error::new(e.kind(), format!("run {run_id}: {}", e.message())))
+}
+
 /// A row of [`SqlStore::session_runs_query`]: the run's session id and the run.
 fn session_run_from_row(mut row: Row) -> Result<(String, SessionRun)> {
     let run_id = row.take_str("run_id")?;
     let run = match row.take_opt_str("run_data")? {
-        Some(text) => RunJson::from_stored_text(text)
-            .map_err(|e| Error::new(e.kind(), format!("run {run_id}: {}", e.message())))?,
+        Some(text) => stored_run(&run_id, text)?,
         None => RunJson::from(Value::Null),
     };
     let run = SessionRun {
@@ -155,9 +160,7 @@ impl SqlStore {
             let run = match row.take_opt_str("run_data")? {
                 Some(text) => {
                     fetched = true;
-                    RunJson::from_stored_text(text).map_err(|e| {
-                        Error::new(e.kind(), format!("run {run_id}: {}", e.message()))
-                    })?
+                    stored_run(&run_id, text)?
                 }
                 None => cached
                     .as_ref()
