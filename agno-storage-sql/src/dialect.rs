@@ -146,15 +146,24 @@ impl Dialect {
         }
     }
 
-    /// An expression, as text, that changes whenever a row of the table aliased `alias` is
-    /// written: PostgreSQL's `xmin` (the writing transaction). Other dialects have none.
-    pub(crate) fn row_version(self, alias: &str) -> Option<String> {
+    /// How rows of the table aliased `alias`, keyed by column `key`, tell their version,
+    /// where the dialect can: PostgreSQL's `xmin` (the writing transaction). Other dialects
+    /// have none.
+    pub(crate) fn row_versioning(self, alias: &str, key: &str) -> Option<RowVersioning> {
         match self {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => Some(format!("CAST({alias}.xmin AS TEXT)")),
+            Dialect::Postgres => {
+                let version = format!("CAST({alias}.xmin AS TEXT)");
+                // A 64-bit hash per row, seeded by the one `?`, summed: order-free, and it
+                // changes when any row is added, removed or rewritten (but for a 2^-64 chance).
+                let digest = format!(
+                    "CAST(count(*) AS TEXT) || ':' || CAST(COALESCE(sum(hashtextextended(                     {alias}.{key} || ':' || {version}, ?)), 0) AS TEXT)"
+                );
+                Some(RowVersioning { version, digest })
+            }
             #[allow(unreachable_patterns)]
             _ => {
-                let _ = alias;
+                let _ = (alias, key);
                 None
             }
         }
@@ -182,4 +191,13 @@ pub(crate) fn like_pattern(text: &str) -> String {
     }
     out.push('%');
     out
+}
+
+/// SQL expressions for the versions of a table's rows ([`Dialect::row_versioning`]).
+pub(crate) struct RowVersioning {
+    /// A row's version, as text; it changes whenever the row is written.
+    pub(crate) version: String,
+    /// An aggregate over the selected rows that changes when any of them is added, removed
+    /// or written; it takes one parameter, a 64-bit seed.
+    pub(crate) digest: String,
 }

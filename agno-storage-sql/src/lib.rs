@@ -145,9 +145,9 @@ impl SqlDb {
     }
 
     /// Bytes of run JSON that session reads may keep, to reuse while those runs provably have
-    /// not changed (default 64 MiB; 0 keeps nothing and drops what is kept). See the
-    /// crate's README: SQLite proves it by the database's version, PostgreSQL by each row's
-    /// `xmin`; MySQL keeps nothing.
+    /// not changed (default 64 MiB; 0 keeps nothing and drops what is kept). SQLite proves
+    /// it by the database's version, PostgreSQL by a digest of the rows' `xmin`s; MySQL
+    /// keeps nothing.
     pub fn set_run_cache_bytes(&self, bytes: usize) {
         self.store.run_cache.set_capacity(bytes);
     }

@@ -5,15 +5,18 @@
 //! - SQLite tells the database's version (any commit by any connection or process, any
 //!   schema change, or any change by the store's own connection changes it): a read at the
 //!   version its session's runs were read at reuses them without a query.
-//! - PostgreSQL tells each row's version (`xmin`, the transaction that wrote it): a read
-//!   still lists every run of the session in one statement, but fetches the text only of
-//!   runs whose version differs from the cached one.
+//! - PostgreSQL tells each row's version (`xmin`, the transaction that wrote it). A read
+//!   first computes, on the server, a digest of the session's runs' ids and versions; if it
+//!   is the cached one, the cached runs are returned and nothing else is sent. Otherwise the
+//!   same statement lists every run with its version, and fetches the text only of runs
+//!   whose version differs from the cached one.
 //!
 //! Either way a read never returns runs from before a change it could have seen: SQLite's
 //! version is taken before the rows it stamps (a commit in between only costs a miss), and
-//! each PostgreSQL row brings its own version in the same statement as its text. (An `xmin`
-//! value repeats only after 2^32 transactions; an entry would have to outlive that and meet
-//! the same value on the same run.)
+//! PostgreSQL's digest, versions and texts come from one statement, so one snapshot. (An
+//! `xmin` value repeats only after 2^32 transactions; an entry would have to outlive that
+//! and meet the same value on the same run. The digest sums 64-bit hashes seeded at random
+//! per cache, so a changed set of runs keeps the cached digest with a chance of 2^-64.)
 //!
 //! Entries are bounded in bytes of run text, per [`crate::SqlDb`] (see
 //! [`crate::SqlDb::set_run_cache_bytes`]); the least recently read go first.
@@ -44,11 +47,14 @@ pub(crate) struct RowVersions {
     pub(crate) known: String,
     /// Each run's position among the cached runs.
     pub(crate) position: HashMap<String, usize>,
+    /// The digest of all the runs' ids and versions, as the server computed it.
+    pub(crate) digest: String,
 }
 
 impl RowVersions {
-    /// The versions of `runs`, `versions[i]` being the version of `runs[i]`.
-    pub(crate) fn new(runs: &[SessionRun], versions: Vec<String>) -> Self {
+    /// The versions of `runs`, `versions[i]` being the version of `runs[i]`, whose digest
+    /// is `digest`.
+    pub(crate) fn new(runs: &[SessionRun], versions: Vec<String>, digest: String) -> Self {
         let position = runs
             .iter()
             .enumerate()
@@ -62,6 +68,7 @@ impl RowVersions {
         RowVersions {
             known: serde_json::Value::Object(known).to_string(),
             position,
+            digest,
         }
     }
 }
@@ -78,6 +85,7 @@ struct Entry {
 pub(crate) struct RunCache {
     entries: Mutex<Entries>,
     capacity: AtomicUsize,
+    seed: i64,
 }
 
 #[derive(Default)]
@@ -112,7 +120,13 @@ impl RunCache {
         RunCache {
             entries: Mutex::new(Entries::default()),
             capacity: AtomicUsize::new(capacity),
+            seed: uuid::Uuid::new_v4().as_u64_pair().0 as i64,
         }
+    }
+
+    /// The random seed of this cache's row-version digests ([`RowVersions::digest`]).
+    pub(crate) fn seed(&self) -> i64 {
+        self.seed
     }
 
     /// Holds at most `capacity` bytes from now on, evicting what no longer fits.

@@ -9,7 +9,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::dialect::like_pattern;
+use crate::dialect::{like_pattern, RowVersioning};
 use crate::exec::Versioned;
 use crate::run_cache::{RowVersions, Stamp};
 use crate::schema::Tbl;
@@ -95,8 +95,8 @@ impl SqlStore {
     /// The runs of one session, reusing the cached ones that provably have not changed
     /// ([`crate::run_cache`]) and caching what was read where the dialect can prove it.
     async fn runs_of_session(&self, session_id: &str) -> Result<Vec<SessionRun>> {
-        if let Some(row_version) = self.dialect.row_version("runs") {
-            return self.runs_of_session_by_row(session_id, &row_version).await;
+        if let Some(versioning) = self.dialect.row_versioning("runs", "run_id") {
+            return self.runs_of_session_by_row(session_id, &versioning).await;
         }
         let (sql, params) = self.session_runs_query(&[session_id.to_owned()]);
         let known = self.run_cache.version(session_id);
@@ -128,40 +128,72 @@ impl SqlStore {
         Ok(runs)
     }
 
-    /// [`SqlStore::runs_of_session`] where each row tells its version (`row_version`, of the
-    /// runs table aliased `runs`): one statement lists every run of the session with its
-    /// version, and carries the JSON text only of runs whose version is not the cached one.
-    /// The cached versions are one JSONB parameter, read in a scalar subquery so that the
-    /// server decodes it once per read (an InitPlan), not once per row, whatever the plan.
+    /// [`SqlStore::runs_of_session`] where each row tells its version ([`RowVersioning`]).
+    /// With runs cached, a first statement computes the digest of the session's run
+    /// versions: if it is the cached one, the cached runs are the answer. Otherwise one
+    /// statement computes the digest again and, only if it still differs, lists every run
+    /// with its version, carrying the JSON text only of runs whose version is not the cached
+    /// one; the digest row is the one without a `run_id`. Its scalar subqueries (InitPlans)
+    /// have the server decode the cached versions once per read, not once per row, and skip
+    /// the listing when the digest matches, whatever the plan. (The check is a statement of
+    /// its own so that an unchanged read does not send the cached versions: a custom plan
+    /// would parse them while planning.)
     async fn runs_of_session_by_row(
         &self,
         session_id: &str,
-        row_version: &str,
+        versioning: &RowVersioning,
     ) -> Result<Vec<SessionRun>> {
         let cached = match self.run_cache.get(session_id) {
             Some((Stamp::Rows(versions), runs)) => Some((versions, runs)),
             _ => None,
         };
+        let (version, runs_table) = (&versioning.version, self.t(Tbl::Runs));
+        let seed = SqlValue::int(self.run_cache.seed());
+        if let Some((v, cached_runs)) = &cached {
+            let sql = format!(
+                "SELECT {} AS d FROM {runs_table} AS runs WHERE session_id = ?",
+                versioning.digest
+            );
+            let params = vec![seed.clone(), SqlValue::text(session_id)];
+            let digest = self.exec.query(&sql, params).await?.pop();
+            if digest.map(|row| row.str("d")).transpose()?.as_ref() == Some(&v.digest) {
+                return Ok(cached_runs.as_ref().clone());
+            }
+        }
         let sql = format!(
-            "SELECT run_id, run_index, created_at, {row_version} AS row_version, \
-             CASE WHEN (SELECT CAST(? AS JSONB)) ->> run_id = {row_version} THEN NULL ELSE {} END AS run_data \
-             FROM {} AS runs WHERE session_id = ?",
+            "WITH digest AS (SELECT {} AS d FROM {runs_table} AS runs WHERE session_id = ?) \
+             SELECT NULL AS run_id, NULL AS run_index, NULL AS created_at, NULL AS row_version, \
+             d AS run_data FROM digest \
+             UNION ALL \
+             SELECT run_id, run_index, created_at, {version} AS row_version, \
+             CASE WHEN (SELECT CAST(? AS JSONB)) ->> run_id = {version} THEN NULL ELSE {} END \
+             FROM {runs_table} AS runs \
+             WHERE session_id = ? AND (SELECT d FROM digest) IS DISTINCT FROM ?",
+            versioning.digest,
             self.dialect.json_as_text("run_data"),
-            self.t(Tbl::Runs)
         );
-        let known = cached.as_ref().map_or("{}", |(v, _)| v.known.as_str());
-        let params = vec![SqlValue::text(known), SqlValue::text(session_id)];
+        let (known, digest) = match &cached {
+            Some((v, _)) => (v.known.as_str(), SqlValue::text(&v.digest)),
+            None => ("{}", SqlValue::Text(None)),
+        };
+        let params = vec![
+            seed,
+            SqlValue::text(session_id),
+            SqlValue::text(known),
+            SqlValue::text(session_id),
+            digest,
+        ];
         let rows = self.exec.query(&sql, params).await?;
         let mut runs = Vec::with_capacity(rows.len());
         let mut versions = Vec::with_capacity(rows.len());
-        let mut fetched = false;
+        let mut digest = None;
         for mut row in rows {
-            let run_id = row.take_str("run_id")?;
+            let Some(run_id) = row.take_opt_str("run_id")? else {
+                digest = row.take_opt_str("run_data")?;
+                continue;
+            };
             let run = match row.take_opt_str("run_data")? {
-                Some(text) => {
-                    fetched = true;
-                    stored_run(&run_id, text)?
-                }
+                Some(text) => stored_run(&run_id, text)?,
                 None => cached
                     .as_ref()
                     .and_then(|(v, cached_runs)| {
@@ -183,12 +215,17 @@ impl SqlStore {
                 run,
             });
         }
-        let unchanged = !fetched && cached.is_some_and(|(_, c)| c.len() == runs.len());
-        if !unchanged {
-            let versions = RowVersions::new(&runs, versions);
-            self.run_cache
-                .put(session_id, Stamp::Rows(Arc::new(versions)), runs.clone());
+        let digest = digest.ok_or_else(|| {
+            Error::new(ErrorKind::Unexpected, "the runs read brought no digest row")
+        })?;
+        if let Some((v, cached_runs)) = cached {
+            if v.digest == digest {
+                return Ok(cached_runs.as_ref().clone());
+            }
         }
+        let versions = RowVersions::new(&runs, versions, digest);
+        self.run_cache
+            .put(session_id, Stamp::Rows(Arc::new(versions)), runs.clone());
         Ok(runs)
     }
 

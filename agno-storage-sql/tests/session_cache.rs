@@ -1,7 +1,7 @@
 //! Session reads reuse the runs they read while those provably have not changed, and see
 //! every change: by their own handle, by another handle (another connection), by a bare
 //! connection, and to the schema. SQLite proves "unchanged" by the database's version,
-//! PostgreSQL by each row's `xmin`.
+//! PostgreSQL by a digest of its rows' `xmin`s.
 //!
 //! PostgreSQL comes from `AGNO_TEST_POSTGRES_URL`; without it that case is skipped, except
 //! under `CI=true`, where it fails.
@@ -83,6 +83,22 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
         ids(&session_runs(a).await),
         ["r0", "r2", "r3"],
         "its own delete"
+    );
+    b.runs().unwrap().upsert_run(run(4, "one")).await.unwrap();
+    assert_eq!(
+        ids(&session_runs(a).await),
+        ["r0", "r2", "r3", "r4"],
+        "another handle's insert, read"
+    );
+    b.runs()
+        .unwrap()
+        .delete_runs(&["r4".into()], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&session_runs(a).await),
+        ["r0", "r2", "r3"],
+        "another handle's delete, back to rows read two reads before"
     );
 
     bare(1).await;
