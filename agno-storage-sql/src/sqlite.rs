@@ -22,7 +22,9 @@
 //! (JSON included) are encoded by the caller before queueing, so only SQLite's own work is
 //! serialized.
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
@@ -50,13 +52,75 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Signalled when a call is queued while a leader waits for more writers.
     arrived: Condvar,
-    conn: Mutex<Connection>,
+    conn: Mutex<Conn>,
     /// How many callers were writing concurrently around the last commit (see
     /// [`Shared::next_batch`]).
     writers: AtomicUsize,
     /// How long the last `COMMIT` took, in microseconds: a leader waits at most that long
     /// for concurrent writers.
     commit_micros: AtomicU64,
+}
+
+/// The handle's connection, with the column layout of the statements it has run.
+struct Conn {
+    db: Connection,
+    /// Statement text to its columns ([`run_query`]), at most [`MAX_SHAPES`] of them.
+    shapes: RefCell<HashMap<String, Shape>>,
+}
+
+impl Deref for Conn {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.db
+    }
+}
+
+/// The columns of a statement's rows: their names, and which are declared `JSON`.
+#[derive(Clone)]
+struct Shape {
+    columns: Arc<[String]>,
+    json: Arc<[bool]>,
+}
+
+/// Statement layouts a connection keeps; past that it forgets them all and starts over
+/// (texts with `IN` lists of every length would otherwise grow it without bound).
+const MAX_SHAPES: usize = 512;
+
+impl Conn {
+    /// The columns of `stmt` (the statement `sql`, stepped at least once): the kept layout
+    /// while its names still match (a schema change can change what `SELECT *` returns),
+    /// else read afresh.
+    fn shape(&self, sql: &str, stmt: &rusqlite::Statement<'_>) -> Shape {
+        let mut shapes = self.shapes.borrow_mut();
+        if let Some(shape) = shapes.get(sql) {
+            let same = shape.columns.len() == stmt.column_count()
+                && shape
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .all(|(i, name)| stmt.column_name(i).is_ok_and(|n| n == name));
+            if same {
+                return shape.clone();
+            }
+        }
+        let columns = stmt.columns();
+        let shape = Shape {
+            columns: columns.iter().map(|c| c.name().to_owned()).collect(),
+            json: columns
+                .iter()
+                .map(|c| {
+                    c.decl_type()
+                        .is_some_and(|t| t.eq_ignore_ascii_case("JSON"))
+                })
+                .collect(),
+        };
+        if shapes.len() >= MAX_SHAPES {
+            shapes.clear();
+        }
+        shapes.insert(sql.to_owned(), shape.clone());
+        shape
+    }
 }
 
 /// Queued calls, with the number of them that write.
@@ -93,8 +157,7 @@ struct Job {
 }
 
 /// A job's work: runs on the connection (or sees why the batch could not start).
-type Run =
-    Box<dyn FnOnce(std::result::Result<&Connection, &rusqlite::Error>) -> (bool, Delivery) + Send>;
+type Run = Box<dyn FnOnce(std::result::Result<&Conn, &rusqlite::Error>) -> (bool, Delivery) + Send>;
 
 /// Sends a job's result, or the batch's commit error, to its caller.
 type Delivery = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
@@ -118,7 +181,7 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     /// The connection, if no other leader holds it.
-    fn try_conn(&self) -> Option<MutexGuard<'_, Connection>> {
+    fn try_conn(&self) -> Option<MutexGuard<'_, Conn>> {
         match self.conn.try_lock() {
             Ok(conn) => Some(conn),
             Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
@@ -147,7 +210,7 @@ impl Shared {
     /// they keep coming. After letting go of the connection the leader re-checks the
     /// queue, so a call queued by a caller that found the connection taken is never
     /// stranded.
-    fn lead_with<'a>(self: &'a Arc<Self>, mut conn: MutexGuard<'a, Connection>, caller: bool) {
+    fn lead_with<'a>(self: &'a Arc<Self>, mut conn: MutexGuard<'a, Conn>, caller: bool) {
         let mut answered = false;
         loop {
             loop {
@@ -246,7 +309,7 @@ impl Shared {
     /// calls that arrive meanwhile, up to [`Shared::commit_delay`] after the batch began,
     /// run in the same transaction, so the waiting overlaps their work. It commits once,
     /// before any caller is answered.
-    fn run_batch(&self, conn: &Connection, batch: Vec<Job>, expected: usize) -> usize {
+    fn run_batch(&self, conn: &Conn, batch: Vec<Job>, expected: usize) -> usize {
         let mut writes = batch.iter().filter(|j| j.writes).count();
         if writes == 0 || (batch.len() == 1 && !batch[0].atomic && expected <= 1) {
             for job in batch {
@@ -295,7 +358,7 @@ impl Shared {
 }
 
 /// Runs one call inside the batch's open transaction and returns how to answer it.
-fn run_in_transaction(conn: &Connection, job: Job) -> Delivery {
+fn run_in_transaction(conn: &Conn, job: Job) -> Delivery {
     if !job.atomic {
         // One statement: a failing statement undoes only itself (SQLite's statement
         // journal), and an error that rolls back the whole transaction fails the commit,
@@ -407,56 +470,56 @@ fn encode(params: Vec<SqlValue>) -> Vec<SqliteValue> {
 /// decodes the chunks alongside, and both decode what is left once the rows are read. Parsing is most
 /// of the cost of reading a long session, and it no longer waits for SQLite's step.
 fn run_query(
-    conn: &Connection,
+    conn: &Conn,
     sql: &str,
     params: Vec<SqliteValue>,
     decode_json: bool,
 ) -> rusqlite::Result<Vec<Row>> {
     let mut stmt = conn.prepare_cached(sql)?;
-    let columns: Arc<[String]> = stmt.column_names().into_iter().map(str::to_owned).collect();
-    let json: Vec<bool> = stmt
-        .columns()
-        .iter()
-        .map(|c| {
-            decode_json
-                && c.decl_type()
-                    .is_some_and(|t| t.eq_ignore_ascii_case("JSON"))
-        })
-        .collect();
     let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
-    let mut out = Vec::new();
+    // The layout comes from the statement as the first row left it: SQLite recompiles a
+    // statement for a schema change (made anywhere) only when it steps.
+    let Some(first) = rows.next()? else {
+        return Ok(Vec::new());
+    };
+    let Shape { columns, json } = conn.shape(sql, first.as_ref());
+    let is_json = |i: usize| decode_json && json.get(i) == Some(&true);
     let mut json_bytes = 0;
-    while json_bytes <= PARALLEL_JSON_BYTES {
-        let Some(row) = rows.next()? else {
-            return Ok(out);
-        };
+    let decode = |row: &rusqlite::Row<'_>, json_bytes: &mut usize| -> rusqlite::Result<Row> {
         let mut values = Vec::with_capacity(columns.len());
-        for (i, is_json) in json.iter().enumerate() {
+        for i in 0..columns.len() {
             let cell = row.get_ref(i)?;
-            values.push(if *is_json {
-                json_bytes += cell.as_bytes().map_or(0, <[u8]>::len);
+            values.push(if is_json(i) {
+                *json_bytes += cell.as_bytes().map_or(0, <[u8]>::len);
                 json_from_sqlite(cell)
             } else {
                 from_sqlite(cell)
             });
         }
-        out.push(Row {
+        Ok(Row {
             columns: columns.clone(),
             values,
-        });
+        })
+    };
+    let mut out = vec![decode(first, &mut json_bytes)?];
+    while json_bytes <= PARALLEL_JSON_BYTES {
+        let Some(row) = rows.next()? else {
+            return Ok(out);
+        };
+        out.push(decode(row, &mut json_bytes)?);
     }
     let parsed = parse_alongside(|chunks| {
         let mut chunk = Chunk::default();
         while let Some(row) = rows.next()? {
             let mut values = Vec::with_capacity(columns.len());
             let mut text = Vec::new();
-            for (i, is_json) in json.iter().enumerate() {
+            for i in 0..columns.len() {
                 let cell = row.get_ref(i)?;
                 match cell {
                     ValueRef::Text(t) | ValueRef::Blob(t) => {
                         let start = chunk.text.len();
                         chunk.text.extend_from_slice(t);
-                        text.push((i, start..chunk.text.len(), *is_json));
+                        text.push((i, start..chunk.text.len(), is_json(i)));
                         values.push(SqlValue::Text(None));
                     }
                     _ => values.push(from_sqlite(cell)),
@@ -647,7 +710,10 @@ impl SqliteExecutor {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
                 arrived: Condvar::new(),
-                conn: Mutex::new(conn),
+                conn: Mutex::new(Conn {
+                    db: conn,
+                    shapes: RefCell::default(),
+                }),
                 writers: AtomicUsize::new(0),
                 commit_micros: AtomicU64::new(0),
             }),
@@ -663,11 +729,11 @@ impl SqliteExecutor {
         &self,
         writes: bool,
         atomic: bool,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        f: impl FnOnce(&Conn) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         let (reply, answer) = tokio::sync::oneshot::channel::<Result<T>>();
         let run = Box::new(
-            move |conn: std::result::Result<&Connection, &rusqlite::Error>| -> (bool, Delivery) {
+            move |conn: std::result::Result<&Conn, &rusqlite::Error>| -> (bool, Delivery) {
                 let outcome = match conn {
                     Ok(conn) => f(conn).map_err(map_err),
                     Err(e) => Err(Error::new(
