@@ -1,5 +1,7 @@
 //! The PostgreSQL executor: sqlx with a connection pool.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -8,8 +10,10 @@ use agno_storage_core::migration::{HeldLock, MigrationLock};
 use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use chrono::NaiveDate;
 use serde_json::Value;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgValueFormat};
-use sqlx::{Arguments, Column, Connection, Row as _, TypeInfo, ValueRef as _};
+use sqlx::postgres::{
+    PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow, PgValueFormat,
+};
+use sqlx::{Arguments, AssertSqlSafe, Column, Connection, Row as _, TypeInfo, ValueRef as _};
 
 use crate::exec::{Executor, Statement};
 use crate::value::{Row, SqlValue, PARALLEL_JSON_BYTES};
@@ -277,6 +281,36 @@ impl PgExecutor {
             })?;
         Ok(PgExecutor { pool, lock_key })
     }
+
+    /// Runs `work` on a pooled connection. When PostgreSQL refuses a statement that
+    /// connection prepared before a schema change altered its result columns (`cached plan
+    /// must not change result type`; anyone's change, agno migrating a shared database,
+    /// say), the connection forgets its prepared statements and `work` runs once more:
+    /// the refused statement did nothing, and a transaction it was in rolled back.
+    async fn replanning<T>(
+        &self,
+        work: impl for<'c> Fn(&'c mut PgConnection) -> Attempt<'c, T>,
+    ) -> Result<T> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        match work(&mut conn).await {
+            Err(e) if stale_plan(&e) => {
+                conn.clear_cached_statements().await.map_err(map_err)?;
+                work(&mut conn).await.map_err(map_err)
+            }
+            done => done.map_err(map_err),
+        }
+    }
+}
+
+/// One try of [`PgExecutor::replanning`]'s work on a connection.
+type Attempt<'c, T> =
+    Pin<Box<dyn Future<Output = std::result::Result<T, sqlx::Error>> + Send + 'c>>;
+
+/// PostgreSQL's refusal of a prepared statement whose result columns changed since.
+fn stale_plan(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db)
+        if db.code().as_deref() == Some("0A000")
+            && db.message().contains("cached plan must not change result type"))
 }
 
 struct PgLock {
@@ -294,37 +328,52 @@ impl HeldLock for PgLock {
 #[async_trait]
 impl Executor for PgExecutor {
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
-        let sql = number_placeholders(sql);
-        let rows = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments(params)?)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let (sql, args): (Arc<str>, _) = (number_placeholders(sql).into(), arguments(params)?);
+        let rows = self
+            .replanning(|conn| {
+                let query = sqlx::query_with(AssertSqlSafe(sql.clone()), args.clone());
+                Box::pin(query.fetch_all(conn))
+            })
+            .await?;
         decode_rows(rows).await
     }
 
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64> {
-        let sql = number_placeholders(sql);
-        Ok(
-            sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments(params)?)
-                .execute(&self.pool)
-                .await
-                .map_err(map_err)?
-                .rows_affected(),
-        )
+        let (sql, args): (Arc<str>, _) = (number_placeholders(sql).into(), arguments(params)?);
+        self.replanning(|conn| {
+            let query = sqlx::query_with(AssertSqlSafe(sql.clone()), args.clone());
+            Box::pin(query.execute(conn))
+        })
+        .await
+        .map(|done| done.rows_affected())
     }
 
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>> {
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
-        let mut out = Vec::with_capacity(statements.len());
-        for (sql, params) in statements {
-            let sql = number_placeholders(&sql);
-            let rows = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments(params)?)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_err)?;
+        let statements: Vec<(Arc<str>, PgArguments)> = statements
+            .into_iter()
+            .map(|(sql, params)| Ok((number_placeholders(&sql).into(), arguments(params)?)))
+            .collect::<Result<_>>()?;
+        let fetched = self
+            .replanning(|conn| {
+                let statements = statements.clone();
+                Box::pin(async move {
+                    let mut tx = conn.begin().await?;
+                    let mut out = Vec::with_capacity(statements.len());
+                    for (sql, args) in statements {
+                        let rows = sqlx::query_with(AssertSqlSafe(sql), args)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                        out.push(rows);
+                    }
+                    tx.commit().await?;
+                    Ok(out)
+                })
+            })
+            .await?;
+        let mut out = Vec::with_capacity(fetched.len());
+        for rows in fetched {
             out.push(decode_rows(rows).await?);
         }
-        tx.commit().await.map_err(map_err)?;
         Ok(out)
     }
 

@@ -663,6 +663,29 @@ fn parse_row((mut values, cells): Unparsed, text: &[u8]) -> Vec<SqlValue> {
     values
 }
 
+/// How long a connection waits for another's lock before `database is locked`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Puts the database in WAL mode (persistent in the file; an in-memory database stays in
+/// "memory" mode). While another connection switches the same new file, SQLite answers
+/// `SQLITE_BUSY` at once, without waiting on the busy handler: wait and try again, for up
+/// to [`BUSY_TIMEOUT`].
+fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == ErrorCode::DatabaseBusy && Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            done => return done.map(|_mode| ()),
+        }
+    }
+}
+
 fn run_execute(conn: &Connection, sql: &str, params: Vec<SqliteValue>) -> rusqlite::Result<u64> {
     let mut stmt = conn.prepare_cached(sql)?;
     Ok(stmt.execute(rusqlite::params_from_iter(params))? as u64)
@@ -698,14 +721,10 @@ impl SqliteExecutor {
             )
             .with_backend(BACKEND)
         })?;
-        conn.busy_timeout(Duration::from_secs(30))
-            .map_err(map_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(map_err)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(map_err)?;
-        // WAL is persistent in the file; in-memory databases answer "memory".
-        let _mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(map_err)?;
+        enable_wal(&conn).map_err(map_err)?;
         Ok(SqliteExecutor {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
