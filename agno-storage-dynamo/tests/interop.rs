@@ -12,11 +12,9 @@ use agno_storage_core::{
     EvalRun, EvalType, KnowledgeContent, RunRecord, Session, SessionRead, SessionType, UserMemory,
 };
 use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
+use conformance_tests::interop::read_agno_fixture;
+use conformance_tests::servers::ci;
 use serde_json::{json, Value};
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
 
 /// `(DynamoDB URL, python of the agno 2.9.0 venv)`, or `None` (skip) when unset.
 fn setup_v2() -> Option<(String, String)> {
@@ -113,36 +111,7 @@ fn we_read_what_agno_writes() {
     agno(&python, "write-v3", &url, &p);
     runtime().block_on(async {
         let db = open(&url, &p).await.agno_db();
-        let s = db
-            .sessions()
-            .unwrap()
-            .get_session("py-s1", SessionRead::for_user("carol"))
-            .await
-            .unwrap()
-            .expect("agno's session");
-        assert_eq!(s.session_type, SessionType::Agent);
-        assert_eq!(s.session_name(), Some("From Python"));
-        let runs = s.run_values().unwrap();
-        let ids: Vec<_> = runs.iter().filter_map(|r| r["run_id"].as_str()).collect();
-        assert_eq!(ids, ["py-r0", "py-r1"]);
-        let run = db
-            .runs()
-            .unwrap()
-            .get_run("py-r1", None)
-            .await
-            .unwrap()
-            .expect("run");
-        assert_eq!(run.run_index, Some(1));
-        assert_eq!(run.run_data["content"], "python answer 1");
-        let m = db
-            .memories()
-            .unwrap()
-            .get_memory("py-m1", Some("carol"))
-            .await
-            .unwrap()
-            .expect("memory");
-        assert_eq!(m.memory, "written by python");
-        assert_eq!(m.topics, Some(vec!["interop".to_owned()]));
+        let m = read_agno_fixture(&db).await;
         assert!(m.updated_at.is_some());
     });
 }

@@ -10,18 +10,15 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use agno_storage_core::{
-    now_epoch_seconds, AgnoDb, EvalRun, EvalType, KnowledgeContent, MigrationManager, RunRecord,
-    Session, SessionRead, SessionType, UserMemory,
-};
+use agno_storage_core::{now_epoch_seconds, AgnoDb, MigrationManager, RunRecord, SessionRead};
 use agno_storage_mongo::{CollectionNames, MongoDb};
+use conformance_tests::interop::{
+    agno_python, assert_agno_read_fixture, read_agno_fixture, run_driver, write_fixture,
+    FixtureReadBack,
+};
+use conformance_tests::servers::ci;
 use serde_json::{json, Value};
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
 
 fn env(var: &str) -> Option<String> {
     match std::env::var(var) {
@@ -42,19 +39,11 @@ fn driver() -> PathBuf {
 
 /// Runs the agno driver and returns its stdout.
 fn agno(python: &str, command: &str, target: &Target) -> String {
-    let out = Command::new(python)
-        .arg(driver())
-        .arg(command)
-        .arg(target.for_python())
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "agno {command} {} failed:\n{}",
-        target.name,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let target = target.for_python();
+    run_driver(
+        python,
+        &[driver().as_os_str(), command.as_ref(), target.as_ref()],
+    )
 }
 
 fn json_out(python: &str, command: &str, target: &Target) -> Value {
@@ -102,8 +91,8 @@ impl Target {
 /// The interpreters and server, or `None` (skip) when not configured.
 fn setup() -> Option<(String, String, String)> {
     let url = env("AGNO_TEST_MONGODB_URL")?;
-    let v2 = env("AGNO_TEST_PYTHON_V2")?;
-    let v3 = env("AGNO_TEST_PYTHON_V3")?;
+    let v2 = agno_python("AGNO_TEST_PYTHON_V2")?;
+    let v3 = agno_python("AGNO_TEST_PYTHON_V3")?;
     Some((url, v2, v3))
 }
 
@@ -186,98 +175,10 @@ fn agno_reads_what_we_write() {
     let target = Target::new(&url, "ours");
     runtime().block_on(async {
         let db = target.open().await;
-        let mut s = Session::new("rs-s1", SessionType::Agent, "agent-rs").with_user("dave");
-        s.session_data = Some(json!({"session_name": "Written by Rust ✓", "session_state": {"n": 1}}));
-        s.created_at = 1_720_000_000;
-        db.sessions().unwrap().upsert_session(s).await.unwrap();
-        let mut team = Session::new("rs-s2", SessionType::Team, "team-rs").with_user("dave");
-        team.created_at = 1_720_000_100;
-        db.sessions().unwrap().upsert_session(team).await.unwrap();
-        for (i, status) in ["COMPLETED", "ERROR"].iter().enumerate() {
-            let run = RunRecord::from_run_data("rs-s1", Some("dave".into()), json!({
-                "run_id": format!("rs-r{i}"), "agent_id": "agent-rs", "session_id": "rs-s1", "user_id": "dave",
-                "status": status, "content": format!("rust answer {i}"), "created_at": 1_720_000_000 + i as i64
-            }))
-            .unwrap();
-            db.runs().unwrap().upsert_run(run).await.unwrap();
-        }
-        for data in [
-            json!({"run_id": "rs-t0", "team_id": "team-rs", "session_id": "rs-s2", "status": "COMPLETED", "content": "team"}),
-            json!({"run_id": "rs-t0-m", "agent_id": "member", "session_id": "rs-s2", "parent_run_id": "rs-t0", "status": "COMPLETED", "content": "member"}),
-        ] {
-            let run = RunRecord::from_run_data("rs-s2", Some("dave".into()), data).unwrap();
-            db.runs().unwrap().upsert_run(run).await.unwrap();
-        }
-        let mut m = UserMemory::new("rs-m1", Some("dave".into()), "Rust remembers \"quotes\" and ü");
-        m.topics = Some(vec!["rust".into()]);
-        m.created_at = 1_720_000_200;
-        db.memories().unwrap().upsert_memory(m).await.unwrap();
-        db.evals()
-            .unwrap()
-            .create_eval_run(EvalRun {
-                run_id: "rs-e1".into(),
-                eval_type: EvalType::Reliability,
-                eval_data: json!({"passed": true}),
-                eval_input: None,
-                name: Some("tools".into()),
-                agent_id: Some("agent-rs".into()),
-                team_id: None,
-                workflow_id: None,
-                model_id: None,
-                model_provider: None,
-                evaluated_component_name: None,
-                user_id: Some("dave".into()),
-                created_at: 1_720_000_300,
-                updated_at: None,
-            })
-            .await
-            .unwrap();
-        let mut k = KnowledgeContent::new("rs-k1", "notes.md", "rust notes");
-        k.user_id = Some("dave".into());
-        db.knowledge().unwrap().upsert_knowledge_content(k).await.unwrap();
+        write_fixture(&db).await;
     });
     let d = json_out(&v3, "dump-v3", &target);
-    let sessions = d["sessions"].as_array().unwrap();
-    assert_eq!(sessions.len(), 2, "{d}");
-    assert_eq!(
-        sessions[0]["session_data"]["session_name"],
-        "Written by Rust ✓"
-    );
-    assert_eq!(sessions[0]["user_id"], "dave");
-    let runs: Vec<&str> = sessions[0]["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["run_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(runs, ["rs-r0", "rs-r1"]);
-    assert_eq!(sessions[0]["runs"][1]["status"], "ERROR");
-    assert_eq!(sessions[1]["runs"][1]["parent_run_id"], "rs-t0");
-    let table_runs = d["runs"].as_array().unwrap();
-    assert_eq!(
-        table_runs
-            .iter()
-            .map(|r| r["run_index"].as_i64().unwrap())
-            .collect::<Vec<_>>(),
-        [0, 1, 0, 1]
-    );
-    assert_eq!(table_runs[2]["run_type"], "team");
-    assert_eq!(
-        d["memories"][0]["memory"],
-        "Rust remembers \"quotes\" and ü"
-    );
-    assert_eq!(d["memories"][0]["created_at"], 1_720_000_200);
-    assert_eq!(d["evals"][0]["eval_type"], "reliability");
-    assert_eq!(d["evals"][0]["user_id"], "dave");
-    assert_eq!(d["knowledge"][0]["user_id"], "dave");
-    assert!(
-        d["versions"]
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|v| v == "3.0.0"),
-        "{d}"
-    );
+    assert_agno_read_fixture(&d, &FixtureReadBack::default());
 
     let raw = json_out(&v3, "raw", &target);
     let agent_session: BTreeSet<String> = [
@@ -339,43 +240,9 @@ fn we_read_what_agno_writes() {
     agno(&v3, "write-v3", &target);
     runtime().block_on(async {
         let db = target.open().await;
-        let s = db
-            .sessions()
-            .unwrap()
-            .get_session("py-s1", SessionRead::for_user("carol"))
-            .await
-            .unwrap()
-            .expect("python's session");
-        assert_eq!(s.session_name(), Some("From Python"));
-        let runs = s.run_values().unwrap();
-        assert_eq!(
-            runs.iter()
-                .map(|r| r["content"].as_str().unwrap())
-                .collect::<Vec<_>>(),
-            ["python answer 0", "python answer 1"]
-        );
-        let r1 = db
-            .runs()
-            .unwrap()
-            .get_run("py-r1", Some("carol"))
-            .await
-            .unwrap()
-            .expect("python's run");
-        assert_eq!(
-            (r1.run_index, r1.status.as_deref()),
-            (Some(1), Some("COMPLETED"))
-        );
+        let m = read_agno_fixture(&db).await;
         // agno's MongoDb.upsert_user_memory stores no created_at: it reads back as updated_at.
-        let m = db
-            .memories()
-            .unwrap()
-            .get_memory("py-m1", Some("carol"))
-            .await
-            .unwrap()
-            .expect("python's memory");
-        assert_eq!(m.memory, "written by python");
         assert_eq!(Some(m.created_at), m.updated_at);
-        assert_eq!(m.topics, Some(vec!["interop".to_owned()]));
         // A run appended by us continues agno's numbering.
         let next = RunRecord::from_run_data(
             "py-s1",

@@ -163,10 +163,7 @@ impl Target {
     }
 }
 
-/// Whether an unreachable backend fails the run (`CI=true` or `CI=1`) instead of skipping.
-pub fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+pub use crate::servers::ci;
 
 /// The size and randomness of a crash test run, from the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

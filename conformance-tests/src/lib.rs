@@ -35,6 +35,7 @@ use serde_json::Value;
 pub mod bench;
 mod cases;
 pub mod crash;
+pub mod interop;
 /// Server URLs from `AGNO_TEST_<BACKEND>_URL`, or containers (feature `containers`).
 pub mod servers;
 

@@ -1,0 +1,280 @@
+//! Interop with the real agno package from PyPI, shared by every adapter's interop test:
+//! finding the test venvs' pythons, running a Python driver, the records an adapter writes
+//! for agno 3.1.10 to read back (and what agno must find), and what an adapter must find in
+//! the records a driver's `write-v3` command wrote through agno 3.1.10.
+//!
+//! The drivers themselves (`interop/agno_*driver.py` in the repository) print agno's view of
+//! a database as JSON; each adapter's test says where its database is.
+
+use std::ffi::OsStr;
+use std::process::Command;
+
+use agno_storage_core::{
+    AgnoDb, EvalRun, EvalType, KnowledgeContent, RunRecord, Session, SessionRead, SessionType,
+    UserMemory,
+};
+use serde_json::{json, Value};
+
+use crate::servers::ci;
+
+/// The python executable in the environment variable `var` (`AGNO_TEST_PYTHON_V2` or
+/// `AGNO_TEST_PYTHON_V3`, venvs with agno 2.9.0 / 3.1.10 that `./scripts/test.sh` builds);
+/// `None`, with a note, when it is unset.
+///
+/// # Panics
+///
+/// Under `CI=true` when `var` is unset: interop is never skipped there.
+pub fn agno_python(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(python) => Some(python),
+        Err(_) if ci() => panic!("CI=true but {var} is not set; run ./scripts/test.sh"),
+        Err(_) => {
+            eprintln!("note: {var} is not set; skipping agno interop (./scripts/test.sh sets it)");
+            None
+        }
+    }
+}
+
+/// Runs `python` with `args` (a driver script and its arguments) and returns its stdout.
+/// It runs with `TZ=UTC`: agno writes some timestamps (JsonDb's memories, say) in the host's
+/// local time without an offset and reads them back as UTC.
+///
+/// # Panics
+///
+/// When python cannot start or exits unsuccessfully; the message carries its stderr.
+pub fn run_driver<S: AsRef<OsStr>>(python: &str, args: &[S]) -> String {
+    let out = Command::new(python)
+        .args(args)
+        .env("TZ", "UTC")
+        .output()
+        .expect("python runs");
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}",
+        shown.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// [`run_driver`]'s stdout as JSON: its last line (agno may log before it).
+///
+/// # Panics
+///
+/// As [`run_driver`], and when the last line is not JSON.
+pub fn run_driver_json<S: AsRef<OsStr>>(python: &str, args: &[S]) -> Value {
+    let out = run_driver(python, args);
+    let last = out.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("driver output is not JSON ({e}): {out}"))
+}
+
+/// Writes, through `db`, what agno 3.1.10 then reads back ([`assert_agno_read_fixture`]):
+/// user `dave`'s agent session `rs-s1` (named "Written by Rust ✓") with runs `rs-r0`
+/// (COMPLETED) and `rs-r1` (ERROR), team session `rs-s2` with team run `rs-t0` and its
+/// member run `rs-t0-m`, memory `rs-m1`, reliability eval `rs-e1` and knowledge `rs-k1`.
+///
+/// # Panics
+///
+/// When a write fails.
+pub async fn write_fixture(db: &AgnoDb) {
+    let mut s = Session::new("rs-s1", SessionType::Agent, "agent-rs").with_user("dave");
+    s.session_data = Some(json!({"session_name": "Written by Rust ✓", "session_state": {"n": 1}}));
+    s.created_at = 1_720_000_000;
+    db.sessions().unwrap().upsert_session(s).await.unwrap();
+    let mut team = Session::new("rs-s2", SessionType::Team, "team-rs").with_user("dave");
+    team.created_at = 1_720_000_100;
+    db.sessions().unwrap().upsert_session(team).await.unwrap();
+    for (i, status) in ["COMPLETED", "ERROR"].iter().enumerate() {
+        let run = RunRecord::from_run_data(
+            "rs-s1",
+            Some("dave".into()),
+            json!({
+                "run_id": format!("rs-r{i}"), "agent_id": "agent-rs", "session_id": "rs-s1",
+                "user_id": "dave", "status": status, "content": format!("rust answer {i}"),
+                "created_at": 1_720_000_000 + i as i64
+            }),
+        )
+        .unwrap();
+        db.runs().unwrap().upsert_run(run).await.unwrap();
+    }
+    for (id, data) in [
+        (
+            "rs-t0",
+            json!({"run_id": "rs-t0", "team_id": "team-rs", "session_id": "rs-s2", "status": "COMPLETED", "content": "team"}),
+        ),
+        (
+            "rs-t0-m",
+            json!({"run_id": "rs-t0-m", "agent_id": "member", "session_id": "rs-s2", "parent_run_id": "rs-t0", "status": "COMPLETED", "content": "member"}),
+        ),
+    ] {
+        let run = RunRecord::from_run_data("rs-s2", Some("dave".into()), data).unwrap();
+        assert_eq!(db.runs().unwrap().upsert_run(run).await.unwrap().run_id, id);
+    }
+    let mut m = UserMemory::new(
+        "rs-m1",
+        Some("dave".into()),
+        "Rust remembers \"quotes\" and ü",
+    );
+    m.topics = Some(vec!["rust".into()]);
+    m.created_at = 1_720_000_200;
+    db.memories().unwrap().upsert_memory(m).await.unwrap();
+    db.evals()
+        .unwrap()
+        .create_eval_run(EvalRun {
+            run_id: "rs-e1".into(),
+            eval_type: EvalType::Reliability,
+            eval_data: json!({"passed": true}),
+            eval_input: None,
+            name: Some("tools".into()),
+            agent_id: Some("agent-rs".into()),
+            team_id: None,
+            workflow_id: None,
+            model_id: None,
+            model_provider: None,
+            evaluated_component_name: None,
+            user_id: Some("dave".into()),
+            created_at: 1_720_000_300,
+            updated_at: None,
+        })
+        .await
+        .unwrap();
+    let mut k = KnowledgeContent::new("rs-k1", "notes.md", "rust notes");
+    k.user_id = Some("dave".into());
+    db.knowledge()
+        .unwrap()
+        .upsert_knowledge_content(k)
+        .await
+        .unwrap();
+}
+
+/// How an agno 3.1.10 adapter hands back [`write_fixture`]'s records, where adapters differ.
+#[derive(Debug, Clone)]
+pub struct FixtureReadBack {
+    /// agno's session read carries the session's `runs` (FirestoreDb's does not: its
+    /// ordered runs query needs an undeclared composite index, so runs are checked in the
+    /// dump's `runs` only).
+    pub runs_on_sessions: bool,
+    /// The memory's `created_at` as agno returns it, or `None` when the dump's memories do
+    /// not carry it (the caller checks it another way).
+    pub memory_created_at: Option<Value>,
+}
+
+impl Default for FixtureReadBack {
+    /// Runs on sessions, and the memory's `created_at` as epoch seconds.
+    fn default() -> Self {
+        FixtureReadBack {
+            runs_on_sessions: true,
+            memory_created_at: Some(json!(1_720_000_200)),
+        }
+    }
+}
+
+/// Asserts that `dump` (a driver's `dump-v3` output: agno 3.1.10's reads of `sessions`,
+/// `runs`, `memories`, `evals`, `knowledge` and `versions`) holds [`write_fixture`]'s
+/// records as agno sees them.
+///
+/// # Panics
+///
+/// On the first difference.
+pub fn assert_agno_read_fixture(dump: &Value, expect: &FixtureReadBack) {
+    let d = dump;
+    let sessions = d["sessions"].as_array().expect("sessions");
+    assert_eq!(sessions.len(), 2, "{d}");
+    assert_eq!(
+        sessions[0]["session_data"]["session_name"],
+        "Written by Rust ✓"
+    );
+    assert_eq!(sessions[0]["user_id"], "dave");
+    let table_runs = d["runs"].as_array().expect("runs");
+    let run_ids = |runs: &[Value]| -> Vec<String> {
+        runs.iter()
+            .map(|r| r["run_id"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    if expect.runs_on_sessions {
+        let runs = sessions[0]["runs"].as_array().expect("session runs");
+        assert_eq!(run_ids(runs), ["rs-r0", "rs-r1"]);
+        assert_eq!(sessions[0]["runs"][1]["status"], "ERROR");
+        assert_eq!(sessions[1]["runs"][1]["parent_run_id"], "rs-t0");
+    } else {
+        assert_eq!(run_ids(table_runs), ["rs-r0", "rs-r1", "rs-t0", "rs-t0-m"]);
+        assert_eq!(table_runs[1]["status"], "ERROR");
+        assert_eq!(table_runs[3]["parent_run_id"], "rs-t0");
+    }
+    assert_eq!(
+        table_runs
+            .iter()
+            .map(|r| r["run_index"].as_i64())
+            .collect::<Vec<_>>(),
+        [Some(0), Some(1), Some(0), Some(1)]
+    );
+    assert_eq!(table_runs[2]["run_type"], "team");
+    assert_eq!(
+        d["memories"][0]["memory"],
+        "Rust remembers \"quotes\" and ü"
+    );
+    if let Some(created_at) = &expect.memory_created_at {
+        assert_eq!(&d["memories"][0]["created_at"], created_at);
+    }
+    assert_eq!(d["evals"][0]["eval_type"], "reliability");
+    assert_eq!(d["evals"][0]["user_id"], "dave");
+    assert_eq!(d["knowledge"][0]["user_id"], "dave");
+    assert!(
+        d["versions"]
+            .as_object()
+            .expect("versions")
+            .values()
+            .all(|v| v == "3.0.0"),
+        "{d}"
+    );
+}
+
+/// Asserts that `db` reads what a driver's `write-v3` command wrote through agno 3.1.10:
+/// user `carol`'s agent session `py-s1` named "From Python" with runs "python answer 0" and
+/// "python answer 1", run `py-r1` at index 1, COMPLETED. Returns memory `py-m1` (written
+/// by python, topic `interop`), whose `created_at` adapters store differently, for the
+/// caller to check.
+///
+/// # Panics
+///
+/// On the first difference, or when a read fails.
+pub async fn read_agno_fixture(db: &AgnoDb) -> UserMemory {
+    let s = db
+        .sessions()
+        .unwrap()
+        .get_session("py-s1", SessionRead::for_user("carol"))
+        .await
+        .unwrap()
+        .expect("python's session");
+    assert_eq!(s.session_type, SessionType::Agent);
+    assert_eq!(s.session_name(), Some("From Python"));
+    let runs = s.run_values().unwrap();
+    assert_eq!(
+        runs.iter()
+            .map(|r| r["content"].as_str().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        ["python answer 0", "python answer 1"]
+    );
+    let r1 = db
+        .runs()
+        .unwrap()
+        .get_run("py-r1", Some("carol"))
+        .await
+        .unwrap()
+        .expect("python's run");
+    assert_eq!(
+        (r1.run_index, r1.status.as_deref()),
+        (Some(1), Some("COMPLETED"))
+    );
+    let m = db
+        .memories()
+        .unwrap()
+        .get_memory("py-m1", Some("carol"))
+        .await
+        .unwrap()
+        .expect("python's memory");
+    assert_eq!(m.memory, "written by python");
+    assert_eq!(m.topics, Some(vec!["interop".to_owned()]));
+    m
+}
