@@ -18,6 +18,7 @@ use agno_storage_core::{
     LearningQuery, MemoryQuery, MetricsQuery, Page, Pagination, RunQuery, SessionQuery, Sort,
     SortOrder,
 };
+use futures::stream::{self, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::target::{self, BackendUrl};
@@ -215,13 +216,19 @@ pub async fn copy_all(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<V
     Ok(tallies)
 }
 
+/// Records of one page written at once: concurrent writes share commits (SQLite's group
+/// commit) and connections (a server's pool), where one at a time each waits for its own.
+const WRITES_IN_FLIGHT: usize = 16;
+
 /// Copies a domain page by page: `read` fetches one page of the source, `write` stores one
-/// record in the destination; each written record counts as copied.
+/// record in the destination, up to [`WRITES_IN_FLIGHT`] at once (records of one domain do
+/// not depend on each other); each written record counts as copied. The first failed write
+/// stops the copy.
 async fn copy_pages<T>(
     domain: &'static str,
     bar: &ProgressBar,
     mut read: impl AsyncFnMut(Pagination) -> Result<Page<T>, Error>,
-    mut write: impl AsyncFnMut(T) -> Result<(), Error>,
+    write: impl AsyncFn(T) -> Result<(), Error>,
 ) -> Result<Tally, Error> {
     let mut tally = Tally::new(domain);
     bar.set_message(domain);
@@ -229,8 +236,11 @@ async fn copy_pages<T>(
     while let Some(pagination) = pager.next_page() {
         let page = read(pagination).await?;
         track(bar, &mut pager, &page);
-        for record in page.items {
-            write(record).await?;
+        let mut writes = stream::iter(page.items)
+            .map(|record| write(record))
+            .buffer_unordered(WRITES_IN_FLIGHT);
+        while let Some(written) = writes.next().await {
+            written?;
             tally.copied += 1;
             bar.inc(1);
         }
@@ -240,24 +250,19 @@ async fn copy_pages<T>(
 
 async fn copy_sessions(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
     let (from, to) = (src.sessions()?, dst.sessions()?);
-    let mut tally = Tally::new("sessions");
-    bar.set_message("sessions");
-    let mut pager = Pager::new();
-    while let Some(pagination) = pager.next_page() {
-        let page = from
+    let read = async |pagination| {
+        Ok(from
             .get_sessions(SessionQuery {
                 pagination,
                 sort: by("session_id"),
                 ..Default::default()
             })
-            .await?;
-        track(bar, &mut pager, &page);
-        for session in page.items {
-            to.upsert_session(session).await?;
-            tally.copied += 1;
-            bar.inc(1);
-        }
-    }
+            .await?)
+    };
+    let mut tally = copy_pages("sessions", bar, read, async |session| {
+        Ok(to.upsert_session(session).await.map(drop)?)
+    })
+    .await?;
     if src.capabilities().legacy_runs {
         let legacy = src.legacy()?.count_legacy_runs().await?;
         if legacy > 0 {

@@ -146,9 +146,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs one subcommand on a fresh single-threaded runtime; returns its stdout report.
+/// Runs one subcommand on a fresh multi-thread runtime (so the SQLite executor runs its
+/// calls on the calling worker, in `block_in_place`, instead of hopping to the blocking
+/// pool and back for each); returns its stdout report.
 fn run(command: Command) -> Result<String, Error> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::new(format!("cannot start the async runtime: {e}")))?;
