@@ -1,5 +1,5 @@
-//! `copy`: copies every record of every domain both backends support, [`PAGE_SIZE`] rows
-//! at a time.
+//! `copy`: copies every record of every domain both backends support, reading [`PAGE_SIZE`]
+//! rows at a time and writing the bulk domains' records up to [`WRITES_IN_FLIGHT`] at once.
 //!
 //! Order: sessions, then their runs (with their `run_index`), memories, metrics, eval runs,
 //! knowledge, schedules with their runs, learnings, jobs. Upserting domains overwrite a
