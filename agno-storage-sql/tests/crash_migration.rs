@@ -139,9 +139,7 @@ mod postgres {
         pub url: String,
     }
 
-    fn pg_err(e: sqlx::Error) -> Error {
-        Error::new(ErrorKind::Unavailable, e.to_string())
-    }
+    use crate::common::legacy_writers::{server_err as pg_err, PgLegacyWriter};
 
     impl Postgres {
         async fn pool(&self) -> Result<PgPool> {
@@ -150,46 +148,6 @@ mod postgres {
                 .connect(&self.url)
                 .await
                 .map_err(pg_err)
-        }
-    }
-
-    /// Writes sessions as agno 2.9.0's PostgresDb did: JSONB values, never double-encoded.
-    struct Writer {
-        pool: PgPool,
-        schema: String,
-    }
-
-    #[async_trait]
-    impl LegacyWriter for Writer {
-        async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-            let runs = conformance_tests::native_runs_blob(runs_blob);
-            let json = |v: Option<Value>| sqlx::types::Json(v.unwrap_or(Value::Null));
-            let sql = format!(
-                "INSERT INTO \"{}\".agno_sessions (session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, \
-                 agent_data, team_data, workflow_data, metadata, runs, summary, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                self.schema
-            );
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(s.session_id)
-                .bind(s.session_type.as_str())
-                .bind(s.agent_id)
-                .bind(s.team_id)
-                .bind(s.workflow_id)
-                .bind(s.user_id)
-                .bind(json(s.session_data))
-                .bind(json(s.agent_data))
-                .bind(json(s.team_data))
-                .bind(json(s.workflow_data))
-                .bind(json(s.metadata))
-                .bind(sqlx::types::Json(runs))
-                .bind(json(s.summary))
-                .bind(s.created_at)
-                .bind(s.updated_at)
-                .execute(&self.pool)
-                .await
-                .map_err(pg_err)?;
-            Ok(())
         }
     }
 
@@ -220,7 +178,7 @@ mod postgres {
             }
             Ok(CrashDb {
                 locator: schema.clone(),
-                writer: Arc::new(Writer { pool, schema }),
+                writer: Arc::new(PgLegacyWriter { pool, schema }),
             })
         }
 
@@ -249,7 +207,6 @@ mod postgres {
 #[cfg(feature = "mysql")]
 mod mysql {
     use super::*;
-    use agno_storage_core::json::to_python_json;
     use sqlx::mysql::MySqlPoolOptions;
     use sqlx::MySqlPool;
 
@@ -257,9 +214,7 @@ mod mysql {
         pub url: String,
     }
 
-    fn my_err(e: sqlx::Error) -> Error {
-        Error::new(ErrorKind::Unavailable, e.to_string())
-    }
+    use crate::common::legacy_writers::{server_err as my_err, MySqlLegacyWriter};
 
     impl MySql {
         async fn pool(&self) -> Result<MySqlPool> {
@@ -268,46 +223,6 @@ mod mysql {
                 .connect(&self.url)
                 .await
                 .map_err(my_err)
-        }
-    }
-
-    /// Writes sessions as agno 2.9.0's MySQLDb did: JSON text, never double-encoded.
-    struct Writer {
-        pool: MySqlPool,
-        database: String,
-    }
-
-    #[async_trait]
-    impl LegacyWriter for Writer {
-        async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-            let runs = conformance_tests::native_runs_blob(runs_blob);
-            let json = |v: Option<Value>| to_python_json(&v.unwrap_or(Value::Null));
-            let sql = format!(
-                "INSERT INTO `{}`.agno_sessions (session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, \
-                 agent_data, team_data, workflow_data, metadata, runs, summary, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                self.database
-            );
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(s.session_id)
-                .bind(s.session_type.as_str())
-                .bind(s.agent_id)
-                .bind(s.team_id)
-                .bind(s.workflow_id)
-                .bind(s.user_id)
-                .bind(json(s.session_data))
-                .bind(json(s.agent_data))
-                .bind(json(s.team_data))
-                .bind(json(s.workflow_data))
-                .bind(json(s.metadata))
-                .bind(to_python_json(&runs))
-                .bind(json(s.summary))
-                .bind(s.created_at)
-                .bind(s.updated_at)
-                .execute(&self.pool)
-                .await
-                .map_err(my_err)?;
-            Ok(())
         }
     }
 
@@ -338,7 +253,7 @@ mod mysql {
             }
             Ok(CrashDb {
                 locator: database.clone(),
-                writer: Arc::new(Writer { pool, database }),
+                writer: Arc::new(MySqlLegacyWriter { pool, database }),
             })
         }
 

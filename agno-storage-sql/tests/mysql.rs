@@ -9,25 +9,19 @@ mod common;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agno_storage_core::json::to_python_json;
-use agno_storage_core::{
-    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
-};
+use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_sql::{SqlDb, TableNames};
 use conformance_tests::servers::{self, Backend};
-use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
-use serde_json::Value;
+use conformance_tests::{async_trait, Harness, LegacyDb};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::MySqlPool;
+
+use common::legacy_writers::{server_err as my_err, MySqlLegacyWriter};
 
 const DATABASE_PREFIX: &str = "agno_ct_";
 
 struct MySql {
     url: String,
-}
-
-fn my_err(e: sqlx::Error) -> Error {
-    Error::new(ErrorKind::Unavailable, e.to_string())
 }
 
 impl MySql {
@@ -47,47 +41,6 @@ impl MySql {
             .connect(&self.url)
             .await
             .map_err(my_err)
-    }
-}
-
-/// Writes sessions as agno 2.9.0's MySQLDb did: JSON text, never double-encoded.
-struct Writer {
-    pool: MySqlPool,
-    database: String,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        // A string that is not JSON stays a JSON string: a corrupt blob (MariaDB checks
-        // that JSON columns hold JSON).
-        let runs = conformance_tests::native_runs_blob(runs_blob);
-        let json = |v: Option<Value>| to_python_json(&v.unwrap_or(Value::Null));
-        let sql = format!(
-            "INSERT INTO `{}`.agno_sessions (session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, agent_data, \
-             team_data, workflow_data, metadata, runs, summary, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            self.database
-        );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(s.session_id)
-            .bind(s.session_type.as_str())
-            .bind(s.agent_id)
-            .bind(s.team_id)
-            .bind(s.workflow_id)
-            .bind(s.user_id)
-            .bind(json(s.session_data))
-            .bind(json(s.agent_data))
-            .bind(json(s.team_data))
-            .bind(json(s.workflow_data))
-            .bind(json(s.metadata))
-            .bind(to_python_json(&runs))
-            .bind(json(s.summary))
-            .bind(s.created_at)
-            .bind(s.updated_at)
-            .execute(&self.pool)
-            .await
-            .map_err(my_err)?;
-        Ok(())
     }
 }
 
@@ -127,7 +80,7 @@ impl Harness for MySql {
             .agno_db();
         Ok(LegacyDb {
             db,
-            writer: Arc::new(Writer { pool, database }),
+            writer: Arc::new(MySqlLegacyWriter { pool, database }),
         })
     }
 }

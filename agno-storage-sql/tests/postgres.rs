@@ -8,24 +8,19 @@ mod common;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agno_storage_core::{
-    now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session,
-};
+use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_sql::{SqlDb, TableNames};
 use conformance_tests::servers::{self, Backend};
-use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
-use serde_json::Value;
+use conformance_tests::{async_trait, Harness, LegacyDb};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
+
+use common::legacy_writers::{server_err as pg_err, PgLegacyWriter};
 
 const SCHEMA_PREFIX: &str = "agno_ct_";
 
 struct Postgres {
     url: String,
-}
-
-fn pg_err(e: sqlx::Error) -> Error {
-    Error::new(ErrorKind::Unavailable, e.to_string())
 }
 
 impl Postgres {
@@ -45,46 +40,6 @@ impl Postgres {
             .connect(&self.url)
             .await
             .map_err(pg_err)
-    }
-}
-
-struct Writer {
-    pool: PgPool,
-    schema: String,
-}
-
-#[async_trait]
-impl LegacyWriter for Writer {
-    async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
-        // agno 2.9.0 on PostgreSQL wrote JSONB values, never double-encoded. A string that
-        // is not JSON stays a JSON string: a corrupt blob.
-        let runs = conformance_tests::native_runs_blob(runs_blob);
-        let json = |v: Option<Value>| sqlx::types::Json(v.unwrap_or(Value::Null));
-        let sql = format!(
-            "INSERT INTO \"{}\".agno_sessions (session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, agent_data, \
-             team_data, workflow_data, metadata, runs, summary, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-            self.schema
-        );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(s.session_id)
-            .bind(s.session_type.as_str())
-            .bind(s.agent_id)
-            .bind(s.team_id)
-            .bind(s.workflow_id)
-            .bind(s.user_id)
-            .bind(json(s.session_data))
-            .bind(json(s.agent_data))
-            .bind(json(s.team_data))
-            .bind(json(s.workflow_data))
-            .bind(json(s.metadata))
-            .bind(sqlx::types::Json(runs))
-            .bind(json(s.summary))
-            .bind(s.created_at)
-            .bind(s.updated_at)
-            .execute(&self.pool)
-            .await
-            .map_err(pg_err)?;
-        Ok(())
     }
 }
 
@@ -124,7 +79,7 @@ impl Harness for Postgres {
             .agno_db();
         Ok(LegacyDb {
             db,
-            writer: Arc::new(Writer { pool, schema }),
+            writer: Arc::new(PgLegacyWriter { pool, schema }),
         })
     }
 }

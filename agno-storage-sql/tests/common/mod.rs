@@ -115,3 +115,111 @@ pub fn slug(case: &str) -> String {
 pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
+
+/// Writers of legacy sessions as agno 2.9.0's server databases stored them.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod legacy_writers {
+    use agno_storage_core::{Error, ErrorKind, Result, Session};
+    use conformance_tests::{async_trait, LegacyWriter};
+    use serde_json::Value;
+
+    /// A driver error as the harness reports it.
+    pub fn server_err(e: sqlx::Error) -> Error {
+        Error::new(ErrorKind::Unavailable, e.to_string())
+    }
+
+    /// The columns of agno 2.9.0's `agno_sessions`, in the order the writers bind them.
+    const SESSION_COLUMNS: &str =
+        "session_id, session_type, agent_id, team_id, workflow_id, user_id, session_data, \
+         agent_data, team_data, workflow_data, metadata, runs, summary, created_at, updated_at";
+
+    /// Writes sessions as agno 2.9.0's PostgresDb did: JSONB values, never double-encoded.
+    /// A runs string that is not JSON stays a JSON string: a corrupt blob.
+    #[cfg(feature = "postgres")]
+    pub struct PgLegacyWriter {
+        /// The server.
+        pub pool: sqlx::PgPool,
+        /// The schema holding agno 2.9.0's tables.
+        pub schema: String,
+    }
+
+    #[cfg(feature = "postgres")]
+    #[async_trait]
+    impl LegacyWriter for PgLegacyWriter {
+        async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+            let runs = conformance_tests::native_runs_blob(runs_blob);
+            let json = |v: Option<Value>| sqlx::types::Json(v.unwrap_or(Value::Null));
+            let sql = format!(
+                "INSERT INTO \"{}\".agno_sessions ({SESSION_COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                self.schema
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(s.session_id)
+                .bind(s.session_type.as_str())
+                .bind(s.agent_id)
+                .bind(s.team_id)
+                .bind(s.workflow_id)
+                .bind(s.user_id)
+                .bind(json(s.session_data))
+                .bind(json(s.agent_data))
+                .bind(json(s.team_data))
+                .bind(json(s.workflow_data))
+                .bind(json(s.metadata))
+                .bind(sqlx::types::Json(runs))
+                .bind(json(s.summary))
+                .bind(s.created_at)
+                .bind(s.updated_at)
+                .execute(&self.pool)
+                .await
+                .map_err(server_err)?;
+            Ok(())
+        }
+    }
+
+    /// Writes sessions as agno 2.9.0's MySQLDb did: JSON text, never double-encoded. A runs
+    /// string that is not JSON stays a JSON string: a corrupt blob (MariaDB checks that JSON
+    /// columns hold JSON).
+    #[cfg(feature = "mysql")]
+    pub struct MySqlLegacyWriter {
+        /// The server.
+        pub pool: sqlx::MySqlPool,
+        /// The database holding agno 2.9.0's tables.
+        pub database: String,
+    }
+
+    #[cfg(feature = "mysql")]
+    #[async_trait]
+    impl LegacyWriter for MySqlLegacyWriter {
+        async fn write_legacy_session(&self, s: Session, runs_blob: Value) -> Result<()> {
+            use agno_storage_core::json::to_python_json;
+            let runs = conformance_tests::native_runs_blob(runs_blob);
+            let json = |v: Option<Value>| to_python_json(&v.unwrap_or(Value::Null));
+            let sql = format!(
+                "INSERT INTO `{}`.agno_sessions ({SESSION_COLUMNS}) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self.database
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(s.session_id)
+                .bind(s.session_type.as_str())
+                .bind(s.agent_id)
+                .bind(s.team_id)
+                .bind(s.workflow_id)
+                .bind(s.user_id)
+                .bind(json(s.session_data))
+                .bind(json(s.agent_data))
+                .bind(json(s.team_data))
+                .bind(json(s.workflow_data))
+                .bind(json(s.metadata))
+                .bind(to_python_json(&runs))
+                .bind(json(s.summary))
+                .bind(s.created_at)
+                .bind(s.updated_at)
+                .execute(&self.pool)
+                .await
+                .map_err(server_err)?;
+            Ok(())
+        }
+    }
+}
