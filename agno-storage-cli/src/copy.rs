@@ -1,5 +1,6 @@
 //! `copy`: copies every record of every domain both backends support, reading [`PAGE_SIZE`]
-//! rows at a time and writing the bulk domains' records up to [`WRITES_IN_FLIGHT`] at once.
+//! rows at a time and writing the bulk domains' records several at once
+//! ([`WRITES_IN_FLIGHT`], one at a time into JSON documents).
 //!
 //! Order: sessions, then their runs (with their `run_index`), memories, metrics, eval runs,
 //! knowledge, schedules with their runs, learnings, jobs. Upserting domains overwrite a
@@ -99,7 +100,7 @@ pub async fn run(src_url: &BackendUrl, dst_url: &BackendUrl) -> Result<String, E
     let src = target::open(src_url).await?;
     let dst = target::open(dst_url).await?;
     let bar = progress_bar();
-    let tallies = copy_all(&src, &dst, &bar).await;
+    let tallies = copy_all(&src, &dst, &bar, writes_in_flight(dst_url)).await;
     bar.finish_and_clear();
     let tallies = tallies?;
     let mut out = format!(
@@ -152,8 +153,14 @@ fn already_there(e: &agno_storage_core::Error) -> bool {
     e.kind() == ErrorKind::AlreadyExists
 }
 
-/// Copies every domain; one [`Tally`] per domain, in copy order.
-pub async fn copy_all(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Vec<Tally>, Error> {
+/// Copies every domain, writing up to `in_flight` records of a bulk domain at once; one
+/// [`Tally`] per domain, in copy order.
+pub async fn copy_all(
+    src: &AgnoDb,
+    dst: &AgnoDb,
+    bar: &ProgressBar,
+    in_flight: usize,
+) -> Result<Vec<Tally>, Error> {
     let (s, d) = (src.capabilities(), dst.capabilities());
     let lacks = |domain: &str| -> Option<String> {
         match (s.has(domain), d.has(domain)) {
@@ -173,10 +180,10 @@ pub async fn copy_all(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<V
     let sessions_ok = lacks("sessions");
     match &sessions_ok {
         Some(why) => tallies.push(Tally::skip_domain("sessions", why.clone())),
-        None => tallies.push(copy_sessions(src, dst, bar).await?),
+        None => tallies.push(copy_sessions(src, dst, bar, in_flight).await?),
     }
     match (sessions_ok, lacks("runs")) {
-        (None, None) => tallies.push(copy_runs(src, dst, bar).await?),
+        (None, None) => tallies.push(copy_runs(src, dst, bar, in_flight).await?),
         (_, Some(why)) => tallies.push(Tally::skip_domain("runs", why)),
         (Some(_), None) => tallies.push(Tally::skip_domain(
             "runs",
@@ -204,12 +211,12 @@ pub async fn copy_all(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<V
             continue;
         }
         match capability {
-            "memories" => tallies.push(copy_memories(src, dst, bar).await?),
+            "memories" => tallies.push(copy_memories(src, dst, bar, in_flight).await?),
             "metrics" => tallies.push(copy_metrics(src, dst, bar).await?),
             "evals" => tallies.push(copy_evals(src, dst, bar).await?),
-            "knowledge" => tallies.push(copy_knowledge(src, dst, bar).await?),
+            "knowledge" => tallies.push(copy_knowledge(src, dst, bar, in_flight).await?),
             "schedules" => tallies.extend(copy_schedules(src, dst, bar).await?),
-            "learnings" => tallies.push(copy_learnings(src, dst, bar).await?),
+            "learnings" => tallies.push(copy_learnings(src, dst, bar, in_flight).await?),
             _ => tallies.push(copy_jobs(src, dst, bar).await?),
         }
     }
@@ -220,13 +227,24 @@ pub async fn copy_all(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<V
 /// commit) and connections (a server's pool), where one at a time each waits for its own.
 const WRITES_IN_FLIGHT: usize = 16;
 
+/// How many records `copy` writes at once into `dst`: one for JSON documents (every write
+/// rewrites its table's whole file or object, so concurrent ones would only conflict) and
+/// for memory; [`WRITES_IN_FLIGHT`] for the rest.
+fn writes_in_flight(dst: &BackendUrl) -> usize {
+    match dst {
+        BackendUrl::JsonDir { .. } | BackendUrl::Gcs { .. } | BackendUrl::Memory => 1,
+        _ => WRITES_IN_FLIGHT,
+    }
+}
+
 /// Copies a domain page by page: `read` fetches one page of the source, `write` stores one
-/// record in the destination, up to [`WRITES_IN_FLIGHT`] at once (records of one domain do
-/// not depend on each other); each written record counts as copied. The first failed write
-/// stops the copy.
+/// record in the destination, up to `in_flight` at once (records of one domain do not depend
+/// on each other); each written record counts as copied. The first failed write stops the
+/// copy.
 async fn copy_pages<T>(
     domain: &'static str,
     bar: &ProgressBar,
+    in_flight: usize,
     mut read: impl AsyncFnMut(Pagination) -> Result<Page<T>, Error>,
     write: impl AsyncFn(T) -> Result<(), Error>,
 ) -> Result<Tally, Error> {
@@ -238,7 +256,7 @@ async fn copy_pages<T>(
         track(bar, &mut pager, &page);
         let mut writes = stream::iter(page.items)
             .map(|record| write(record))
-            .buffer_unordered(WRITES_IN_FLIGHT);
+            .buffer_unordered(in_flight.max(1));
         while let Some(written) = writes.next().await {
             written?;
             tally.copied += 1;
@@ -248,7 +266,12 @@ async fn copy_pages<T>(
     Ok(tally)
 }
 
-async fn copy_sessions(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
+async fn copy_sessions(
+    src: &AgnoDb,
+    dst: &AgnoDb,
+    bar: &ProgressBar,
+    in_flight: usize,
+) -> Result<Tally, Error> {
     let (from, to) = (src.sessions()?, dst.sessions()?);
     let read = async |pagination| {
         Ok(from
@@ -259,7 +282,7 @@ async fn copy_sessions(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<
             })
             .await?)
     };
-    let mut tally = copy_pages("sessions", bar, read, async |session| {
+    let mut tally = copy_pages("sessions", bar, in_flight, read, async |session| {
         Ok(to.upsert_session(session).await.map(drop)?)
     })
     .await?;
@@ -275,7 +298,12 @@ async fn copy_sessions(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<
     Ok(tally)
 }
 
-async fn copy_runs(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
+async fn copy_runs(
+    src: &AgnoDb,
+    dst: &AgnoDb,
+    bar: &ProgressBar,
+    in_flight: usize,
+) -> Result<Tally, Error> {
     let (from, to) = (src.runs()?, dst.runs()?);
     let read = async |pagination| {
         Ok(from
@@ -287,13 +315,18 @@ async fn copy_runs(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tall
             .await?)
     };
     // run_index is Some on every stored run, so the destination keeps it.
-    copy_pages("runs", bar, read, async |run| {
+    copy_pages("runs", bar, in_flight, read, async |run| {
         Ok(to.upsert_run(run).await.map(drop)?)
     })
     .await
 }
 
-async fn copy_memories(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
+async fn copy_memories(
+    src: &AgnoDb,
+    dst: &AgnoDb,
+    bar: &ProgressBar,
+    in_flight: usize,
+) -> Result<Tally, Error> {
     let (from, to) = (src.memories()?, dst.memories()?);
     let read = async |pagination| {
         Ok(from
@@ -304,7 +337,7 @@ async fn copy_memories(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<
             })
             .await?)
     };
-    copy_pages("memories", bar, read, async |memory| {
+    copy_pages("memories", bar, in_flight, read, async |memory| {
         Ok(to.upsert_memory(memory).await.map(drop)?)
     })
     .await
@@ -356,7 +389,12 @@ async fn copy_evals(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tal
     Ok(tally)
 }
 
-async fn copy_knowledge(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
+async fn copy_knowledge(
+    src: &AgnoDb,
+    dst: &AgnoDb,
+    bar: &ProgressBar,
+    in_flight: usize,
+) -> Result<Tally, Error> {
     let (from, to) = (src.knowledge()?, dst.knowledge()?);
     let read = async |pagination| {
         Ok(from
@@ -367,7 +405,7 @@ async fn copy_knowledge(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result
             })
             .await?)
     };
-    copy_pages("knowledge", bar, read, async |content| {
+    copy_pages("knowledge", bar, in_flight, read, async |content| {
         Ok(to.upsert_knowledge_content(content).await.map(drop)?)
     })
     .await
@@ -463,7 +501,12 @@ async fn copy_schedule_runs(
     Ok(())
 }
 
-async fn copy_learnings(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tally, Error> {
+async fn copy_learnings(
+    src: &AgnoDb,
+    dst: &AgnoDb,
+    bar: &ProgressBar,
+    in_flight: usize,
+) -> Result<Tally, Error> {
     let (from, to) = (src.learnings()?, dst.learnings()?);
     let read = async |pagination| {
         Ok(from
@@ -474,7 +517,7 @@ async fn copy_learnings(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result
             })
             .await?)
     };
-    copy_pages("learnings", bar, read, async |learning| {
+    copy_pages("learnings", bar, in_flight, read, async |learning| {
         Ok(to.upsert_learning(learning).await.map(drop)?)
     })
     .await
@@ -573,7 +616,7 @@ mod tests {
         src.jobs().unwrap().enqueue_job(queued, 0).await.unwrap();
 
         let bar = ProgressBar::hidden();
-        let tallies = copy_all(&src, &dst, &bar).await.unwrap();
+        let tallies = copy_all(&src, &dst, &bar, WRITES_IN_FLIGHT).await.unwrap();
         let copied = |d: &str| tally(&tallies, d).copied;
         assert_eq!(copied("sessions"), 3);
         assert_eq!(copied("runs"), 7);
@@ -603,7 +646,7 @@ mod tests {
             assert_eq!(key(&a), key(&b));
         }
 
-        let again = copy_all(&src, &dst, &bar).await.unwrap();
+        let again = copy_all(&src, &dst, &bar, WRITES_IN_FLIGHT).await.unwrap();
         assert_eq!(tally(&again, "eval runs").skipped, 2);
         assert_eq!(tally(&again, "schedules").skipped, 1);
         assert_eq!(tally(&again, "schedule runs").skipped, 1);
@@ -618,9 +661,14 @@ mod tests {
         let sessions_only = AgnoDb::builder("partial")
             .sessions(std::sync::Arc::new(memory.clone()))
             .build();
-        let tallies = copy_all(&src, &sessions_only, &ProgressBar::hidden())
-            .await
-            .unwrap();
+        let tallies = copy_all(
+            &src,
+            &sessions_only,
+            &ProgressBar::hidden(),
+            WRITES_IN_FLIGHT,
+        )
+        .await
+        .unwrap();
         assert!(tally(&tallies, "learnings")
             .note
             .as_deref()
