@@ -3,7 +3,8 @@
 //!
 //! Appends N runs of ~2 KB to one session and reads the session back, for N = 10, 1,000 and
 //! 10,000 (override with `BENCH_N=10,1000`), on SQLite and PostgreSQL, side by side with:
-//! a bare prepared rusqlite upsert / bare sqlx insert under the same settings, agno 3.1.10
+//! a bare prepared rusqlite upsert (taking turns of 50 appends with ours, so a change in the
+//! machine's load falls on both) / bare sqlx insert under the same settings, agno 3.1.10
 //! (`upsert_run` from the venv in `AGNO_TEST_PYTHON_V3`, skipped when unset), and 8
 //! concurrent writers (group commit). The read figure is the median of 5 reads, for agno
 //! too (both keep recently read runs); the first, uncached read is printed beside it. Prints per-run wall and CPU time and the ratios the
@@ -11,6 +12,7 @@
 //! `AGNO_TEST_MYSQL_URL` (with the `mysql` feature) for the MySQL ones. Files go to
 //! `BENCH_DIR` (default: the system temp dir) — put it on the disk you want to measure.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -66,7 +68,7 @@ fn row(i: usize, with_index: bool) -> RunRecord {
     r
 }
 
-async fn ours(db: &AgnoDb, n: usize) -> Sample {
+async fn create_session(db: &AgnoDb) {
     db.sessions()
         .unwrap()
         .upsert_session(
@@ -74,22 +76,26 @@ async fn ours(db: &AgnoDb, n: usize) -> Sample {
         )
         .await
         .unwrap();
+}
+
+/// Appends runs `range` to session `bench`; returns each append's wall time.
+async fn append(db: &AgnoDb, range: Range<usize>) -> Vec<f64> {
     let runs = db.runs().unwrap();
-    let mut laps = Vec::with_capacity(n);
-    let (wall0, cpu0) = (Instant::now(), cpu_now());
-    for i in 0..n {
+    let mut laps = Vec::with_capacity(range.len());
+    for i in range {
         let t = Instant::now();
         runs.upsert_run(row(i, false)).await.unwrap();
         laps.push(t.elapsed().as_secs_f64());
     }
-    let (wall, cpu) = (
-        wall0.elapsed().as_secs_f64(),
-        (cpu_now() - cpu0).as_secs_f64(),
-    );
+    laps
+}
+
+/// Reads session `bench` (holding `n` runs) [`READS`] times into `s`.
+async fn read_back(db: &AgnoDb, n: usize, s: &mut Sample) {
     let (mut reads, mut parsed_reads) = (Vec::new(), Vec::new());
     for _ in 0..READS {
         let t = Instant::now();
-        let s = db
+        let session = db
             .sessions()
             .unwrap()
             .get_session("bench", SessionRead::default())
@@ -97,19 +103,38 @@ async fn ours(db: &AgnoDb, n: usize) -> Sample {
             .unwrap()
             .unwrap();
         reads.push(t.elapsed().as_secs_f64());
-        let parsed = s.run_values().unwrap();
+        let parsed = session.run_values().unwrap();
         parsed_reads.push(t.elapsed().as_secs_f64());
         assert_eq!(parsed.len(), n);
     }
+    s.read = median(&reads);
+    s.read_parsed = median(&parsed_reads);
+    s.first_read = reads[0];
+}
+
+/// Append laps, their total wall time and the CPU time they took, as a [`Sample`].
+fn sample(laps: &[f64], wall: f64, cpu: f64) -> Sample {
+    let n = laps.len().max(1);
     Sample {
         wall_per_run: wall / n as f64,
         cpu_per_run: cpu / n as f64,
         first10: median(&laps[..n.min(10)]),
         last10: median(&laps[n.saturating_sub(10)..]),
-        read: median(&reads),
-        read_parsed: median(&parsed_reads),
-        first_read: reads[0],
+        ..Sample::default()
     }
+}
+
+async fn ours(db: &AgnoDb, n: usize) -> Sample {
+    create_session(db).await;
+    let (wall0, cpu0) = (Instant::now(), cpu_now());
+    let laps = append(db, 0..n).await;
+    let mut s = sample(
+        &laps,
+        wall0.elapsed().as_secs_f64(),
+        (cpu_now() - cpu0).as_secs_f64(),
+    );
+    read_back(db, n, &mut s).await;
+    s
 }
 
 /// [`ours`] inside a spawned task, on a runtime worker, where a service's request handler
@@ -137,13 +162,12 @@ const BARE_UPSERT: &str = "INSERT INTO agno_runs (run_id, session_id, run_type, 
      VALUES (?1, 'bench', 'agent', 'bench-agent', 'bench-user', 'COMPLETED', ?2, ?3, ?4, ?4) \
      ON CONFLICT (run_id) DO UPDATE SET run_data = excluded.run_data";
 
-/// The same rows through a bare prepared rusqlite upsert, same pragmas, one commit each.
-fn bare_sqlite(path: &Path, n: usize) -> Sample {
-    let conn = bare_connection(path);
-    let mut stmt = conn.prepare(BARE_UPSERT).unwrap();
-    let mut laps = Vec::with_capacity(n);
-    let (wall0, cpu0) = (Instant::now(), cpu_now());
-    for i in 0..n {
+/// Runs `range` through a bare prepared rusqlite upsert, same pragmas, one commit each;
+/// returns each append's wall time.
+fn bare_append(conn: &rusqlite::Connection, range: Range<usize>) -> Vec<f64> {
+    let mut stmt = conn.prepare_cached(BARE_UPSERT).unwrap();
+    let mut laps = Vec::with_capacity(range.len());
+    for i in range {
         let t = Instant::now();
         let data = serde_json::to_string(&run_data(i)).unwrap();
         stmt.execute(rusqlite::params![
@@ -155,19 +179,59 @@ fn bare_sqlite(path: &Path, n: usize) -> Sample {
         .unwrap();
         laps.push(t.elapsed().as_secs_f64());
     }
-    let (wall, cpu) = (
-        wall0.elapsed().as_secs_f64(),
-        (cpu_now() - cpu0).as_secs_f64(),
-    );
-    Sample {
-        wall_per_run: wall / n as f64,
-        cpu_per_run: cpu / n as f64,
-        first10: median(&laps[..n.min(10)]),
-        last10: median(&laps[n.saturating_sub(10)..]),
-        read: 0.0,
-        read_parsed: 0.0,
-        first_read: 0.0,
+    laps
+}
+
+/// Appends per turn in [`sqlite_side_by_side`].
+const TURN: usize = 50;
+
+/// N appends through ours and through a bare prepared rusqlite upsert, each on a fresh
+/// file of its own, taking turns of [`TURN`] appends (who goes first alternates), so a
+/// change in the machine's load falls on both alike; then ours reads its session back.
+/// Returns (ours, bare).
+fn sqlite_side_by_side(rt: &tokio::runtime::Runtime, dir: &Path, n: usize) -> (Sample, Sample) {
+    let db = rt
+        .block_on(SqlDb::open_sqlite(
+            &fresh(dir, "ours"),
+            TableNames::default(),
+        ))
+        .unwrap()
+        .agno_db();
+    rt.block_on(create_session(&db));
+    let bare_path = fresh(dir, "bare");
+    rt.block_on(SqlDb::open_sqlite(&bare_path, TableNames::default()))
+        .unwrap();
+    let bare = bare_connection(&bare_path);
+    // (laps, wall, cpu) of ours and of bare.
+    let mut totals = [
+        (Vec::with_capacity(n), 0.0, 0.0),
+        (Vec::with_capacity(n), 0.0, 0.0),
+    ];
+    for (turn, start) in (0..n).step_by(TURN).enumerate() {
+        let range = start..(start + TURN).min(n);
+        for side in [turn % 2, 1 - turn % 2] {
+            let (wall0, cpu0) = (Instant::now(), cpu_now());
+            let laps = if side == 0 {
+                let (db, range) = (db.clone(), range.clone());
+                // In a spawned task, on a runtime worker, where a service's handler runs.
+                rt.block_on(rt.spawn(async move { append(&db, range).await }))
+                    .expect("bench task")
+            } else {
+                bare_append(&bare, range.clone())
+            };
+            let total = &mut totals[side];
+            total.0.extend(laps);
+            total.1 += wall0.elapsed().as_secs_f64();
+            total.2 += (cpu_now() - cpu0).as_secs_f64();
+        }
     }
+    for (side, (laps, _, _)) in ["ours", "bare"].iter().zip(&totals) {
+        print_laps(side, laps);
+    }
+    let [o, b] = totals.map(|(laps, wall, cpu)| sample(&laps, wall, cpu));
+    let mut o = o;
+    rt.block_on(read_back(&db, n, &mut o));
+    (o, b)
 }
 
 /// What the disk allows group commit: bare rusqlite upserts, `per_commit` rows per
@@ -349,6 +413,25 @@ fn print(label: &str, n: usize, s: &Sample) {
     );
 }
 
+/// Quantiles of one side's append times: the low ones show the steady cost, the high ones
+/// the disk's stalls.
+fn print_laps(label: &str, laps: &[f64]) {
+    let mut sorted = laps.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| {
+        sorted
+            .get(((sorted.len().max(1) - 1) as f64 * p) as usize)
+            .map_or(0.0, |s| s * 1e6)
+    };
+    println!(
+        "    {label} append µs: p10 {:.0}  p50 {:.0}  p90 {:.0}  p99 {:.0}",
+        q(0.1),
+        q(0.5),
+        q(0.9),
+        q(0.99)
+    );
+}
+
 fn fresh(dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(format!("{name}-{}.db", uuid::Uuid::new_v4().simple()));
     let _ = std::fs::remove_file(&p);
@@ -378,17 +461,8 @@ fn main() {
         dir.display()
     );
     for &n in &ns {
-        let path = fresh(&dir, "ours");
-        let db = rt
-            .block_on(SqlDb::open_sqlite(&path, TableNames::default()))
-            .unwrap()
-            .agno_db();
-        let o = in_task(&rt, &db, n);
+        let (o, b) = sqlite_side_by_side(&rt, &dir, n);
         print("sqlite ours", n, &o);
-        let bare_path = fresh(&dir, "bare");
-        rt.block_on(SqlDb::open_sqlite(&bare_path, TableNames::default()))
-            .unwrap();
-        let b = bare_sqlite(&bare_path, n);
         print("sqlite bare rusqlite", n, &b);
         println!("    ours/bare commit rate {:.2} (>= 0.95 wanted); last/first append {:.2} (<= 1.2 wanted)", b.wall_per_run / o.wall_per_run, o.last10 / o.first10.max(1e-9));
         if let Some(a) = agno(&format!("sqlite:{}", fresh(&dir, "agno").display()), n) {

@@ -52,6 +52,16 @@ pub(crate) enum Versioned {
     Rows(Option<DataVersion>, Vec<Row>),
 }
 
+/// What one call `agno_note(value, 'tag', more…)` in a statement saw (see
+/// [`Executor::execute_noting`]).
+#[cfg(feature = "sqlite")]
+#[derive(Debug)]
+pub(crate) struct Note {
+    pub(crate) tag: String,
+    /// `value`, then `more…`.
+    pub(crate) values: Vec<SqlValue>,
+}
+
 /// Runs SQL against one database.
 #[async_trait]
 pub(crate) trait Executor: Send + Sync {
@@ -82,6 +92,20 @@ pub(crate) trait Executor: Send + Sync {
 
     /// Rows affected by a statement (rows matched, for updates).
     async fn execute(&self, sql: &str, params: Vec<SqlValue>) -> Result<u64>;
+
+    /// Runs a write and returns how many rows it changed and what its SQL noted: each call
+    /// `agno_note(value, 'tag', more…)` evaluates to `value` and notes `tag` with `value,
+    /// more…`, in call order. It stands in for `RETURNING` on SQLite, where `RETURNING`
+    /// runs a trigger program into a temporary table and costs more than the few values a
+    /// caller needs. Only SQLite has it.
+    #[cfg(feature = "sqlite")]
+    async fn execute_noting(&self, sql: &str, params: Vec<SqlValue>) -> Result<(u64, Vec<Note>)> {
+        let _ = (sql, params);
+        Err(agno_storage_core::Error::unsupported(
+            "this SQL executor",
+            "agno_note",
+        ))
+    }
 
     /// Runs the statements in one transaction (a writer transaction on SQLite) and returns
     /// the rows of each. Any error rolls everything back.

@@ -8,6 +8,8 @@ use agno_storage_core::{
     RunQuery, RunRecord, RunStore, RunType,
 };
 use serde_json::Value;
+#[cfg(feature = "sqlite")]
+use std::sync::Arc;
 
 use crate::dialect::{like_pattern, Dialect};
 use crate::schema::Tbl;
@@ -89,7 +91,7 @@ impl RunStore for SqlStore {
         let statement = self
             .upsert_run_sql
             .get_or_init(|| self.upsert_run_statement());
-        let sql = statement.0.as_str();
+        let sql = statement.sql.as_str();
         let tail = [
             SqlValue::json_for(d, &run.run_data),
             SqlValue::int(run.created_at),
@@ -101,7 +103,35 @@ impl RunStore for SqlStore {
                 let mut params = writable_run_params(&run);
                 params.push(SqlValue::text(&run.session_id));
                 params.extend(tail);
-                self.exec.query(sql, params).await
+                match self.exec.execute_noting(sql, params).await {
+                    // The owner guard kept the stored row.
+                    Ok((0, _)) => Ok(Vec::new()),
+                    Ok((_, notes)) => {
+                        let note = |tag: &str| notes.iter().find(|n| n.tag == tag);
+                        match note(NOTE_UPDATED) {
+                            Some(updated) => Ok(vec![Row {
+                                columns: statement.noted.clone(),
+                                values: updated.values.clone(),
+                            }]),
+                            // Inserted: the row is the input with its run_index and update
+                            // time.
+                            None => {
+                                let assigned = note(NOTE_INDEX)
+                                    .and_then(|n| n.values.first())
+                                    .and_then(|v| match v {
+                                        SqlValue::Int(i) => *i,
+                                        _ => None,
+                                    });
+                                return Ok(RunRecord {
+                                    run_index: run.run_index.or(assigned),
+                                    updated_at: Some(now),
+                                    ..run
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => Err(e),
+                }
             }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
@@ -127,7 +157,10 @@ impl RunStore for SqlStore {
                 }
             }
             #[cfg(feature = "mysql")]
-            Dialect::MySql => self.upsert_run_mysql(&run, sql, &statement.1, tail).await,
+            Dialect::MySql => {
+                self.upsert_run_mysql(&run, sql, &statement.next_index, tail)
+                    .await
+            }
         };
         let rows = match result {
             Ok(rows) => rows,
@@ -231,10 +264,55 @@ impl RunStore for SqlStore {
     }
 }
 
+/// `upsert_run`'s statement.
+pub(crate) struct RunUpsert {
+    /// The upsert: PostgreSQL's says `RETURNING`, SQLite's notes what it stored
+    /// (`agno_note`), MySQL's row is read back.
+    sql: String,
+    /// The subquery computing a session's next `run_index` (MySQL runs it first).
+    #[cfg(feature = "mysql")]
+    next_index: String,
+    /// SQLite: the columns an update's [`NOTE_UPDATED`] note holds, in order.
+    #[cfg(feature = "sqlite")]
+    noted: Arc<[String]>,
+}
+
+/// `set` with its `updated_at` value noted with the row the update stores, columns
+/// `noted` after `updated_at`: each the set value or the kept one (the set expressions see
+/// the row before the update).
+#[cfg(feature = "sqlite")]
+fn noting_update<'a>(
+    d: Dialect,
+    mut set: Vec<(&'a str, String)>,
+    noted: &[String],
+) -> Vec<(&'a str, String)> {
+    let after: Vec<String> = noted
+        .iter()
+        .map(|c| {
+            set.iter()
+                .find(|(column, _)| column == c)
+                .map_or_else(|| d.stored(c), |(_, e)| e.clone())
+        })
+        .collect();
+    if let Some((_, updated_at)) = set.iter_mut().find(|(c, _)| *c == "updated_at") {
+        *updated_at = format!(
+            "agno_note({updated_at}, '{NOTE_UPDATED}', {})",
+            after.join(", ")
+        );
+    }
+    set
+}
+
+/// SQLite's note of the `run_index` an insert computed.
+#[cfg(feature = "sqlite")]
+const NOTE_INDEX: &str = "index";
+/// SQLite's note of the row an update stored (columns [`RunUpsert::noted`]).
+#[cfg(feature = "sqlite")]
+const NOTE_UPDATED: &str = "updated";
+
 impl SqlStore {
-    /// `upsert_run`'s statement (with `RETURNING` where the dialect has it) and the
-    /// subquery that computes the next `run_index` of a session.
-    fn upsert_run_statement(&self) -> (String, String) {
+    /// `upsert_run`'s statement (see [`RunUpsert`]).
+    fn upsert_run_statement(&self) -> RunUpsert {
         let d = self.dialect;
         let runs = self.t(Tbl::Runs);
         let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
@@ -246,51 +324,74 @@ impl SqlStore {
             "(SELECT session_id FROM {} WHERE session_id = ? AND (user_id IS NULL OR user_id = ?))",
             self.t(Tbl::Sessions)
         );
-        let upsert = Upsert {
+        let set = vec![
+            ("status", d.excluded("status")),
+            ("run_data", d.excluded("run_data")),
+            (
+                "user_id",
+                format!(
+                    "COALESCE({}, {})",
+                    d.excluded("user_id"),
+                    d.stored("user_id")
+                ),
+            ),
+            ("parent_run_id", d.excluded("parent_run_id")),
+            (
+                "run_index",
+                format!(
+                    "COALESCE({}, {})",
+                    d.stored("run_index"),
+                    d.excluded("run_index")
+                ),
+            ),
+            ("updated_at", d.excluded("updated_at")),
+        ];
+        // SQLite: an update notes the row it stores (`updated_at` first).
+        #[cfg(feature = "sqlite")]
+        let noted: Vec<String> = std::iter::once("updated_at")
+            .chain(RETURNED.split(", ").filter(|c| *c != "updated_at"))
+            .map(str::to_owned)
+            .collect();
+        #[cfg(feature = "sqlite")]
+        let set = if d == Dialect::Sqlite {
+            noting_update(d, set, &noted[1..])
+        } else {
+            set
+        };
+        let values = match d {
+            // MySQL cannot read the table it inserts into: it computes the index first.
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => format!(
+                "(?, {writable_session}, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, agno_note({next_index}, '{NOTE_INDEX}')), ?, ?, ?)"
+            ),
+            #[allow(unreachable_patterns)]
+            _ => format!(
+                "(?, {writable_session}, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {next_index}), ?, ?, ?)"
+            ),
+        };
+        let sql = self.upsert_sql(&Upsert {
             table: Tbl::Runs,
             columns: &columns,
-            // MySQL cannot read the table it inserts into: it computes the index first.
-            values: match d {
-                #[cfg(feature = "mysql")]
-                Dialect::MySql => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
-                #[allow(unreachable_patterns)]
-                _ => format!(
-                    "(?, {writable_session}, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {next_index}), ?, ?, ?)"
-                ),
-            },
+            values,
             conflict: "run_id",
-            set: vec![
-                ("status", d.excluded("status")),
-                ("run_data", d.excluded("run_data")),
-                (
-                    "user_id",
-                    format!(
-                        "COALESCE({}, {})",
-                        d.excluded("user_id"),
-                        d.stored("user_id")
-                    ),
-                ),
-                ("parent_run_id", d.excluded("parent_run_id")),
-                ("updated_at", d.excluded("updated_at")),
-                (
-                    "run_index",
-                    format!(
-                        "COALESCE({}, {})",
-                        d.stored("run_index"),
-                        d.excluded("run_index")
-                    ),
-                ),
-            ],
+            set,
             guard: Some(d.owner_guard()),
-        };
-        let sql = self.upsert_sql(&upsert);
+        });
         let sql = match d {
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => sql,
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => format!("{sql} RETURNING {RETURNED}"),
             #[allow(unreachable_patterns)]
-            _ => format!("{sql} RETURNING {RETURNED}"),
+            _ => sql,
         };
-        (sql, next_index)
+        RunUpsert {
+            sql,
+            #[cfg(feature = "mysql")]
+            next_index,
+            #[cfg(feature = "sqlite")]
+            noted: noted.into(),
+        }
     }
 
     /// The owner of session `session_id`; `None` when there is no such session.

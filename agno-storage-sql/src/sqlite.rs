@@ -36,7 +36,7 @@ use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use rusqlite::types::{Value as SqliteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode};
 
-use crate::exec::{DataVersion, Executor, Statement, Versioned};
+use crate::exec::{DataVersion, Executor, Note, Statement, Versioned};
 use crate::value::{Row, SqlValue, PARALLEL_JSON_BYTES};
 
 const BACKEND: &str = "sqlite";
@@ -66,6 +66,8 @@ struct Conn {
     db: Connection,
     /// Statement text to its columns ([`run_query`]), at most [`MAX_SHAPES`] of them.
     shapes: RefCell<HashMap<String, Shape>>,
+    /// What `agno_note` saw since [`Executor::execute_noting`] last took it.
+    notes: Arc<Mutex<Vec<Note>>>,
 }
 
 impl Deref for Conn {
@@ -686,6 +688,32 @@ fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
+/// Registers `agno_note(value, 'tag', more…)` on `conn`: it evaluates to `value` and
+/// pushes `tag` with `value, more…` to `notes` (see [`Executor::execute_noting`]). Direct
+/// only: a trigger or view in the file cannot call it.
+fn register_note(conn: &Connection, notes: Arc<Mutex<Vec<Note>>>) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        "agno_note",
+        -1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY,
+        move |ctx| {
+            if ctx.len() < 2 {
+                return Err(rusqlite::Error::UserFunctionError(
+                    "agno_note takes a value, a tag and the values to note with them".into(),
+                ));
+            }
+            let tag = ctx.get::<String>(1)?;
+            let values = std::iter::once(0)
+                .chain(2..ctx.len())
+                .map(|i| from_sqlite(ctx.get_raw(i)))
+                .collect();
+            locked(&notes).push(Note { tag, values });
+            ctx.get::<SqliteValue>(0)
+        },
+    )
+}
+
 fn run_execute(conn: &Connection, sql: &str, params: Vec<SqliteValue>) -> rusqlite::Result<u64> {
     let mut stmt = conn.prepare_cached(sql)?;
     Ok(stmt.execute(rusqlite::params_from_iter(params))? as u64)
@@ -725,6 +753,8 @@ impl SqliteExecutor {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(map_err)?;
         enable_wal(&conn).map_err(map_err)?;
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        register_note(&conn, notes.clone()).map_err(map_err)?;
         Ok(SqliteExecutor {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
@@ -732,6 +762,7 @@ impl SqliteExecutor {
                 conn: Mutex::new(Conn {
                     db: conn,
                     shapes: RefCell::default(),
+                    notes,
                 }),
                 writers: AtomicUsize::new(0),
                 commit_micros: AtomicU64::new(0),
@@ -880,6 +911,16 @@ impl Executor for SqliteExecutor {
         let (sql, params) = (sql.to_owned(), encode(params));
         self.call(true, false, move |c| run_execute(c, &sql, params))
             .await
+    }
+
+    async fn execute_noting(&self, sql: &str, params: Vec<SqlValue>) -> Result<(u64, Vec<Note>)> {
+        let (sql, params) = (sql.to_owned(), encode(params));
+        self.call(true, false, move |c| {
+            locked(&c.notes).clear();
+            let changed = run_execute(c, &sql, params)?;
+            Ok((changed, std::mem::take(&mut *locked(&c.notes))))
+        })
+        .await
     }
 
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Vec<Row>>> {

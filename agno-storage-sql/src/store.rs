@@ -21,9 +21,8 @@ pub(crate) struct SqlStore {
     invalid: Mutex<HashMap<Tbl, Vec<String>>>,
     /// Whether the sessions table still has agno 2.x's `runs` column.
     legacy_runs_column: AtomicBool,
-    /// `upsert_run`'s statement and its next-index subquery, built on first use (the
-    /// tables' names never change).
-    pub(crate) upsert_run_sql: std::sync::OnceLock<(String, String)>,
+    /// `upsert_run`'s statement, built on first use (the tables' names never change).
+    pub(crate) upsert_run_sql: std::sync::OnceLock<crate::runs::RunUpsert>,
     /// Runs of recently read sessions, reused while the database is unchanged.
     pub(crate) run_cache: RunCache,
 }

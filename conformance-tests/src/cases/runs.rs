@@ -14,14 +14,19 @@ pub(crate) async fn runs_written_one_row_per_run(ctx: &Ctx) -> CaseResult {
     let s = session(SessionType::Agent, Some("alice"));
     sessions.upsert_session(s.clone()).await?;
     for id in ["r-a", "r-b", "r-c"] {
-        let written = runs
-            .upsert_run(run_row(&s, &format!("{}{id}", s.session_id), "RUNNING"))
-            .await?;
+        let run_id = format!("{}{id}", s.session_id);
+        let written = runs.upsert_run(run_row(&s, &run_id, "RUNNING")).await?;
         ensure(written.run_index.is_some(), "run_index assigned on write")?;
+        ensure_eq(
+            Some(written),
+            runs.get_run(&run_id, None).await?,
+            "upsert_run returns the run as stored (insert)",
+        )?;
     }
     let first = format!("{}r-a", s.session_id);
     let mut update = run_row(&s, &first, "COMPLETED");
     update.run_index = Some(99);
+    update.created_at -= 100;
     let updated = runs.upsert_run(update).await?;
     ensure_eq(
         updated.run_index,
@@ -32,6 +37,11 @@ pub(crate) async fn runs_written_one_row_per_run(ctx: &Ctx) -> CaseResult {
         updated.status.as_deref(),
         Some("COMPLETED"),
         "status updated",
+    )?;
+    ensure_eq(
+        Some(updated),
+        runs.get_run(&first, None).await?,
+        "upsert_run returns the run as stored (update)",
     )?;
     let all = runs
         .get_runs(RunQuery {
