@@ -3,8 +3,9 @@
 //!
 //! Appends N runs of ~2 KB to one session and reads the session back, for N = 10, 1,000 and
 //! 10,000 (override with `BENCH_N=10,1000`), on SQLite and PostgreSQL, side by side with:
-//! a bare prepared rusqlite upsert (taking turns of 50 appends with ours, so a change in the
-//! machine's load falls on both) / bare sqlx insert under the same settings, agno 3.1.10
+//! a bare prepared rusqlite upsert and ours outside any runtime (the three take turns of 50
+//! appends, so a change in the machine's load falls on all) / bare sqlx insert under the
+//! same settings, agno 3.1.10
 //! (`upsert_run` from the venv in `AGNO_TEST_PYTHON_V3`, skipped when unset), and 8
 //! concurrent writers (group commit; ours with 1 and 8 writers and the bare ceilings take
 //! turns). The read figure is the median of 5 reads, for agno
@@ -186,39 +187,48 @@ fn bare_append(conn: &rusqlite::Connection, range: Range<usize>) -> Vec<f64> {
 /// Appends per turn in [`sqlite_side_by_side`].
 const TURN: usize = 50;
 
-/// N appends through ours and through a bare prepared rusqlite upsert, each on a fresh
-/// file of its own, taking turns of [`TURN`] appends (who goes first alternates), so a
-/// change in the machine's load falls on both alike; then ours reads its session back.
-/// Returns (ours, bare).
-fn sqlite_side_by_side(rt: &tokio::runtime::Runtime, dir: &Path, n: usize) -> (Sample, Sample) {
-    let db = rt
-        .block_on(SqlDb::open_sqlite(
-            &fresh(dir, "ours"),
-            TableNames::default(),
-        ))
-        .unwrap()
-        .agno_db();
-    rt.block_on(create_session(&db));
-    let bare_path = fresh(dir, "bare");
-    rt.block_on(SqlDb::open_sqlite(&bare_path, TableNames::default()))
-        .unwrap();
+/// Who appends in [`sqlite_side_by_side`]: ours in a spawned task (on a runtime worker,
+/// where a service's handler runs), a bare prepared rusqlite upsert, and ours outside any
+/// runtime (the calling thread leads its own call, no `block_in_place`), which tells the
+/// runtime's share of the gap from the adapter's.
+const CONTENDERS: [&str; 3] = ["ours", "bare", "ours outside a runtime"];
+
+/// N appends through each of [`CONTENDERS`], each on a fresh file of its own, taking turns
+/// of [`TURN`] appends (who goes first rotates), so a change in the machine's load falls on
+/// all alike; then ours reads its session back. Returns (ours, bare, ours outside a
+/// runtime).
+fn sqlite_side_by_side(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    n: usize,
+) -> (Sample, Sample, Sample) {
+    let open = |name: &str| {
+        let path = fresh(dir, name);
+        let db = rt
+            .block_on(SqlDb::open_sqlite(&path, TableNames::default()))
+            .unwrap()
+            .agno_db();
+        rt.block_on(create_session(&db));
+        (path, db)
+    };
+    let (_, db) = open("ours");
+    let (_, outside) = open("outside");
+    let (bare_path, _) = open("bare");
     let bare = bare_connection(&bare_path);
-    // (laps, wall, cpu) of ours and of bare.
-    let mut totals = [
-        (Vec::with_capacity(n), 0.0, 0.0),
-        (Vec::with_capacity(n), 0.0, 0.0),
-    ];
+    // (laps, wall, cpu) of each contender.
+    let mut totals: [(Vec<f64>, f64, f64); 3] = Default::default();
     for (turn, start) in (0..n).step_by(TURN).enumerate() {
         let range = start..(start + TURN).min(n);
-        for side in [turn % 2, 1 - turn % 2] {
+        for side in (0..3).map(|k| (turn + k) % 3) {
             let (wall0, cpu0) = (Instant::now(), cpu_now());
-            let laps = if side == 0 {
-                let (db, range) = (db.clone(), range.clone());
-                // In a spawned task, on a runtime worker, where a service's handler runs.
-                rt.block_on(rt.spawn(async move { append(&db, range).await }))
-                    .expect("bench task")
-            } else {
-                bare_append(&bare, range.clone())
+            let laps = match side {
+                0 => {
+                    let (db, range) = (db.clone(), range.clone());
+                    rt.block_on(rt.spawn(async move { append(&db, range).await }))
+                        .expect("bench task")
+                }
+                1 => bare_append(&bare, range.clone()),
+                _ => futures::executor::block_on(append(&outside, range.clone())),
             };
             let total = &mut totals[side];
             total.0.extend(laps);
@@ -226,13 +236,12 @@ fn sqlite_side_by_side(rt: &tokio::runtime::Runtime, dir: &Path, n: usize) -> (S
             total.2 += (cpu_now() - cpu0).as_secs_f64();
         }
     }
-    for (side, (laps, _, _)) in ["ours", "bare"].iter().zip(&totals) {
-        print_laps(side, laps);
+    for (label, (laps, _, _)) in CONTENDERS.iter().zip(&totals) {
+        print_laps(label, laps);
     }
-    let [o, b] = totals.map(|(laps, wall, cpu)| sample(&laps, wall, cpu));
-    let mut o = o;
+    let [mut o, b, i] = totals.map(|(laps, wall, cpu)| sample(&laps, wall, cpu));
     rt.block_on(read_back(&db, n, &mut o));
-    (o, b)
+    (o, b, i)
 }
 
 /// What the disk allows group commit: bare rusqlite upserts of runs `range`, `per_commit`
@@ -406,7 +415,7 @@ fn agno(target: &str, n: usize) -> Option<Sample> {
 
 fn print(label: &str, n: usize, s: &Sample) {
     println!(
-        "{label:<22} N={n:<6} wall/run {:>9.1} µs  user cpu/run {:>8.1} µs  10th-ish {:>8.1} µs  last {:>8.1} µs  read {:>9.2} ms  read+parse {:>9.2} ms  first read {:>9.2} ms",
+        "{label:<24} N={n:<6} wall/run {:>9.1} µs  user cpu/run {:>8.1} µs  10th-ish {:>8.1} µs  last {:>8.1} µs  read {:>9.2} ms  read+parse {:>9.2} ms  first read {:>9.2} ms",
         s.wall_per_run * 1e6,
         s.cpu_per_run * 1e6,
         s.first10 * 1e6,
@@ -465,10 +474,11 @@ fn main() {
         dir.display()
     );
     for &n in &ns {
-        let (o, b) = sqlite_side_by_side(&rt, &dir, n);
+        let (o, b, i) = sqlite_side_by_side(&rt, &dir, n);
         print("sqlite ours", n, &o);
         print("sqlite bare rusqlite", n, &b);
-        println!("    ours/bare commit rate {:.2} (>= 0.95 wanted); last/first append {:.2} (<= 1.2 wanted)", b.wall_per_run / o.wall_per_run, o.last10 / o.first10.max(1e-9));
+        print("sqlite ours, no runtime", n, &i);
+        println!("    ours/bare commit rate {:.2} (>= 0.95 wanted), outside a runtime {:.2}; last/first append {:.2} (<= 1.2 wanted)", b.wall_per_run / o.wall_per_run, b.wall_per_run / i.wall_per_run, o.last10 / o.first10.max(1e-9));
         if let Some(a) = agno(&format!("sqlite:{}", fresh(&dir, "agno").display()), n) {
             print("sqlite agno 3.1.10", n, &a);
             println!(
