@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+use agno_storage_doc::Collection;
 
 use crate::doc::BACKEND;
 use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
+use agno_storage_doc::DocBackend;
 
 /// Collection names, as agno 3.1.10's `FirestoreDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +78,24 @@ impl CollectionNames {
             jobs: p(d.jobs),
             versions: p(d.versions),
             meta: p(d.meta),
+        }
+    }
+
+    /// The physical name of a collection.
+    pub fn get(&self, which: Collection) -> &str {
+        match which {
+            Collection::Sessions => &self.sessions,
+            Collection::Runs => &self.runs,
+            Collection::Memories => &self.memories,
+            Collection::Metrics => &self.metrics,
+            Collection::Evals => &self.evals,
+            Collection::Knowledge => &self.knowledge,
+            Collection::Schedules => &self.schedules,
+            Collection::ScheduleRuns => &self.schedule_runs,
+            Collection::Learnings => &self.learnings,
+            Collection::Jobs => &self.jobs,
+            Collection::Versions => &self.versions,
+            Collection::Meta => &self.meta,
         }
     }
 

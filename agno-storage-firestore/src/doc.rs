@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use agno_storage_core::{Error, ErrorKind, Result};
+use agno_storage_core::metrics::is_legacy_metric_json;
+use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result, UserMemory};
+use agno_storage_doc::{Collection, DocBackend};
 use firestore::gcloud_sdk::google::firestore::v1 as pb;
 use firestore::gcloud_sdk::prost_types::Timestamp;
 use firestore::gcloud_sdk::tonic::{Code, Request, Status};
@@ -14,81 +16,31 @@ use pb::structured_query::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::FirestoreDb;
 
 pub(crate) const BACKEND: &str = "firestore";
 
-/// How many times a compare-and-set loop re-reads after losing a race.
-pub(crate) const CAS_ATTEMPTS: usize = 64;
+pub(crate) use agno_storage_doc::{backoff, digest_id, opt, Commit, Fields, CAS_ATTEMPTS};
 
-/// A JSON object, the body of a document.
-pub(crate) type Fields = Map<String, Value>;
+/// A stored document; its version is its update time.
+pub(crate) type Stored = agno_storage_doc::Stored<FirestoreDb>;
+/// The precondition of one write: `At(None)` only requires the document to exist.
+pub(crate) type Pre = agno_storage_doc::Pre<FirestoreDb>;
 
-/// A stored document: its id, body and the update time a compare-and-set writes against.
-#[derive(Debug, Clone)]
-pub(crate) struct Stored {
-    pub(crate) id: String,
-    pub(crate) fields: Fields,
-    pub(crate) update_time: Option<Timestamp>,
-}
-
-impl Stored {
-    /// The body as a record.
-    pub(crate) fn decode<T: DeserializeOwned>(&self, what: &str) -> Result<T> {
-        from_fields(self.fields.clone(), what)
-    }
-
-    /// A string field.
-    pub(crate) fn str(&self, key: &str) -> Option<&str> {
-        self.fields.get(key).and_then(Value::as_str)
-    }
-
-    /// The precondition that this exact version is still current.
-    pub(crate) fn unchanged(&self) -> Pre {
-        match &self.update_time {
-            Some(t) => Pre::At(*t),
-            None => Pre::Exists,
-        }
-    }
-}
-
-/// The precondition of one write.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Pre {
-    /// None: create or replace.
-    Any,
-    /// The document must not exist.
-    Absent,
-    /// The document must exist.
-    Exists,
-    /// The document must be at this update time.
-    At(Timestamp),
-}
-
-impl Pre {
-    fn to_pb(self) -> Option<pb::Precondition> {
-        use pb::precondition::ConditionType as C;
-        let condition = match self {
-            Pre::Any => return None,
-            Pre::Absent => C::Exists(false),
-            Pre::Exists => C::Exists(true),
-            Pre::At(t) => C::UpdateTime(t),
-        };
-        Some(pb::Precondition {
-            condition_type: Some(condition),
-        })
-    }
-}
-
-/// The outcome of a commit whose preconditions may fail.
-pub(crate) enum Commit {
-    /// Every write applied; the write results in order.
-    Done(Vec<pb::WriteResult>),
-    /// A precondition failed (a concurrent writer won); nothing was written.
-    Conflict,
+fn precondition(pre: Pre) -> Option<pb::Precondition> {
+    use pb::precondition::ConditionType as C;
+    let condition = match pre {
+        Pre::Any => return None,
+        Pre::Absent => C::Exists(false),
+        Pre::At(None) => C::Exists(true),
+        Pre::At(Some(t)) => C::UpdateTime(t),
+    };
+    Some(pb::Precondition {
+        condition_type: Some(condition),
+    })
 }
 
 fn status_err(operation: &'static str, s: Status) -> Error {
@@ -214,29 +166,8 @@ pub(crate) fn doc_id(key: &str) -> String {
     }
 }
 
-/// A digest id of several parts (guards, counters).
-pub(crate) fn digest_id(prefix: &str, parts: &[Option<&str>]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        match p {
-            Some(s) => {
-                h.update([1u8]);
-                h.update((s.len() as u64).to_be_bytes());
-                h.update(s.as_bytes());
-            }
-            None => h.update([0u8]),
-        }
-    }
-    format!("{prefix}_{}", hex::encode(h.finalize()))
-}
-
-/// An optional string as JSON.
-pub(crate) fn opt(value: Option<&str>) -> Value {
-    value.map_or(Value::Null, |v| Value::String(v.to_owned()))
-}
-
 /// One write of a commit.
-pub(crate) struct Write(pb::Write);
+pub struct Write(pb::Write);
 
 impl FirestoreDb {
     fn doc_name(&self, collection: &str, id: &str) -> String {
@@ -246,31 +177,6 @@ impl FirestoreDb {
             collection,
             id
         )
-    }
-
-    /// Sets document `id` of `collection` to `fields` (a full replace) under `pre`.
-    pub(crate) fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre) -> Write {
-        Write(pb::Write {
-            operation: Some(pb::write::Operation::Update(pb::Document {
-                name: self.doc_name(collection, id),
-                fields: map_to_pb(fields),
-                create_time: None,
-                update_time: None,
-            })),
-            update_mask: None,
-            update_transforms: vec![],
-            current_document: pre.to_pb(),
-        })
-    }
-
-    /// Deletes document `id` of `collection` under `pre`.
-    pub(crate) fn delete(&self, collection: &str, id: &str, pre: Pre) -> Write {
-        Write(pb::Write {
-            operation: Some(pb::write::Operation::Delete(self.doc_name(collection, id))),
-            update_mask: None,
-            update_transforms: vec![],
-            current_document: pre.to_pb(),
-        })
     }
 
     /// Applies `(field, transform)` server-side on document `id` (creating it when absent).
@@ -283,7 +189,7 @@ impl FirestoreDb {
         self.transform_if(collection, id, transforms, Pre::Any)
     }
 
-    /// [`FirestoreDb::transform`] when `pre` holds (`Pre::Exists`: never creates it).
+    /// [`FirestoreDb::transform`] when `pre` holds (`Pre::At(None)`: never creates it).
     pub(crate) fn transform_if(
         &self,
         collection: &str,
@@ -304,18 +210,19 @@ impl FirestoreDb {
             })),
             update_mask: None,
             update_transforms: vec![],
-            current_document: pre.to_pb(),
+            current_document: precondition(pre),
         })
     }
 
-    /// Commits `writes` atomically (no transaction: each write carries its precondition).
-    pub(crate) async fn commit(
+    /// Commits `writes` atomically (no transaction: each write carries its precondition):
+    /// the write results, or `None` when a precondition failed.
+    pub(crate) async fn commit_results(
         &self,
         operation: &'static str,
         writes: Vec<Write>,
-    ) -> Result<Commit> {
+    ) -> Result<Option<Vec<pb::WriteResult>>> {
         if writes.is_empty() {
-            return Ok(Commit::Done(Vec::new()));
+            return Ok(Some(Vec::new()));
         }
         let request = pb::CommitRequest {
             database: self.inner.client.get_database_path().clone(),
@@ -331,74 +238,17 @@ impl FirestoreDb {
             .commit(Request::new(request))
             .await
         {
-            Ok(r) => Ok(Commit::Done(r.into_inner().write_results)),
+            Ok(r) => Ok(Some(r.into_inner().write_results)),
             Err(s)
                 if matches!(
                     s.code(),
                     Code::FailedPrecondition | Code::AlreadyExists | Code::NotFound | Code::Aborted
                 ) =>
             {
-                Ok(Commit::Conflict)
+                Ok(None)
             }
             Err(s) => Err(status_err(operation, s)),
         }
-    }
-
-    /// Commits `writes`; a failed precondition is an error (for writes without one).
-    pub(crate) async fn commit_all(
-        &self,
-        operation: &'static str,
-        writes: Vec<Write>,
-    ) -> Result<()> {
-        for chunk in chunks(writes, 400) {
-            match self.commit(operation, chunk).await? {
-                Commit::Done(_) => {}
-                Commit::Conflict => {
-                    return Err(Error::new(
-                        ErrorKind::Conflict,
-                        format!("{operation}: a concurrent writer changed the documents"),
-                    )
-                    .with_backend(BACKEND)
-                    .set_temporary(true))
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Document `id` of `collection`, if it exists.
-    pub(crate) async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored>> {
-        let request = pb::GetDocumentRequest {
-            name: self.doc_name(collection, id),
-            ..Default::default()
-        };
-        match self
-            .inner
-            .client
-            .client()
-            .get()
-            .get_document(Request::new(request))
-            .await
-        {
-            Ok(r) => Ok(Some(stored(r.into_inner()))),
-            Err(s) if s.code() == Code::NotFound => Ok(None),
-            Err(s) => Err(status_err("get document", s)),
-        }
-    }
-
-    /// Every document of `collection` whose fields equal `eq` (strings, numbers, booleans;
-    /// a null matches a null field). Served by single-field indexes: no composite index.
-    pub(crate) async fn query(
-        &self,
-        collection: &str,
-        eq: &[(&str, Value)],
-    ) -> Result<Vec<Stored>> {
-        self.query_limit(collection, eq, None).await
-    }
-
-    /// Whether `collection` holds any document.
-    pub(crate) async fn any_doc(&self, collection: &str) -> Result<bool> {
-        Ok(!self.query_limit(collection, &[], Some(1)).await?.is_empty())
     }
 
     async fn query_limit(
@@ -475,16 +325,110 @@ impl FirestoreDb {
             .map(stored)
             .collect())
     }
+}
+
+#[async_trait]
+impl DocBackend for FirestoreDb {
+    const BACKEND: &'static str = BACKEND;
+    const ITEM: &'static str = "document";
+    const SCHEDULE_NAME_GUARDS: bool = true;
+
+    type Version = Option<Timestamp>;
+    type Write = Write;
+
+    fn collection(&self, which: Collection) -> &str {
+        self.inner.names.get(which)
+    }
+
+    fn doc_id(&self, key: &str) -> String {
+        doc_id(key)
+    }
+
+    /// Sets document `id` of `collection` to `fields` (a full replace) under `pre`.
+    fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre) -> Write {
+        Write(pb::Write {
+            operation: Some(pb::write::Operation::Update(pb::Document {
+                name: self.doc_name(collection, id),
+                fields: map_to_pb(fields),
+                create_time: None,
+                update_time: None,
+            })),
+            update_mask: None,
+            update_transforms: vec![],
+            current_document: precondition(pre),
+        })
+    }
+
+    /// Deletes document `id` of `collection` under `pre`.
+    fn delete(&self, collection: &str, id: &str, pre: Pre) -> Write {
+        Write(pb::Write {
+            operation: Some(pb::write::Operation::Delete(self.doc_name(collection, id))),
+            update_mask: None,
+            update_transforms: vec![],
+            current_document: precondition(pre),
+        })
+    }
+
+    async fn commit(&self, operation: &'static str, writes: Vec<Write>) -> Result<Commit> {
+        Ok(match self.commit_results(operation, writes).await? {
+            Some(_) => Commit::Done,
+            None => Commit::Conflict,
+        })
+    }
+
+    /// Commits `writes`; a failed precondition is an error (for writes without one).
+    async fn commit_all(&self, operation: &'static str, writes: Vec<Write>) -> Result<()> {
+        for chunk in chunks(writes, 400) {
+            match self.commit(operation, chunk).await? {
+                Commit::Done => {}
+                Commit::Conflict => {
+                    return Err(Error::new(
+                        ErrorKind::Conflict,
+                        format!("{operation}: a concurrent writer changed the documents"),
+                    )
+                    .with_backend(BACKEND)
+                    .set_temporary(true))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Document `id` of `collection`, if it exists.
+    async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored>> {
+        let request = pb::GetDocumentRequest {
+            name: self.doc_name(collection, id),
+            ..Default::default()
+        };
+        match self
+            .inner
+            .client
+            .client()
+            .get()
+            .get_document(Request::new(request))
+            .await
+        {
+            Ok(r) => Ok(Some(stored(r.into_inner()))),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(status_err("get document", s)),
+        }
+    }
+
+    /// Every document of `collection` whose fields equal `eq` (strings, numbers, booleans;
+    /// a null matches a null field). Served by single-field indexes: no composite index.
+    async fn query(&self, collection: &str, eq: &[(&str, Value)]) -> Result<Vec<Stored>> {
+        self.query_limit(collection, eq, None).await
+    }
+
+    /// Whether `collection` holds any document.
+    async fn any_doc(&self, collection: &str) -> Result<bool> {
+        Ok(!self.query_limit(collection, &[], Some(1)).await?.is_empty())
+    }
 
     /// Document `id` of `collection`, or else the first document whose `key_field` is `key`
     /// (documents agno wrote under auto ids).
-    pub(crate) async fn find(
-        &self,
-        collection: &str,
-        key_field: &str,
-        key: &str,
-    ) -> Result<Option<Stored>> {
-        if let Some(found) = self.get(collection, &doc_id(key)).await? {
+    async fn find(&self, collection: &str, key_field: &str, key: &str) -> Result<Option<Stored>> {
+        if let Some(found) = self.get(collection, &self.doc_id(key)).await? {
             if found.str(key_field) == Some(key) {
                 return Ok(Some(found));
             }
@@ -495,6 +439,33 @@ impl FirestoreDb {
             .into_iter()
             .next())
     }
+
+    /// agno 3.1.10's ids: `{date}_shared_daily` for the shared bucket and
+    /// `{date}_{sha256(user_id)}_daily` per user.
+    fn metrics_id(&self, record: &MetricsRecord) -> String {
+        let owner = match record.user_id.as_deref().filter(|u| !u.is_empty()) {
+            Some(u) => hex::encode(Sha256::digest(u.as_bytes())),
+            None => "shared".to_owned(),
+        };
+        format!("{}_{owner}_{}", record.date, record.aggregation_period)
+    }
+
+    fn is_legacy_metric(&self, fields: &Fields) -> bool {
+        is_legacy_metric_json(fields)
+    }
+
+    /// As agno 3.1.10 writes it (`UserMemory.to_dict()`): `created_at` as naive ISO text
+    /// (UTC), `updated_at` in epoch seconds.
+    fn encode_memory(&self, memory: &UserMemory) -> Result<Fields> {
+        let mut fields = self.to_fields(memory, "a memory")?;
+        if let Some(t) = chrono::DateTime::from_timestamp(memory.created_at, 0) {
+            fields.insert(
+                "created_at".into(),
+                Value::String(t.naive_utc().format("%Y-%m-%dT%H:%M:%S").to_string()),
+            );
+        }
+        Ok(fields)
+    }
 }
 
 fn stored(doc: pb::Document) -> Stored {
@@ -502,7 +473,7 @@ fn stored(doc: pb::Document) -> Stored {
     Stored {
         id,
         fields: map_from_pb(doc.fields),
-        update_time: doc.update_time,
+        version: doc.update_time,
     }
 }
 
@@ -533,23 +504,6 @@ fn chunks(writes: Vec<Write>, size: usize) -> Vec<Vec<Write>> {
         out.push(current);
     }
     out
-}
-
-/// A lost compare-and-set race after every retry.
-pub(crate) fn contended(operation: &str) -> Error {
-    Error::new(
-        ErrorKind::Conflict,
-        format!("{operation}: too much contention on one document; retry later"),
-    )
-    .with_backend(BACKEND)
-    .set_temporary(true)
-}
-
-/// A short randomised pause before re-reading after a lost race.
-pub(crate) async fn backoff(attempt: usize) {
-    let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 8;
-    let ms = (attempt as u64).min(10) * 3 + jitter;
-    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
 
 #[cfg(test)]

@@ -13,11 +13,10 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
-use crate::doc::{
-    backoff, contended, digest_id, doc_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
-};
+use crate::doc::{backoff, digest_id, doc_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
 use crate::migrate::object;
 use crate::FirestoreDb;
+use agno_storage_doc::DocBackend;
 
 fn key_guard(user_id: Option<&str>, key: &str) -> String {
     digest_id("job_key", &[user_id, Some(key)])
@@ -84,11 +83,11 @@ impl FirestoreDb {
                 stored.unchanged(),
             );
             match self.commit(operation, vec![write]).await? {
-                Commit::Done(_) => return Ok(job),
+                Commit::Done => return Ok(job),
                 Commit::Conflict => backoff(round).await,
             }
         }
-        Err(contended(operation))
+        Err(self.contended(operation))
     }
 }
 
@@ -143,7 +142,7 @@ impl JobStore for FirestoreDb {
                 ));
             }
             match self.commit("enqueue job", writes).await? {
-                Commit::Done(_) => {
+                Commit::Done => {
                     return Ok(EnqueueOutcome {
                         rejection: None,
                         job: Some(job),
@@ -170,7 +169,7 @@ impl JobStore for FirestoreDb {
                 }
             }
         }
-        Err(contended("enqueue job"))
+        Err(self.contended("enqueue job"))
     }
 
     async fn claim_job(
@@ -204,13 +203,13 @@ impl JobStore for FirestoreDb {
                     &to_fields(&job, "a job")?,
                     stored.unchanged(),
                 );
-                if let Commit::Done(_) = self.commit("claim job", vec![write]).await? {
+                if let Commit::Done = self.commit("claim job", vec![write]).await? {
                     return Ok(Some(job));
                 }
             }
             backoff(round).await;
         }
-        Err(contended("claim job"))
+        Err(self.contended("claim job"))
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
@@ -230,7 +229,7 @@ impl JobStore for FirestoreDb {
                     stored.unchanged(),
                 );
                 match self.commit("heartbeat jobs", vec![write]).await? {
-                    Commit::Done(_) => {
+                    Commit::Done => {
                         held += 1;
                         break;
                     }
@@ -293,11 +292,11 @@ impl JobStore for FirestoreDb {
                 stored.unchanged(),
             );
             match self.commit("cancel job", vec![write]).await? {
-                Commit::Done(_) => return Ok(true),
+                Commit::Done => return Ok(true),
                 Commit::Conflict => backoff(round).await,
             }
         }
-        Err(contended("cancel job"))
+        Err(self.contended("cancel job"))
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
@@ -347,7 +346,7 @@ impl JobStore for FirestoreDb {
                     Pre::Any,
                 ));
             }
-            if let Commit::Done(_) = self.commit("cleanup jobs", writes).await? {
+            if let Commit::Done = self.commit("cleanup jobs", writes).await? {
                 removed += 1;
             }
         }

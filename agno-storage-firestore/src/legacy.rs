@@ -5,9 +5,10 @@ use agno_storage_core::legacy::{
 };
 use agno_storage_core::{async_trait, Result, RunRecord};
 
-use crate::doc::{backoff, contended, doc_id, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
+use crate::doc::{backoff, doc_id, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
 use crate::sessions::LEGACY_RUNS;
 use crate::FirestoreDb;
+use agno_storage_doc::DocBackend;
 
 impl FirestoreDb {
     /// Session documents with a non-null `runs` field, ordered by `session_id`.
@@ -73,7 +74,7 @@ impl LegacyRunsStore for FirestoreDb {
                 &to_fields(row, "a run")?,
                 Pre::Absent,
             );
-            if let Commit::Done(_) = self.commit("copy legacy runs", vec![write]).await? {
+            if let Commit::Done = self.commit("copy legacy runs", vec![write]).await? {
                 outcome.inserted += 1;
             }
             outcome.present += 1;
@@ -115,7 +116,7 @@ impl LegacyRunsStore for FirestoreDb {
                     current.unchanged(),
                 );
                 match self.commit("drop legacy runs", vec![write]).await? {
-                    Commit::Done(_) => {
+                    Commit::Done => {
                         changed += 1;
                         done = true;
                         break;
@@ -133,7 +134,7 @@ impl LegacyRunsStore for FirestoreDb {
                 }
             }
             if !done {
-                return Err(contended("drop legacy runs"));
+                return Err(self.contended("drop legacy runs"));
             }
         }
         Ok(changed)

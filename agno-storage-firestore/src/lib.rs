@@ -33,19 +33,9 @@ mod db;
 #[cfg(feature = "firestore")]
 mod doc;
 #[cfg(feature = "firestore")]
-mod evals;
-#[cfg(feature = "firestore")]
 mod jobs;
 #[cfg(feature = "firestore")]
-mod knowledge;
-#[cfg(feature = "firestore")]
-mod learnings;
-#[cfg(feature = "firestore")]
 mod legacy;
-#[cfg(feature = "firestore")]
-mod memories;
-#[cfg(feature = "firestore")]
-mod metrics;
 #[cfg(feature = "firestore")]
 mod migrate;
 #[cfg(feature = "firestore")]
@@ -54,6 +44,9 @@ mod runs;
 mod schedules;
 #[cfg(feature = "firestore")]
 mod sessions;
+
+#[cfg(feature = "firestore")]
+agno_storage_doc::doc_stores!(FirestoreDb);
 
 #[cfg(feature = "firestore")]
 pub use db::{CollectionNames, FirestoreDb, FirestoreOptions};

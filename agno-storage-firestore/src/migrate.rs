@@ -34,6 +34,7 @@ use serde_json::{json, Value};
 
 use crate::doc::{doc_id, Commit, Fields, Pre, Stored, BACKEND};
 use crate::FirestoreDb;
+use agno_storage_doc::DocBackend;
 
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 /// A lock document without `lease_until` (from a version without heartbeats) is taken over
@@ -118,11 +119,11 @@ impl FirestoreDb {
             }
             let fields = lock_fields(holder, now_epoch_millis(), lease);
             let write = self.put(meta, LOCK_ID, &fields, lock.unchanged());
-            if let Commit::Done(_) = self.commit("migration lock heartbeat", vec![write]).await? {
+            if let Commit::Done = self.commit("migration lock heartbeat", vec![write]).await? {
                 return Ok(true);
             }
         }
-        Err(crate::doc::contended("migration lock heartbeat"))
+        Err(self.contended("migration lock heartbeat"))
     }
 
     /// Deletes the lock if `holder` still holds it: `false` when it is gone or carries
@@ -138,11 +139,11 @@ impl FirestoreDb {
             }
             let write = self.delete(meta, LOCK_ID, lock.unchanged());
             // A conflict: a heartbeat in flight renewed it meanwhile; read it again.
-            if let Commit::Done(_) = self.commit("migration unlock", vec![write]).await? {
+            if let Commit::Done = self.commit("migration unlock", vec![write]).await? {
                 return Ok(true);
             }
         }
-        Err(crate::doc::contended("migration unlock"))
+        Err(self.contended("migration unlock"))
     }
 
     /// The guard of a lock `holder` just took: renewed by a heartbeat until released.
@@ -215,7 +216,7 @@ impl MigrationTarget for FirestoreDb {
             let now_ms = now_epoch_millis();
             let fields = lock_fields(&holder, now_ms, lease);
             let write = self.put(meta, LOCK_ID, &fields, Pre::Absent);
-            if let Commit::Done(_) = self.commit("migration lock", vec![write]).await? {
+            if let Commit::Done = self.commit("migration lock", vec![write]).await? {
                 return Ok(self.hold(holder));
             }
             match self.get(meta, LOCK_ID).await? {
@@ -223,7 +224,7 @@ impl MigrationTarget for FirestoreDb {
                 None => continue,
                 Some(current) if expired(&current, now_ms) => {
                     let write = self.put(meta, LOCK_ID, &fields, current.unchanged());
-                    if let Commit::Done(_) = self.commit("migration lock", vec![write]).await? {
+                    if let Commit::Done = self.commit("migration lock", vec![write]).await? {
                         return Ok(self.hold(holder));
                     }
                 }

@@ -16,11 +16,11 @@ use firestore::gcloud_sdk::google::firestore::v1::document_transform::field_tran
 use serde_json::Value;
 
 use crate::doc::{
-    backoff, contended, digest_id, doc_id, from_pb, opt, to_fields, to_pb, Commit, Pre,
-    CAS_ATTEMPTS,
+    backoff, digest_id, doc_id, from_pb, opt, to_fields, to_pb, Commit, Pre, CAS_ATTEMPTS,
 };
 use crate::sessions::{decode_session, LEGACY_RUNS};
 use crate::FirestoreDb;
+use agno_storage_doc::DocBackend;
 
 /// The meta document holding `session_id`'s next `run_index`.
 pub(crate) fn run_counter_id(session_id: &str) -> String {
@@ -65,9 +65,9 @@ impl FirestoreDb {
                 meta,
                 &id,
                 vec![("next", TransformType::Increment(to_pb(&Value::from(1))))],
-                Pre::Exists,
+                Pre::At(None),
             );
-            if let Commit::Done(results) = self.commit("next run index", vec![bump]).await? {
+            if let Some(results) = self.commit_results("next run index", vec![bump]).await? {
                 return results
                     .into_iter()
                     .next()
@@ -100,7 +100,7 @@ impl FirestoreDb {
                 backoff(attempt).await;
             }
         }
-        Err(contended("next run index"))
+        Err(self.contended("next run index"))
     }
 
     /// Moves the counter of `session_id` to at least `next` when it exists (a server-side
@@ -111,7 +111,7 @@ impl FirestoreDb {
             &self.inner.names.meta,
             &run_counter_id(session_id),
             vec![("next", TransformType::Maximum(to_pb(&Value::from(next))))],
-            Pre::Exists,
+            Pre::At(None),
         );
         // `Conflict` here is the missing counter: nothing to raise.
         self.commit("raise run index counter", vec![raise]).await?;
@@ -170,11 +170,11 @@ impl RunStore for FirestoreDb {
             };
             let write = self.put(coll, &id, &to_fields(&next, "a run")?, pre);
             match self.commit("upsert run", vec![write]).await? {
-                Commit::Done(_) => return Ok(next),
+                Commit::Done => return Ok(next),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("upsert run"))
+        Err(self.contended("upsert run"))
     }
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
@@ -272,7 +272,7 @@ impl RunStore for FirestoreDb {
                     current.unchanged(),
                 );
                 match self.commit("delete runs", vec![write]).await? {
-                    Commit::Done(_) => break,
+                    Commit::Done => break,
                     Commit::Conflict => {
                         backoff(attempt).await;
                         match self.get(&self.inner.names.sessions, &current.id).await? {

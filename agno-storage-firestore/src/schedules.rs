@@ -12,11 +12,10 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
-use crate::doc::{
-    backoff, contended, digest_id, doc_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
-};
+use crate::doc::{backoff, digest_id, doc_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
 use crate::migrate::object;
 use crate::FirestoreDb;
+use agno_storage_doc::DocBackend;
 
 fn name_taken(name: &str) -> Error {
     Error::new(
@@ -87,7 +86,7 @@ impl ScheduleStore for FirestoreDb {
                 ),
             ];
             match self.commit("create schedule", writes).await? {
-                Commit::Done(_) => return Ok(schedule),
+                Commit::Done => return Ok(schedule),
                 Commit::Conflict => {
                     if self.schedule_doc(&schedule.id).await?.is_some() {
                         return Err(Error::new(
@@ -105,7 +104,7 @@ impl ScheduleStore for FirestoreDb {
                 }
             }
         }
-        Err(contended("create schedule"))
+        Err(self.contended("create schedule"))
     }
 
     async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
@@ -188,7 +187,7 @@ impl ScheduleStore for FirestoreDb {
                 writes.push(self.guard_write(&updated));
             }
             match self.commit("update schedule", writes).await? {
-                Commit::Done(_) => return Ok(Some(updated)),
+                Commit::Done => return Ok(Some(updated)),
                 Commit::Conflict => {
                     if renamed
                         && self
@@ -201,7 +200,7 @@ impl ScheduleStore for FirestoreDb {
                 }
             }
         }
-        Err(contended("update schedule"))
+        Err(self.contended("update schedule"))
     }
 
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
@@ -262,13 +261,13 @@ impl ScheduleStore for FirestoreDb {
                     &to_fields(&s, "a schedule")?,
                     stored.unchanged(),
                 );
-                if let Commit::Done(_) = self.commit("claim schedule", vec![write]).await? {
+                if let Commit::Done = self.commit("claim schedule", vec![write]).await? {
                     return Ok(Some(s));
                 }
             }
             backoff(attempt).await;
         }
-        Err(contended("claim schedule"))
+        Err(self.contended("claim schedule"))
     }
 
     async fn release_schedule(
@@ -292,11 +291,11 @@ impl ScheduleStore for FirestoreDb {
                 stored.unchanged(),
             );
             match self.commit("release schedule", vec![write]).await? {
-                Commit::Done(_) => return Ok(true),
+                Commit::Done => return Ok(true),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("release schedule"))
+        Err(self.contended("release schedule"))
     }
 
     async fn create_schedule_run(&self, mut run: ScheduleRun) -> Result<ScheduleRun> {
@@ -314,7 +313,7 @@ impl ScheduleStore for FirestoreDb {
             Pre::Absent,
         );
         match self.commit("create schedule run", vec![write]).await? {
-            Commit::Done(_) => Ok(run),
+            Commit::Done => Ok(run),
             Commit::Conflict => Err(Error::new(
                 ErrorKind::AlreadyExists,
                 format!("schedule run {} already exists", run.id),
@@ -348,11 +347,11 @@ impl ScheduleStore for FirestoreDb {
                 stored.unchanged(),
             );
             match self.commit("update schedule run", vec![write]).await? {
-                Commit::Done(_) => return Ok(Some(next)),
+                Commit::Done => return Ok(Some(next)),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("update schedule run"))
+        Err(self.contended("update schedule run"))
     }
 
     async fn get_schedule_run(

@@ -11,11 +11,10 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::doc::{
-    backoff, contended, doc_id, opt, to_fields, Commit, Fields, Pre, Stored, CAS_ATTEMPTS,
-};
+use crate::doc::{backoff, doc_id, opt, to_fields, Commit, Fields, Pre, Stored, CAS_ATTEMPTS};
 use crate::runs::run_counter_id;
 use crate::FirestoreDb;
+use agno_storage_doc::DocBackend;
 
 /// The legacy `runs` field.
 pub(crate) const LEGACY_RUNS: &str = "runs";
@@ -101,11 +100,11 @@ impl FirestoreDb {
             fields.extend(encode_session(&next)?);
             let write = self.put(&self.inner.names.sessions, &doc, &fields, pre);
             match self.commit("upsert session", vec![write]).await? {
-                Commit::Done(_) => return Ok((next, legacy)),
+                Commit::Done => return Ok((next, legacy)),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("upsert session"))
+        Err(self.contended("upsert session"))
     }
 }
 
@@ -204,13 +203,11 @@ impl SessionStore for FirestoreDb {
                 stored.unchanged(),
             );
             match self.commit("rename session", vec![write]).await? {
-                Commit::Done(_) => {
-                    return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?))
-                }
+                Commit::Done => return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?)),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("rename session"))
+        Err(self.contended("rename session"))
     }
 
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+use agno_storage_doc::{Collection, DocBackend};
 use surrealdb::engine::any::Any;
 use surrealdb::Surreal;
 
@@ -73,6 +74,24 @@ impl Default for TableNames {
 }
 
 impl TableNames {
+    /// The physical name of a collection.
+    pub fn get(&self, which: Collection) -> &str {
+        match which {
+            Collection::Sessions => &self.sessions,
+            Collection::Runs => &self.runs,
+            Collection::Memories => &self.memories,
+            Collection::Metrics => &self.metrics,
+            Collection::Evals => &self.evals,
+            Collection::Knowledge => &self.knowledge,
+            Collection::Schedules => &self.schedules,
+            Collection::ScheduleRuns => &self.schedule_runs,
+            Collection::Learnings => &self.learnings,
+            Collection::Jobs => &self.jobs,
+            Collection::Versions => &self.versions,
+            Collection::Meta => &self.meta,
+        }
+    }
+
     /// The physical name of a migrated table type.
     pub fn of(&self, table: TableType) -> &str {
         match table {

@@ -6,10 +6,11 @@
 //! Two transactions writing the same record cannot both commit, so a lost race surfaces as
 //! [`Commit::Conflict`] and the caller re-reads and retries.
 
-use agno_storage_core::{Error, ErrorKind, Result};
+use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result};
+use agno_storage_doc::{Collection, DocBackend};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use surrealdb::types::{Datetime, Number, Object, RecordId, RecordIdKey, ToSql, Value as SValue};
 
 use crate::db::TableNames;
@@ -17,59 +18,16 @@ use crate::SurrealDb;
 
 pub(crate) const BACKEND: &str = "surrealdb";
 
-/// How many times a compare-and-set loop re-reads after losing a race.
-pub(crate) const CAS_ATTEMPTS: usize = 64;
-
 /// What a precondition failure `THROW`s (recognised in the error text).
 const CAS_MARK: &str = "agno_storage_cas_conflict";
 
-/// A JSON object, the body of a record.
-pub(crate) type Fields = Map<String, Value>;
+pub(crate) use agno_storage_doc::{backoff, digest_id, opt, Commit, Fields, CAS_ATTEMPTS};
 
 /// A stored record: its key (the id's key as a string), body in agno's plain shape, and the
 /// raw record a compare-and-set writes against.
-#[derive(Debug, Clone)]
-pub(crate) struct Stored {
-    pub(crate) id: String,
-    pub(crate) fields: Fields,
-    raw: SValue,
-}
-
-impl Stored {
-    /// The body as a record.
-    pub(crate) fn decode<T: DeserializeOwned>(&self, what: &str) -> Result<T> {
-        from_fields(self.fields.clone(), what)
-    }
-
-    /// A string field.
-    pub(crate) fn str(&self, key: &str) -> Option<&str> {
-        self.fields.get(key).and_then(Value::as_str)
-    }
-
-    /// The precondition that this exact version is still current.
-    pub(crate) fn unchanged(&self) -> Pre {
-        Pre::At(Box::new(self.raw.clone()))
-    }
-}
-
-/// The precondition of one write.
-#[derive(Debug, Clone)]
-pub(crate) enum Pre {
-    /// None: create or replace.
-    Any,
-    /// The record must not exist.
-    Absent,
-    /// The record must be exactly this (as read).
-    At(Box<SValue>),
-}
-
-/// The outcome of a commit whose preconditions may fail.
-pub(crate) enum Commit {
-    /// Every write applied.
-    Done,
-    /// A precondition failed or a concurrent transaction won; nothing was written.
-    Conflict,
-}
+pub(crate) type Stored = agno_storage_doc::Stored<SurrealDb>;
+/// The precondition of one write: `At(record)` requires the record to be exactly as read.
+pub(crate) type Pre = agno_storage_doc::Pre<SurrealDb>;
 
 /// How agno 3.1.10's `SurrealDb` encodes one table's records.
 #[derive(Debug, Clone, Copy, Default)]
@@ -201,28 +159,6 @@ pub(crate) fn from_fields<T: DeserializeOwned>(fields: Fields, what: &str) -> Re
         )
         .with_backend(BACKEND)
     })
-}
-
-/// An optional string as JSON.
-pub(crate) fn opt(value: Option<&str>) -> Value {
-    value.map_or(Value::Null, |v| Value::String(v.to_owned()))
-}
-
-/// A digest id of several parts (guards, counters).
-pub(crate) fn digest_id(prefix: &str, parts: &[Option<&str>]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for p in parts {
-        match p {
-            Some(s) => {
-                h.update([1u8]);
-                h.update((s.len() as u64).to_be_bytes());
-                h.update(s.as_bytes());
-            }
-            None => h.update([0u8]),
-        }
-    }
-    format!("{prefix}_{}", hex::encode(h.finalize()))
 }
 
 fn key_string(key: &RecordIdKey) -> String {
@@ -382,7 +318,11 @@ impl TableNames {
             };
             fields.insert("session_type".into(), Value::String(t.into()));
         }
-        Some(Stored { id, fields, raw })
+        Some(Stored {
+            id,
+            fields,
+            version: raw,
+        })
     }
 
     /// The stored field and value an equality filter on agno field `field` compares.
@@ -404,7 +344,7 @@ impl TableNames {
 
 /// One write of a commit.
 #[derive(Clone)]
-pub(crate) struct Write {
+pub struct Write {
     table: String,
     id: String,
     op: Op,
@@ -531,27 +471,6 @@ impl SurrealDb {
         Ok(Ok(out))
     }
 
-    /// Sets record `id` of `table` to `fields` (a full replace, in agno's encoding) under
-    /// `pre`.
-    pub(crate) fn put(&self, table: &str, id: &str, fields: &Fields, pre: Pre) -> Write {
-        Write {
-            table: table.to_owned(),
-            id: id.to_owned(),
-            op: Op::Put(self.inner.names.encode(table, fields)),
-            pre,
-        }
-    }
-
-    /// Deletes record `id` of `table` under `pre`.
-    pub(crate) fn delete(&self, table: &str, id: &str, pre: Pre) -> Write {
-        Write {
-            table: table.to_owned(),
-            id: id.to_owned(),
-            op: Op::Delete,
-            pre,
-        }
-    }
-
     /// Writes nothing; fails the commit unless record `id` of `table` meets `pre`.
     pub(crate) fn check(&self, table: &str, id: &str, pre: Pre) -> Write {
         Write {
@@ -582,127 +501,6 @@ impl SurrealDb {
             op: Op::DeleteWhere(SValue::String(value.to_owned())),
             pre: Pre::Any,
         }
-    }
-
-    /// Commits `writes` in one transaction; [`Commit::Conflict`] when a precondition failed
-    /// or a concurrent transaction won (nothing written then).
-    pub(crate) async fn commit(
-        &self,
-        operation: &'static str,
-        writes: Vec<Write>,
-    ) -> Result<Commit> {
-        if writes.is_empty() {
-            return Ok(Commit::Done);
-        }
-        let mut sql = String::from("BEGIN TRANSACTION;\n");
-        let mut vars = Vec::new();
-        for (i, w) in writes.into_iter().enumerate() {
-            if let Op::DeleteWhere(value) = w.op {
-                check_ident(&w.table)?;
-                check_ident(&w.id)?;
-                vars.push((format!("v{i}"), value));
-                sql.push_str(&format!(
-                    "DELETE FROM {} WHERE {} = $v{i} RETURN NONE;\n",
-                    w.table, w.id
-                ));
-                continue;
-            }
-            vars.push((format!("r{i}"), rid(&w.table, &w.id)));
-            match w.pre {
-                Pre::Any => {}
-                Pre::Absent => sql.push_str(&format!(
-                    "IF (SELECT * FROM $r{i})[0] != NONE {{ THROW \"{CAS_MARK}\" }};\n"
-                )),
-                Pre::At(raw) => {
-                    vars.push((format!("e{i}"), *raw));
-                    sql.push_str(&format!(
-                        "IF (SELECT * FROM $r{i})[0] != $e{i} {{ THROW \"{CAS_MARK}\" }};\n"
-                    ));
-                }
-            }
-            match w.op {
-                Op::Put(v) => {
-                    vars.push((format!("v{i}"), v));
-                    sql.push_str(&format!("UPSERT $r{i} CONTENT $v{i} RETURN NONE;\n"));
-                }
-                Op::Delete => sql.push_str(&format!("DELETE $r{i} RETURN NONE;\n")),
-                Op::Touch(None) => sql.push_str(&format!(
-                    "UPSERT $r{i} SET touched_at = time::now() RETURN NONE;\n"
-                )),
-                Op::Touch(Some(index)) => {
-                    vars.push((format!("v{i}"), SValue::Number(Number::Int(index + 1))));
-                    sql.push_str(&format!(
-                        "UPSERT $r{i} SET touched_at = time::now(), next = IF next = NONE {{ NONE }} \
-                         ELSE {{ math::max([next, $v{i}]) }} RETURN NONE;\n"
-                    ));
-                }
-                Op::Check | Op::DeleteWhere(_) => {}
-            }
-        }
-        sql.push_str("COMMIT TRANSACTION;");
-        match self.run_raw(operation, &sql, vars).await? {
-            Ok(_) => Ok(Commit::Done),
-            Err(m) if is_conflict(&m) => Ok(Commit::Conflict),
-            Err(m) => Err(Error::new(ErrorKind::Unexpected, format!("SurrealDB: {m}"))
-                .with_backend(BACKEND)
-                .with_operation(operation)),
-        }
-    }
-
-    /// Commits `writes` (retrying a transaction conflict); a failed precondition after every
-    /// retry is a `Conflict` error.
-    pub(crate) async fn commit_all(
-        &self,
-        operation: &'static str,
-        writes: Vec<Write>,
-    ) -> Result<()> {
-        for chunk in writes.chunks(200) {
-            let mut done = false;
-            for attempt in 0..CAS_ATTEMPTS {
-                match self.commit(operation, chunk.to_vec()).await? {
-                    Commit::Done => {
-                        done = true;
-                        break;
-                    }
-                    Commit::Conflict => backoff(attempt).await,
-                }
-            }
-            if !done {
-                return Err(Error::new(
-                    ErrorKind::Conflict,
-                    format!("{operation}: a concurrent writer changed the records"),
-                )
-                .with_backend(BACKEND)
-                .set_temporary(true));
-            }
-        }
-        Ok(())
-    }
-
-    /// Record `id` of `table`, if it exists.
-    pub(crate) async fn get(&self, table: &str, id: &str) -> Result<Option<Stored>> {
-        let out = self
-            .run(
-                "get record",
-                "SELECT * FROM $r;",
-                vec![("r".into(), rid(table, id))],
-            )
-            .await?;
-        Ok(rows(out)
-            .into_iter()
-            .next()
-            .and_then(|raw| self.inner.names.decode(table, raw)))
-    }
-
-    /// Every record of `table` whose agno fields equal `eq` (a null matches a missing or
-    /// null field; link fields compare as links).
-    pub(crate) async fn query(&self, table: &str, eq: &[(&str, Value)]) -> Result<Vec<Stored>> {
-        self.query_limit(table, eq, None).await
-    }
-
-    /// Whether `table` holds any record.
-    pub(crate) async fn any_doc(&self, table: &str) -> Result<bool> {
-        Ok(!self.query_limit(table, &[], Some(1)).await?.is_empty())
     }
 
     async fn query_limit(
@@ -756,18 +554,159 @@ impl SurrealDb {
             .filter_map(|raw| self.inner.names.decode(table, raw))
             .collect())
     }
+}
 
-    /// Record `key` of `table`, checked to carry `key` in `key_field`.
-    pub(crate) async fn find(
-        &self,
-        table: &str,
-        key_field: &str,
-        key: &str,
-    ) -> Result<Option<Stored>> {
-        Ok(self
-            .get(table, key)
-            .await?
-            .filter(|s| s.str(key_field) == Some(key)))
+#[async_trait]
+impl DocBackend for SurrealDb {
+    const BACKEND: &'static str = BACKEND;
+    const ITEM: &'static str = "record";
+    const SCHEDULE_NAME_GUARDS: bool = false;
+
+    type Version = SValue;
+    type Write = Write;
+
+    fn collection(&self, which: Collection) -> &str {
+        self.inner.names.get(which)
+    }
+
+    /// Sets record `id` of `table` to `fields` (a full replace, in agno's encoding) under
+    /// `pre`.
+    fn put(&self, table: &str, id: &str, fields: &Fields, pre: Pre) -> Write {
+        Write {
+            table: table.to_owned(),
+            id: id.to_owned(),
+            op: Op::Put(self.inner.names.encode(table, fields)),
+            pre,
+        }
+    }
+
+    /// Deletes record `id` of `table` under `pre`.
+    fn delete(&self, table: &str, id: &str, pre: Pre) -> Write {
+        Write {
+            table: table.to_owned(),
+            id: id.to_owned(),
+            op: Op::Delete,
+            pre,
+        }
+    }
+
+    /// Commits `writes` in one transaction; [`Commit::Conflict`] when a precondition failed
+    /// or a concurrent transaction won (nothing written then).
+    async fn commit(&self, operation: &'static str, writes: Vec<Write>) -> Result<Commit> {
+        if writes.is_empty() {
+            return Ok(Commit::Done);
+        }
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
+        let mut vars = Vec::new();
+        for (i, w) in writes.into_iter().enumerate() {
+            if let Op::DeleteWhere(value) = w.op {
+                check_ident(&w.table)?;
+                check_ident(&w.id)?;
+                vars.push((format!("v{i}"), value));
+                sql.push_str(&format!(
+                    "DELETE FROM {} WHERE {} = $v{i} RETURN NONE;\n",
+                    w.table, w.id
+                ));
+                continue;
+            }
+            vars.push((format!("r{i}"), rid(&w.table, &w.id)));
+            match w.pre {
+                Pre::Any => {}
+                Pre::Absent => sql.push_str(&format!(
+                    "IF (SELECT * FROM $r{i})[0] != NONE {{ THROW \"{CAS_MARK}\" }};\n"
+                )),
+                Pre::At(raw) => {
+                    vars.push((format!("e{i}"), raw));
+                    sql.push_str(&format!(
+                        "IF (SELECT * FROM $r{i})[0] != $e{i} {{ THROW \"{CAS_MARK}\" }};\n"
+                    ));
+                }
+            }
+            match w.op {
+                Op::Put(v) => {
+                    vars.push((format!("v{i}"), v));
+                    sql.push_str(&format!("UPSERT $r{i} CONTENT $v{i} RETURN NONE;\n"));
+                }
+                Op::Delete => sql.push_str(&format!("DELETE $r{i} RETURN NONE;\n")),
+                Op::Touch(None) => sql.push_str(&format!(
+                    "UPSERT $r{i} SET touched_at = time::now() RETURN NONE;\n"
+                )),
+                Op::Touch(Some(index)) => {
+                    vars.push((format!("v{i}"), SValue::Number(Number::Int(index + 1))));
+                    sql.push_str(&format!(
+                        "UPSERT $r{i} SET touched_at = time::now(), next = IF next = NONE {{ NONE }} \
+                         ELSE {{ math::max([next, $v{i}]) }} RETURN NONE;\n"
+                    ));
+                }
+                Op::Check | Op::DeleteWhere(_) => {}
+            }
+        }
+        sql.push_str("COMMIT TRANSACTION;");
+        match self.run_raw(operation, &sql, vars).await? {
+            Ok(_) => Ok(Commit::Done),
+            Err(m) if is_conflict(&m) => Ok(Commit::Conflict),
+            Err(m) => Err(Error::new(ErrorKind::Unexpected, format!("SurrealDB: {m}"))
+                .with_backend(BACKEND)
+                .with_operation(operation)),
+        }
+    }
+
+    /// Commits `writes` (retrying a transaction conflict); a failed precondition after every
+    /// retry is a `Conflict` error.
+    async fn commit_all(&self, operation: &'static str, writes: Vec<Write>) -> Result<()> {
+        for chunk in writes.chunks(200) {
+            let mut done = false;
+            for attempt in 0..CAS_ATTEMPTS {
+                match self.commit(operation, chunk.to_vec()).await? {
+                    Commit::Done => {
+                        done = true;
+                        break;
+                    }
+                    Commit::Conflict => backoff(attempt).await,
+                }
+            }
+            if !done {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!("{operation}: a concurrent writer changed the records"),
+                )
+                .with_backend(BACKEND)
+                .set_temporary(true));
+            }
+        }
+        Ok(())
+    }
+
+    /// Record `id` of `table`, if it exists.
+    async fn get(&self, table: &str, id: &str) -> Result<Option<Stored>> {
+        let out = self
+            .run(
+                "get record",
+                "SELECT * FROM $r;",
+                vec![("r".into(), rid(table, id))],
+            )
+            .await?;
+        Ok(rows(out)
+            .into_iter()
+            .next()
+            .and_then(|raw| self.inner.names.decode(table, raw)))
+    }
+
+    /// Every record of `table` whose agno fields equal `eq` (a null matches a missing or
+    /// null field; link fields compare as links).
+    async fn query(&self, table: &str, eq: &[(&str, Value)]) -> Result<Vec<Stored>> {
+        self.query_limit(table, eq, None).await
+    }
+
+    /// Whether `table` holds any record.
+    async fn any_doc(&self, table: &str) -> Result<bool> {
+        Ok(!self.query_limit(table, &[], Some(1)).await?.is_empty())
+    }
+
+    /// agno's record id: `{date}|{user_id}`, `""` for the shared bucket
+    /// (`db/surrealdb/metrics.py`).
+    fn metrics_id(&self, record: &MetricsRecord) -> String {
+        format!("{}|{}", record.date, record.stored_user_id())
     }
 }
 
@@ -778,21 +717,4 @@ fn rows(out: Vec<SValue>) -> Vec<SValue> {
         Some(SValue::None) | Some(SValue::Null) | None => Vec::new(),
         Some(other) => vec![other],
     }
-}
-
-/// A lost compare-and-set race after every retry.
-pub(crate) fn contended(operation: &str) -> Error {
-    Error::new(
-        ErrorKind::Conflict,
-        format!("{operation}: too much contention on one record; retry later"),
-    )
-    .with_backend(BACKEND)
-    .set_temporary(true)
-}
-
-/// A short randomised pause before re-reading after a lost race.
-pub(crate) async fn backoff(attempt: usize) {
-    let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 8;
-    let ms = (attempt as u64).min(10) * 3 + jitter;
-    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }

@@ -14,11 +14,10 @@ use agno_storage_core::{
 use serde_json::json;
 use surrealdb::types::Value as SValue;
 
-use crate::doc::{
-    backoff, contended, digest_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
-};
+use crate::doc::{backoff, digest_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
 use crate::migrate::object;
 use crate::SurrealDb;
+use agno_storage_doc::DocBackend;
 
 fn key_guard(user_id: Option<&str>, key: &str) -> String {
     digest_id("job_key", &[user_id, Some(key)])
@@ -89,7 +88,7 @@ impl SurrealDb {
                 Commit::Conflict => backoff(round).await,
             }
         }
-        Err(contended(operation))
+        Err(self.contended(operation))
     }
 }
 
@@ -171,7 +170,7 @@ impl JobStore for SurrealDb {
                 }
             }
         }
-        Err(contended("enqueue job"))
+        Err(self.contended("enqueue job"))
     }
 
     async fn claim_job(
@@ -241,7 +240,7 @@ impl JobStore for SurrealDb {
             }
             backoff(round).await;
         }
-        Err(contended("claim job"))
+        Err(self.contended("claim job"))
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
@@ -328,7 +327,7 @@ impl JobStore for SurrealDb {
                 Commit::Conflict => backoff(round).await,
             }
         }
-        Err(contended("cancel job"))
+        Err(self.contended("cancel job"))
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {

@@ -5,9 +5,10 @@ use agno_storage_core::legacy::{
 };
 use agno_storage_core::{async_trait, Result, RunRecord};
 
-use crate::doc::{backoff, contended, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
+use crate::doc::{backoff, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
 use crate::sessions::LEGACY_RUNS;
 use crate::SurrealDb;
+use agno_storage_doc::DocBackend;
 
 impl SurrealDb {
     /// Session records with a non-null `runs` field, ordered by `session_id`.
@@ -89,7 +90,7 @@ impl LegacyRunsStore for SurrealDb {
                 }
             }
             if !settled {
-                return Err(contended("copy legacy runs"));
+                return Err(self.contended("copy legacy runs"));
             }
             outcome.present += 1;
         }
@@ -148,7 +149,7 @@ impl LegacyRunsStore for SurrealDb {
                 }
             }
             if !done {
-                return Err(contended("drop legacy runs"));
+                return Err(self.contended("drop legacy runs"));
             }
         }
         Ok(changed)

@@ -42,19 +42,9 @@ mod db;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod doc;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod evals;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod jobs;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod knowledge;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod learnings;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod legacy;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod memories;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod metrics;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod migrate;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
@@ -63,6 +53,9 @@ mod runs;
 mod schedules;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod sessions;
+
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+agno_storage_doc::doc_stores!(SurrealDb);
 
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use db::{SurrealDb, SurrealOptions, TableNames};

@@ -34,6 +34,7 @@ use serde_json::{json, Value};
 
 use crate::doc::{Commit, Fields, Pre, Stored, BACKEND};
 use crate::SurrealDb;
+use agno_storage_doc::DocBackend;
 
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 /// A lock record without `lease_until` (from a version without heartbeats) is taken over
@@ -116,7 +117,7 @@ impl SurrealDb {
             }
             crate::doc::backoff(attempt).await;
         }
-        Err(crate::doc::contended("migration lock heartbeat"))
+        Err(self.contended("migration lock heartbeat"))
     }
 
     /// Deletes the lock if `holder` still holds it: `false` when it is gone or carries
@@ -137,7 +138,7 @@ impl SurrealDb {
             }
             crate::doc::backoff(attempt).await;
         }
-        Err(crate::doc::contended("migration unlock"))
+        Err(self.contended("migration unlock"))
     }
 
     /// The guard of a lock `holder` just took: renewed by a heartbeat until released.

@@ -15,9 +15,10 @@ use agno_storage_core::{
 use serde_json::Value;
 use surrealdb::types::{Number, Value as SValue};
 
-use crate::doc::{backoff, contended, digest_id, opt, rid, to_fields, Commit, Pre, CAS_ATTEMPTS};
+use crate::doc::{backoff, digest_id, opt, rid, to_fields, Commit, Pre, CAS_ATTEMPTS};
 use crate::sessions::{decode_session, LEGACY_RUNS};
 use crate::SurrealDb;
+use agno_storage_doc::DocBackend;
 
 /// The meta record holding `session_id`'s next `run_index`.
 pub(crate) fn run_counter_id(session_id: &str) -> String {
@@ -104,7 +105,7 @@ impl SurrealDb {
                 Err(e) => return Err(e),
             }
         }
-        Err(contended("next run index"))
+        Err(self.contended("next run index"))
     }
 }
 
@@ -165,7 +166,7 @@ impl RunStore for SurrealDb {
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("upsert run"))
+        Err(self.contended("upsert run"))
     }
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {

@@ -11,8 +11,9 @@ use agno_storage_core::{
     Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate,
 };
 
-use crate::doc::{backoff, contended, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
+use crate::doc::{backoff, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
 use crate::SurrealDb;
+use agno_storage_doc::DocBackend;
 
 fn name_taken(name: &str) -> Error {
     Error::new(
@@ -79,7 +80,7 @@ impl ScheduleStore for SurrealDb {
                 }
             }
         }
-        Err(contended("create schedule"))
+        Err(self.contended("create schedule"))
     }
 
     async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
@@ -167,7 +168,7 @@ impl ScheduleStore for SurrealDb {
                 }
             }
         }
-        Err(contended("update schedule"))
+        Err(self.contended("update schedule"))
     }
 
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
@@ -227,7 +228,7 @@ impl ScheduleStore for SurrealDb {
             }
             backoff(attempt).await;
         }
-        Err(contended("claim schedule"))
+        Err(self.contended("claim schedule"))
     }
 
     async fn release_schedule(
@@ -255,7 +256,7 @@ impl ScheduleStore for SurrealDb {
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("release schedule"))
+        Err(self.contended("release schedule"))
     }
 
     async fn create_schedule_run(&self, mut run: ScheduleRun) -> Result<ScheduleRun> {
@@ -311,7 +312,7 @@ impl ScheduleStore for SurrealDb {
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("update schedule run"))
+        Err(self.contended("update schedule run"))
     }
 
     async fn get_schedule_run(

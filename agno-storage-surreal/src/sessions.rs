@@ -11,9 +11,10 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::doc::{backoff, contended, opt, to_fields, Commit, Fields, Pre, Stored, CAS_ATTEMPTS};
+use crate::doc::{backoff, opt, to_fields, Commit, Fields, Pre, Stored, CAS_ATTEMPTS};
 use crate::runs::run_counter_id;
 use crate::SurrealDb;
+use agno_storage_doc::DocBackend;
 
 /// The legacy `runs` field.
 pub(crate) const LEGACY_RUNS: &str = "runs";
@@ -98,7 +99,7 @@ impl SurrealDb {
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("upsert session"))
+        Err(self.contended("upsert session"))
     }
 }
 
@@ -201,7 +202,7 @@ impl SessionStore for SurrealDb {
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("rename session"))
+        Err(self.contended("rename session"))
     }
 
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
@@ -235,7 +236,7 @@ impl SessionStore for SurrealDb {
                 }
             }
             if !settled {
-                return Err(contended("delete sessions"));
+                return Err(self.contended("delete sessions"));
             }
         }
         Ok(deleted)

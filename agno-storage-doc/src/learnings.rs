@@ -1,19 +1,19 @@
-//! Learnings (`agno_learnings`, record id = `learning_id`). agno's `SurrealDb` raises
-//! `NotImplementedError` for learnings; the layout follows agno's `MongoDb`.
+//! Learnings (`agno_learnings`, document id = [`DocBackend::doc_id`] of `learning_id`).
+//! agno's `FirestoreDb` and `SurrealDb` raise `NotImplementedError` for learnings; the layout
+//! follows agno's `MongoDb`.
 
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
     Learning, LearningQuery, LearningStore, Page, Result, Sort,
 };
 
-use crate::doc::{backoff, contended, opt, to_fields, Commit, Pre, CAS_ATTEMPTS};
-use crate::SurrealDb;
+use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
 
 #[async_trait]
-impl LearningStore for SurrealDb {
+impl<B: DocBackend> LearningStore for Docs<'_, B> {
     async fn upsert_learning(&self, learning: Learning) -> Result<Learning> {
-        let coll = &self.inner.names.learnings;
-        let id = learning.learning_id.clone();
+        let coll = self.collection(Collection::Learnings);
+        let id = self.doc_id(&learning.learning_id);
         for attempt in 0..CAS_ATTEMPTS {
             let now = now_epoch_seconds();
             let (next, pre) = match self.get(coll, &id).await? {
@@ -33,13 +33,13 @@ impl LearningStore for SurrealDb {
                     (new, Pre::Absent)
                 }
             };
-            let write = self.put(coll, &id, &to_fields(&next, "a learning")?, pre);
+            let write = self.put(coll, &id, &self.to_fields(&next, "a learning")?, pre);
             match self.commit("upsert learning", vec![write]).await? {
                 Commit::Done => return Ok(next),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("upsert learning"))
+        Err(self.contended("upsert learning"))
     }
 
     async fn get_learning(
@@ -47,7 +47,13 @@ impl LearningStore for SurrealDb {
         learning_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Learning>> {
-        let Some(stored) = self.get(&self.inner.names.learnings, learning_id).await? else {
+        let Some(stored) = self
+            .get(
+                self.collection(Collection::Learnings),
+                &self.doc_id(learning_id),
+            )
+            .await?
+        else {
             return Ok(None);
         };
         let l: Learning = stored.decode("a learning")?;
@@ -65,7 +71,10 @@ impl LearningStore for SurrealDb {
         }
         let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
-        for d in self.query(&self.inner.names.learnings, &eq).await? {
+        for d in self
+            .query(self.collection(Collection::Learnings), &eq)
+            .await?
+        {
             let l: Learning = d.decode("a learning")?;
             let owner_ok = match (&query.user_id, query.include_global) {
                 (None, _) => true,
@@ -99,8 +108,8 @@ impl LearningStore for SurrealDb {
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
-        let coll = &self.inner.names.learnings;
-        let id = learning_id.to_owned();
+        let coll = self.collection(Collection::Learnings);
+        let id = self.doc_id(learning_id);
         let Some(stored) = self.get(coll, &id).await? else {
             return Ok(false);
         };

@@ -1,40 +1,27 @@
-//! Daily metrics (`agno_metrics`): agno 3.1.10's document ids, `{date}_shared_daily` for
-//! the shared bucket and `{date}_{sha256(user_id)}_daily` per user; `user_id` `""` marks
-//! the shared bucket.
+//! Daily metrics (`agno_metrics`): one document per `(date, owner, period)` under the
+//! backend's [`DocBackend::metrics_id`]; `user_id` `""` marks the shared bucket.
 
-use agno_storage_core::metrics::{is_legacy_metric_json, visible_metrics};
+use agno_storage_core::metrics::visible_metrics;
 use agno_storage_core::{
     async_trait, MetricsPage, MetricsQuery, MetricsRecord, MetricsStore, Result,
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-use crate::doc::{
-    backoff, contended, from_fields, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
-};
-use crate::FirestoreDb;
+use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, Stored, CAS_ATTEMPTS};
 
-fn metrics_doc_id(record: &MetricsRecord) -> String {
-    let owner = match record.user_id.as_deref().filter(|u| !u.is_empty()) {
-        Some(u) => hex::encode(Sha256::digest(u.as_bytes())),
-        None => "shared".to_owned(),
-    };
-    format!("{}_{owner}_{}", record.date, record.aggregation_period)
-}
-
-fn decode_metrics(stored: &Stored) -> Result<MetricsRecord> {
-    let mut record: MetricsRecord = from_fields(stored.fields.clone(), "a metrics record")?;
+fn decode_metrics<B: DocBackend>(stored: &Stored<B>) -> Result<MetricsRecord> {
+    let mut record: MetricsRecord = stored.decode("a metrics record")?;
     record.user_id = MetricsRecord::user_from_stored(record.user_id);
     Ok(record)
 }
 
 #[async_trait]
-impl MetricsStore for FirestoreDb {
+impl<B: DocBackend> MetricsStore for Docs<'_, B> {
     async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
-        let coll = &self.inner.names.metrics;
+        let coll = self.collection(Collection::Metrics);
         let mut stored = Vec::with_capacity(records.len());
         for record in records {
-            let id = metrics_doc_id(&record);
+            let id = self.metrics_id(&record);
             let mut done = None;
             for attempt in 0..CAS_ATTEMPTS {
                 let mut next = record.clone();
@@ -47,7 +34,7 @@ impl MetricsStore for FirestoreDb {
                     }
                     None => Pre::Absent,
                 };
-                let mut fields = to_fields(&next, "a metrics record")?;
+                let mut fields = self.to_fields(&next, "a metrics record")?;
                 fields.insert(
                     "user_id".into(),
                     Value::String(next.stored_user_id().to_owned()),
@@ -56,14 +43,14 @@ impl MetricsStore for FirestoreDb {
                     .commit("upsert metrics", vec![self.put(coll, &id, &fields, pre)])
                     .await?
                 {
-                    Commit::Done(_) => {
+                    Commit::Done => {
                         done = Some(next);
                         break;
                     }
                     Commit::Conflict => backoff(attempt).await,
                 }
             }
-            stored.push(done.ok_or_else(|| contended("upsert metrics"))?);
+            stored.push(done.ok_or_else(|| self.contended("upsert metrics"))?);
         }
         Ok(stored)
     }
@@ -74,8 +61,11 @@ impl MetricsStore for FirestoreDb {
             eq.push(("user_id", opt(Some(u))));
         }
         let mut candidates = Vec::new();
-        for stored in self.query(&self.inner.names.metrics, &eq).await? {
-            let legacy = is_legacy_metric_json(&stored.fields);
+        for stored in self
+            .query(self.collection(Collection::Metrics), &eq)
+            .await?
+        {
+            let legacy = self.is_legacy_metric(&stored.fields);
             candidates.push((decode_metrics(&stored)?, legacy));
         }
         Ok(visible_metrics(candidates, &query))

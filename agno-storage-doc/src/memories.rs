@@ -1,5 +1,5 @@
-//! User memories (`agno_memories`): record id = `memory_id`, the owner as a `user` link to
-//! `agno_users`.
+//! User memories (`agno_memories`): document id = `memory_id`, the body as the backend's
+//! [`DocBackend::encode_memory`] writes it.
 
 use agno_storage_core::user_memory::memory_stats;
 use agno_storage_core::{
@@ -8,43 +8,34 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::doc::{
-    backoff, contended, from_fields, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS,
-};
-use crate::SurrealDb;
+use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, Stored, CAS_ATTEMPTS};
 
-/// A stored memory; a `created_at` left as ISO text is read as epoch seconds.
-fn decode_memory(stored: &Stored) -> Result<UserMemory> {
-    let mut fields = stored.fields.clone();
-    if let Some(Value::String(text)) = fields.get("created_at") {
-        let seconds = chrono::DateTime::parse_from_rfc3339(text)
-            .map(|t| t.timestamp())
-            .or_else(|_| {
-                chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
-                    .map(|t| t.and_utc().timestamp())
-            })
-            .unwrap_or_default();
-        fields.insert("created_at".into(), Value::from(seconds));
+impl<B: DocBackend> Docs<'_, B> {
+    /// A stored memory; agno writes `created_at` as ISO text, read as epoch seconds.
+    fn decode_memory(&self, stored: &Stored<B>) -> Result<UserMemory> {
+        let mut fields = stored.fields.clone();
+        if let Some(Value::String(text)) = fields.get("created_at") {
+            let seconds = chrono::DateTime::parse_from_rfc3339(text)
+                .map(|t| t.timestamp())
+                .or_else(|_| {
+                    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+                        .map(|t| t.and_utc().timestamp())
+                })
+                .unwrap_or_default();
+            fields.insert("created_at".into(), Value::from(seconds));
+        }
+        self.from_fields(fields, "a memory")
     }
-    from_fields(fields, "a memory")
-}
 
-/// A memory record as agno 3.1.10 writes it (`asdict(memory)`): `user_id` becomes the
-/// `user` link and the timestamps `datetime`s (the codec's work).
-fn encode_memory(memory: &UserMemory) -> Result<crate::doc::Fields> {
-    to_fields(memory, "a memory")
-}
-
-impl SurrealDb {
     async fn memories_of(&self, user_id: Option<&str>) -> Result<Vec<UserMemory>> {
         let mut eq = Vec::new();
         if let Some(u) = user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        self.query(&self.inner.names.memories, &eq)
+        self.query(self.collection(Collection::Memories), &eq)
             .await?
             .iter()
-            .map(decode_memory)
+            .map(|s| self.decode_memory(s))
             .filter(|m| {
                 m.as_ref()
                     .map_or(true, |m| visible_to(m.user_id.as_deref(), user_id))
@@ -54,14 +45,14 @@ impl SurrealDb {
 }
 
 #[async_trait]
-impl MemoryStore for SurrealDb {
+impl<B: DocBackend> MemoryStore for Docs<'_, B> {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
-        let coll = &self.inner.names.memories;
+        let coll = self.collection(Collection::Memories);
         for attempt in 0..CAS_ATTEMPTS {
             let mut next = memory.clone();
             let (doc, pre) = match self.find(coll, "memory_id", &memory.memory_id).await? {
                 Some(stored) => {
-                    let current = decode_memory(&stored)?;
+                    let current = self.decode_memory(&stored)?;
                     if !writable_by(current.user_id.as_deref(), memory.user_id.as_deref()) {
                         return Err(owned_by_another_user("memory", &memory.memory_id));
                     }
@@ -72,16 +63,16 @@ impl MemoryStore for SurrealDb {
                 }
                 None => {
                     next.updated_at = next.updated_at.or(Some(next.created_at));
-                    (memory.memory_id.clone(), Pre::Absent)
+                    (self.doc_id(&memory.memory_id), Pre::Absent)
                 }
             };
-            let write = self.put(coll, &doc, &encode_memory(&next)?, pre);
+            let write = self.put(coll, &doc, &self.encode_memory(&next)?, pre);
             match self.commit("upsert memory", vec![write]).await? {
                 Commit::Done => return Ok(next),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("upsert memory"))
+        Err(self.contended("upsert memory"))
     }
 
     async fn get_memory(
@@ -90,12 +81,16 @@ impl MemoryStore for SurrealDb {
         user_id: Option<&str>,
     ) -> Result<Option<UserMemory>> {
         let Some(stored) = self
-            .find(&self.inner.names.memories, "memory_id", memory_id)
+            .find(
+                self.collection(Collection::Memories),
+                "memory_id",
+                memory_id,
+            )
             .await?
         else {
             return Ok(None);
         };
-        let m = decode_memory(&stored)?;
+        let m = self.decode_memory(&stored)?;
         Ok(visible_to(m.user_id.as_deref(), user_id).then_some(m))
     }
 
@@ -143,7 +138,7 @@ impl MemoryStore for SurrealDb {
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = &self.inner.names.memories;
+        let coll = self.collection(Collection::Memories);
         let mut deleted = 0;
         for id in memory_ids {
             let Some(stored) = self.find(coll, "memory_id", id).await? else {

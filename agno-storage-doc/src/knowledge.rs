@@ -1,5 +1,5 @@
-//! Knowledge contents (`agno_knowledge`): document id = `id` (agno uses auto ids; its
-//! documents are still found by `id`). An update merges the non-null fields.
+//! Knowledge contents (`agno_knowledge`): document id = [`DocBackend::doc_id`] of `id`;
+//! found by [`DocBackend::find`] on `id`. An update merges the non-null fields.
 
 use agno_storage_core::{
     async_trait, sort_records, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore,
@@ -7,20 +7,19 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::doc::{backoff, contended, doc_id, from_fields, to_fields, Commit, Pre, CAS_ATTEMPTS};
-use crate::FirestoreDb;
+use crate::{backoff, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
 
 fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
     caller.is_none() || row_owner.is_none() || row_owner == caller
 }
 
 #[async_trait]
-impl KnowledgeStore for FirestoreDb {
+impl<B: DocBackend> KnowledgeStore for Docs<'_, B> {
     async fn upsert_knowledge_content(
         &self,
         content: KnowledgeContent,
     ) -> Result<KnowledgeContent> {
-        let coll = &self.inner.names.knowledge;
+        let coll = self.collection(Collection::Knowledge);
         for attempt in 0..CAS_ATTEMPTS {
             let (doc, pre, merged) = match self.find(coll, "id", &content.id).await? {
                 Some(stored) => {
@@ -31,24 +30,29 @@ impl KnowledgeStore for FirestoreDb {
                             content.id
                         )));
                     }
-                    let mut fields = to_fields(&current, "knowledge content")?;
-                    for (k, v) in to_fields(&content, "knowledge content")? {
+                    let mut fields = self.to_fields(&current, "knowledge content")?;
+                    for (k, v) in self.to_fields(&content, "knowledge content")? {
                         if !v.is_null() {
                             fields.insert(k, v);
                         }
                     }
-                    let merged: KnowledgeContent = from_fields(fields, "knowledge content")?;
+                    let merged: KnowledgeContent = self.from_fields(fields, "knowledge content")?;
                     (stored.id.clone(), stored.unchanged(), merged)
                 }
-                None => (doc_id(&content.id), Pre::Absent, content.clone()),
+                None => (self.doc_id(&content.id), Pre::Absent, content.clone()),
             };
-            let write = self.put(coll, &doc, &to_fields(&merged, "knowledge content")?, pre);
+            let write = self.put(
+                coll,
+                &doc,
+                &self.to_fields(&merged, "knowledge content")?,
+                pre,
+            );
             match self.commit("upsert knowledge content", vec![write]).await? {
-                Commit::Done(_) => return Ok(merged),
+                Commit::Done => return Ok(merged),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("upsert knowledge content"))
+        Err(self.contended("upsert knowledge content"))
     }
 
     async fn get_knowledge_content(
@@ -56,7 +60,10 @@ impl KnowledgeStore for FirestoreDb {
         id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<KnowledgeContent>> {
-        let Some(stored) = self.find(&self.inner.names.knowledge, "id", id).await? else {
+        let Some(stored) = self
+            .find(self.collection(Collection::Knowledge), "id", id)
+            .await?
+        else {
             return Ok(None);
         };
         let c: KnowledgeContent = stored.decode("knowledge content")?;
@@ -69,7 +76,10 @@ impl KnowledgeStore for FirestoreDb {
     ) -> Result<Page<KnowledgeContent>> {
         query.pagination.validate()?;
         let mut rows = Vec::new();
-        for d in self.query(&self.inner.names.knowledge, &[]).await? {
+        for d in self
+            .query(self.collection(Collection::Knowledge), &[])
+            .await?
+        {
             let c: KnowledgeContent = d.decode("knowledge content")?;
             if owner_or_shared(c.user_id.as_deref(), query.user_id.as_deref())
                 && (query.linked_to.is_none() || query.linked_to == c.linked_to)
@@ -82,7 +92,7 @@ impl KnowledgeStore for FirestoreDb {
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        let coll = &self.inner.names.knowledge;
+        let coll = self.collection(Collection::Knowledge);
         let Some(stored) = self.find(coll, "id", id).await? else {
             return Ok(false);
         };

@@ -1,13 +1,12 @@
-//! Eval runs (`agno_eval_runs`): record id = `run_id`, agent/team/workflow ids as record
-//! links, as agno's `serialize_eval_run_record`.
+//! Eval runs (`agno_eval_runs`): document id = [`DocBackend::doc_id`] of `run_id`; found by
+//! [`DocBackend::find`] on `run_id`.
 
 use agno_storage_core::{
     async_trait, now_epoch_seconds, sort_records, visible_to, Error, ErrorKind, EvalFilterType,
     EvalQuery, EvalRun, EvalStore, Page, Result, Sort, SortOrder,
 };
 
-use crate::doc::{backoff, contended, opt, to_fields, Commit, Pre, CAS_ATTEMPTS};
-use crate::SurrealDb;
+use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
 
 fn exists(run_id: &str) -> Error {
     Error::new(
@@ -17,16 +16,16 @@ fn exists(run_id: &str) -> Error {
 }
 
 #[async_trait]
-impl EvalStore for SurrealDb {
+impl<B: DocBackend> EvalStore for Docs<'_, B> {
     async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
-        let coll = &self.inner.names.evals;
+        let coll = self.collection(Collection::Evals);
         if self.find(coll, "run_id", &run.run_id).await?.is_some() {
             return Err(exists(&run.run_id));
         }
         let write = self.put(
             coll,
-            &run.run_id,
-            &to_fields(&run, "an eval run")?,
+            &self.doc_id(&run.run_id),
+            &self.to_fields(&run, "an eval run")?,
             Pre::Absent,
         );
         match self.commit("create eval run", vec![write]).await? {
@@ -36,7 +35,10 @@ impl EvalStore for SurrealDb {
     }
 
     async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
-        let Some(stored) = self.find(&self.inner.names.evals, "run_id", run_id).await? else {
+        let Some(stored) = self
+            .find(self.collection(Collection::Evals), "run_id", run_id)
+            .await?
+        else {
             return Ok(None);
         };
         let run: EvalRun = stored.decode("an eval run")?;
@@ -51,7 +53,7 @@ impl EvalStore for SurrealDb {
         }
         let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
-        for d in self.query(&self.inner.names.evals, &eq).await? {
+        for d in self.query(self.collection(Collection::Evals), &eq).await? {
             let r: EvalRun = d.decode("an eval run")?;
             let keep = visible_to(r.user_id.as_deref(), query.user_id.as_deref())
                 && same(&query.agent_id, &r.agent_id)
@@ -83,7 +85,7 @@ impl EvalStore for SurrealDb {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<EvalRun>> {
-        let coll = &self.inner.names.evals;
+        let coll = self.collection(Collection::Evals);
         for attempt in 0..CAS_ATTEMPTS {
             let Some(stored) = self.find(coll, "run_id", run_id).await? else {
                 return Ok(None);
@@ -97,7 +99,7 @@ impl EvalStore for SurrealDb {
             let write = self.put(
                 coll,
                 &stored.id,
-                &to_fields(&run, "an eval run")?,
+                &self.to_fields(&run, "an eval run")?,
                 stored.unchanged(),
             );
             match self.commit("rename eval run", vec![write]).await? {
@@ -105,11 +107,11 @@ impl EvalStore for SurrealDb {
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(contended("rename eval run"))
+        Err(self.contended("rename eval run"))
     }
 
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = &self.inner.names.evals;
+        let coll = self.collection(Collection::Evals);
         let mut deleted = 0;
         for id in run_ids {
             let Some(stored) = self.find(coll, "run_id", id).await? else {

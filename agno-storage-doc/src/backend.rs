@@ -1,0 +1,255 @@
+//! [`DocBackend`]: the document operations the shared stores are written against, and the
+//! types they exchange.
+
+use std::time::Duration;
+
+use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result, UserMemory};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// How many times a compare-and-set loop re-reads after losing a race.
+pub const CAS_ATTEMPTS: usize = 64;
+
+/// A JSON object, the body of a document.
+pub type Fields = Map<String, Value>;
+
+/// The collections (tables) of a document database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collection {
+    /// Sessions.
+    Sessions,
+    /// Runs, one document per run.
+    Runs,
+    /// User memories.
+    Memories,
+    /// Daily metrics.
+    Metrics,
+    /// Eval runs.
+    Evals,
+    /// Knowledge contents.
+    Knowledge,
+    /// Schedules.
+    Schedules,
+    /// Schedule runs.
+    ScheduleRuns,
+    /// Learnings.
+    Learnings,
+    /// The job queue.
+    Jobs,
+    /// Per-table schema stamps.
+    Versions,
+    /// Our bookkeeping: run-index counters, uniqueness guards, the migration lock.
+    Meta,
+}
+
+/// A stored document: its id, body and the version a compare-and-set writes against.
+#[derive(Debug, Clone)]
+pub struct Stored<B: DocBackend> {
+    /// The document id.
+    pub id: String,
+    /// The body, in agno's plain JSON shape.
+    pub fields: Fields,
+    /// The version read.
+    pub version: B::Version,
+}
+
+impl<B: DocBackend> Stored<B> {
+    /// The body as a record.
+    pub fn decode<T: DeserializeOwned>(&self, what: &str) -> Result<T> {
+        decode(B::BACKEND, self.fields.clone(), what)
+    }
+
+    /// A string field.
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str)
+    }
+
+    /// The precondition that this exact version is still current.
+    pub fn unchanged(&self) -> Pre<B> {
+        Pre::At(self.version.clone())
+    }
+}
+
+/// The precondition of one write.
+#[derive(Debug, Clone)]
+pub enum Pre<B: DocBackend> {
+    /// None: create or replace.
+    Any,
+    /// The document must not exist.
+    Absent,
+    /// The document must be at this version.
+    At(B::Version),
+}
+
+/// The outcome of a commit whose preconditions may fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Every write applied.
+    Done,
+    /// A precondition failed (a concurrent writer won); nothing was written.
+    Conflict,
+}
+
+/// A document database as the shared stores use it: keyed documents of JSON fields, equality
+/// queries, and atomic commits of writes that carry compare-and-set preconditions. The
+/// provided hooks are where backends' layouts or strategies differ.
+#[async_trait]
+pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// The backend's name, carried by errors.
+    const BACKEND: &'static str;
+    /// What one stored item is called in messages (`document`, `record`).
+    const ITEM: &'static str;
+    /// Whether a schedule's `(user_id, name)` is held by a guard document in the meta
+    /// collection, written in the schedule's commits; `false` where the backend enforces the
+    /// uniqueness itself (a failed commit is then a [`Commit::Conflict`]).
+    const SCHEDULE_NAME_GUARDS: bool;
+
+    /// What a compare-and-set compares (an update time, the record as read).
+    type Version: Clone + std::fmt::Debug + Send + Sync;
+    /// One write of a commit.
+    type Write: Send;
+
+    /// The physical name of a collection.
+    fn collection(&self, which: Collection) -> &str;
+
+    /// The document id of a record key (default: the key itself).
+    fn doc_id(&self, key: &str) -> String {
+        key.to_owned()
+    }
+
+    /// Sets document `id` of `collection` to `fields` (a full replace) under `pre`.
+    fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre<Self>) -> Self::Write;
+
+    /// Deletes document `id` of `collection` under `pre`.
+    fn delete(&self, collection: &str, id: &str, pre: Pre<Self>) -> Self::Write;
+
+    /// Commits `writes` atomically; [`Commit::Conflict`] when a precondition failed.
+    async fn commit(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<Commit>;
+
+    /// Commits `writes` (perhaps in several commits); a failed precondition is a `Conflict`
+    /// error.
+    async fn commit_all(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<()>;
+
+    /// Document `id` of `collection`, if it exists.
+    async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>>;
+
+    /// Every document of `collection` whose fields equal `eq` (a null matches a null or
+    /// missing field).
+    async fn query(&self, collection: &str, eq: &[(&str, Value)]) -> Result<Vec<Stored<Self>>>;
+
+    /// Whether `collection` holds any document.
+    async fn any_doc(&self, collection: &str) -> Result<bool>;
+
+    /// The document of `collection` whose `key_field` is `key` (default: document
+    /// [`DocBackend::doc_id`] of the key, checked to carry it).
+    async fn find(
+        &self,
+        collection: &str,
+        key_field: &str,
+        key: &str,
+    ) -> Result<Option<Stored<Self>>> {
+        Ok(self
+            .get(collection, &self.doc_id(key))
+            .await?
+            .filter(|s| s.str(key_field) == Some(key)))
+    }
+
+    /// The document id of a metrics row (agno's, which differ per backend).
+    fn metrics_id(&self, record: &MetricsRecord) -> String;
+
+    /// Whether a stored metrics row predates per-user buckets (default: never).
+    fn is_legacy_metric(&self, _fields: &Fields) -> bool {
+        false
+    }
+
+    /// A memory as its document body (default: the record's fields).
+    fn encode_memory(&self, memory: &UserMemory) -> Result<Fields> {
+        self.to_fields(memory, "a memory")
+    }
+
+    /// A record as a document body (serde field names, `None` as null).
+    fn to_fields<T: Serialize + ?Sized>(&self, record: &T, what: &str) -> Result<Fields> {
+        match serde_json::to_value(record).map_err(|e| encode_err(Self::BACKEND, what, e))? {
+            Value::Object(map) => Ok(map),
+            other => Err(encode_err(
+                Self::BACKEND,
+                what,
+                format!("not an object: {other}"),
+            )),
+        }
+    }
+
+    /// A document body as a record, ignoring fields the record does not know.
+    fn from_fields<T: DeserializeOwned>(&self, fields: Fields, what: &str) -> Result<T> {
+        decode(Self::BACKEND, fields, what)
+    }
+
+    /// A lost compare-and-set race after every retry.
+    fn contended(&self, operation: &str) -> Error {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "{operation}: too much contention on one {}; retry later",
+                Self::ITEM
+            ),
+        )
+        .with_backend(Self::BACKEND)
+        .set_temporary(true)
+    }
+}
+
+fn encode_err(backend: &'static str, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Serialization,
+        format!("cannot encode {what}: {e}"),
+    )
+    .with_backend(backend)
+}
+
+fn decode<T: DeserializeOwned>(backend: &'static str, fields: Fields, what: &str) -> Result<T> {
+    serde_json::from_value(Value::Object(fields)).map_err(|e| {
+        Error::new(
+            ErrorKind::Serialization,
+            format!("cannot decode {what}: {e}"),
+        )
+        .with_backend(backend)
+    })
+}
+
+/// An optional string as JSON.
+pub fn opt(value: Option<&str>) -> Value {
+    value.map_or(Value::Null, |v| Value::String(v.to_owned()))
+}
+
+/// A JSON object's fields (empty for anything else).
+pub fn object(value: Value) -> Fields {
+    match value {
+        Value::Object(m) => m,
+        _ => Fields::new(),
+    }
+}
+
+/// A digest id of several parts (guards, counters): `{prefix}_{sha256}`.
+pub fn digest_id(prefix: &str, parts: &[Option<&str>]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        match p {
+            Some(s) => {
+                h.update([1u8]);
+                h.update((s.len() as u64).to_be_bytes());
+                h.update(s.as_bytes());
+            }
+            None => h.update([0u8]),
+        }
+    }
+    format!("{prefix}_{}", hex::encode(h.finalize()))
+}
+
+/// A short randomised pause before re-reading after a lost race.
+pub async fn backoff(attempt: usize) {
+    let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 8;
+    let ms = (attempt as u64).min(10) * 3 + jitter;
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
