@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result, UserMemory};
+use agno_storage_core::legacy::InsertedRuns;
+use agno_storage_core::{
+    async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord, UserMemory,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -168,6 +171,34 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     fn encode_memory(&self, memory: &UserMemory) -> Result<Fields> {
         self.to_fields(memory, "a memory")
     }
+
+    /// [`agno_storage_core::JobStore::claim_job`] (default:
+    /// [`crate::jobs::claim_oldest_job`]).
+    async fn claim_next_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
+        crate::jobs::claim_oldest_job(self, worker_id, lock_grace_seconds, deployment_id).await
+    }
+
+    /// [`agno_storage_core::RunStore::upsert_run`]: the run-index counter is the backend's.
+    async fn write_run(&self, run: RunRecord) -> Result<RunRecord>;
+
+    /// [`agno_storage_core::LegacyRunsStore::insert_runs_if_absent`]: create-only writes
+    /// that keep the backend's run-index counters ahead of the copied indexes.
+    async fn copy_legacy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns>;
+
+    /// Deletes session `session_id` (when `user_id` may see it), its runs and its run-index
+    /// counter; whether it was deleted.
+    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool>;
+
+    /// The migration lock's lease.
+    fn lock_lease(&self) -> Duration;
+
+    /// Where the migration lock lives, for messages.
+    fn lock_location(&self) -> String;
 
     /// A record as a document body (serde field names, `None` as null).
     fn to_fields<T: Serialize + ?Sized>(&self, record: &T, what: &str) -> Result<Fields> {

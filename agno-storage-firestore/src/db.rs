@@ -3,13 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
+use agno_storage_core::migration::TableType;
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
 use agno_storage_doc::Collection;
 
 use crate::doc::BACKEND;
-use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
-use agno_storage_doc::DocBackend;
+use crate::DEFAULT_MIGRATION_LOCK_LEASE;
 
 /// Collection names, as agno 3.1.10's `FirestoreDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,19 +207,7 @@ impl FirestoreDb {
             }),
         };
         if options.stamp_new_database {
-            let mut fresh = true;
-            for t in TableType::ALL {
-                if me.any_doc(me.inner.names.of(t)).await? {
-                    fresh = false;
-                    break;
-                }
-            }
-            if fresh {
-                for t in TableType::ALL {
-                    me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
-                        .await?;
-                }
-            }
+            agno_storage_doc::stamp_new_database(&me).await?;
         }
         Ok(me)
     }

@@ -2,9 +2,13 @@
 //! equality queries, atomic commits with preconditions, and the field transforms.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::metrics::is_legacy_metric_json;
-use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result, UserMemory};
+use agno_storage_core::{
+    async_trait, Error, ErrorKind, MetricsRecord, Result, RunRecord, UserMemory,
+};
 use agno_storage_doc::{Collection, DocBackend};
 use firestore::gcloud_sdk::google::firestore::v1 as pb;
 use firestore::gcloud_sdk::prost_types::Timestamp;
@@ -14,8 +18,6 @@ use pb::structured_query::{
     composite_filter, field_filter, filter, CollectionSelector, CompositeFilter, FieldFilter,
     FieldReference, Filter,
 };
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -23,7 +25,7 @@ use crate::FirestoreDb;
 
 pub(crate) const BACKEND: &str = "firestore";
 
-pub(crate) use agno_storage_doc::{backoff, digest_id, opt, Commit, Fields, CAS_ATTEMPTS};
+pub(crate) use agno_storage_doc::{backoff, Commit, Fields, CAS_ATTEMPTS};
 
 /// A stored document; its version is its update time.
 pub(crate) type Stored = agno_storage_doc::Stored<FirestoreDb>;
@@ -60,33 +62,6 @@ fn status_err(operation: &'static str, s: Status) -> Error {
         .with_backend(BACKEND)
         .with_operation(operation)
         .set_temporary(temporary)
-}
-
-fn ser_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorKind::Serialization,
-        format!("cannot encode {what}: {e}"),
-    )
-    .with_backend(BACKEND)
-}
-
-/// A record as a document body (serde field names, `None` as null).
-pub(crate) fn to_fields<T: Serialize>(record: &T, what: &str) -> Result<Fields> {
-    match serde_json::to_value(record).map_err(|e| ser_err(what, e))? {
-        Value::Object(map) => Ok(map),
-        other => Err(ser_err(what, format!("not an object: {other}"))),
-    }
-}
-
-/// A document body as a record, ignoring fields the record does not know.
-pub(crate) fn from_fields<T: DeserializeOwned>(fields: Fields, what: &str) -> Result<T> {
-    serde_json::from_value(Value::Object(fields)).map_err(|e| {
-        Error::new(
-            ErrorKind::Serialization,
-            format!("cannot decode {what}: {e}"),
-        )
-        .with_backend(BACKEND)
-    })
 }
 
 /// A JSON value as a Firestore value: integers stay integers, other numbers are doubles,
@@ -465,6 +440,29 @@ impl DocBackend for FirestoreDb {
             );
         }
         Ok(fields)
+    }
+
+    async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
+        self.write_run_counted(run).await
+    }
+
+    async fn copy_legacy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        self.copy_runs_counted(rows).await
+    }
+
+    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.delete_session_and_runs(session_id, user_id).await
+    }
+
+    fn lock_lease(&self) -> Duration {
+        self.inner.lock_lease
+    }
+
+    fn lock_location(&self) -> String {
+        format!(
+            "document {:?} in {}",
+            "migration_lock", self.inner.names.meta
+        )
     }
 }
 

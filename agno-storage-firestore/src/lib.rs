@@ -33,15 +33,9 @@ mod db;
 #[cfg(feature = "firestore")]
 mod doc;
 #[cfg(feature = "firestore")]
-mod jobs;
-#[cfg(feature = "firestore")]
 mod legacy;
 #[cfg(feature = "firestore")]
-mod migrate;
-#[cfg(feature = "firestore")]
 mod runs;
-#[cfg(feature = "firestore")]
-mod schedules;
 #[cfg(feature = "firestore")]
 mod sessions;
 
@@ -49,8 +43,8 @@ mod sessions;
 agno_storage_doc::doc_stores!(FirestoreDb);
 
 #[cfg(feature = "firestore")]
+pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
+#[cfg(feature = "firestore")]
 pub use db::{CollectionNames, FirestoreDb, FirestoreOptions};
 #[cfg(feature = "firestore")]
 pub use firestore;
-#[cfg(feature = "firestore")]
-pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;

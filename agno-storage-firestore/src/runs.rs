@@ -1,5 +1,5 @@
-//! Runs (`agno_runs`): one document per run, document id = `run_id`, agno's
-//! `build_single_run_row` shape.
+//! Firestore's run-index counter and the run writes that use it (the rest of the runs store
+//! is `agno-storage-doc`'s).
 //!
 //! A run appended without a `run_index` gets one past the session's highest through a
 //! per-session counter document: one server-side `increment` whose result is the index (a
@@ -7,43 +7,16 @@
 //! contend on a lock). The counter is seeded from the runs already stored only when it is
 //! missing, so an append's cost does not grow with the session's history.
 
-use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
-use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Error, ErrorKind, Page, Result, RunQuery, RunRecord, RunStore,
-};
+use agno_storage_core::legacy::InsertedRuns;
+use agno_storage_core::{now_epoch_seconds, Error, ErrorKind, Result, RunRecord};
+use agno_storage_doc::{run_counter_id, updated_run, Collection, DocBackend, Docs};
 use firestore::gcloud_sdk::google::firestore::v1::document_transform::field_transform::TransformType;
 use serde_json::Value;
 
-use crate::doc::{
-    backoff, digest_id, doc_id, from_pb, opt, to_fields, to_pb, Commit, Pre, CAS_ATTEMPTS,
-};
-use crate::sessions::{decode_session, LEGACY_RUNS};
+use crate::doc::{backoff, from_pb, to_pb, Commit, Pre, CAS_ATTEMPTS};
 use crate::FirestoreDb;
-use agno_storage_doc::DocBackend;
-
-/// The meta document holding `session_id`'s next `run_index`.
-pub(crate) fn run_counter_id(session_id: &str) -> String {
-    digest_id("run_index", &[Some(session_id)])
-}
 
 impl FirestoreDb {
-    /// Every run of `session_id`, in session order.
-    pub(crate) async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
-        let docs = self
-            .query(
-                &self.inner.names.runs,
-                &[("session_id", opt(Some(session_id)))],
-            )
-            .await?;
-        let mut runs: Vec<RunRecord> = docs
-            .iter()
-            .map(|d| d.decode("a run"))
-            .collect::<Result<_>>()?;
-        sort_runs_for_session(&mut runs);
-        Ok(runs)
-    }
-
     /// The next free `run_index` of `session_id`, taken atomically: one server-side
     /// `increment` of the session's counter document (a single-document atomic transform,
     /// so concurrent appends never share an index and never contend on a lock), whose
@@ -58,7 +31,7 @@ impl FirestoreDb {
     /// their position in the session, so such a mix may share an index; reads order equal
     /// indexes by `created_at`.
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
-        let meta = &self.inner.names.meta;
+        let meta = self.collection(Collection::Meta);
         let id = run_counter_id(session_id);
         for attempt in 0..CAS_ATTEMPTS {
             let bump = self.transform_if(
@@ -80,7 +53,7 @@ impl FirestoreDb {
                     });
             }
             // No counter yet: seed it from the stored runs, then take an index.
-            let highest = self
+            let highest = Docs(self)
                 .session_runs(session_id)
                 .await?
                 .iter()
@@ -108,7 +81,7 @@ impl FirestoreDb {
     /// which sees these): for indexes this crate writes without taking them from the counter.
     pub(crate) async fn raise_run_counter(&self, session_id: &str, next: i64) -> Result<()> {
         let raise = self.transform_if(
-            &self.inner.names.meta,
+            self.collection(Collection::Meta),
             &run_counter_id(session_id),
             vec![("next", TransformType::Maximum(to_pb(&Value::from(next))))],
             Pre::At(None),
@@ -117,35 +90,24 @@ impl FirestoreDb {
         self.commit("raise run index counter", vec![raise]).await?;
         Ok(())
     }
-}
 
-#[async_trait]
-impl RunStore for FirestoreDb {
-    async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
-        let session = self.find_session(&run.session_id).await?;
+    /// [`DocBackend::write_run`]: an explicit `run_index` raises the counter first, a
+    /// missing one is taken from it.
+    pub(crate) async fn write_run_counted(&self, run: RunRecord) -> Result<RunRecord> {
+        let session = Docs(self).find_session(&run.session_id).await?;
         run.check_session(
             session
                 .as_ref()
                 .map(|s| s.fields.get("user_id").and_then(Value::as_str)),
         )?;
-        let coll = &self.inner.names.runs;
-        let id = doc_id(&run.run_id);
+        let coll = self.collection(Collection::Runs);
+        let id = self.doc_id(&run.run_id);
         let mut index: Option<i64> = None;
         for attempt in 0..CAS_ATTEMPTS {
             let now = now_epoch_seconds();
             let (next, pre) = match self.get(coll, &id).await? {
                 Some(stored) => {
-                    let mut current: RunRecord = stored.decode("a run")?;
-                    if !writable_by(current.user_id.as_deref(), run.user_id.as_deref()) {
-                        return Err(owned_by_another_user("run", &run.run_id));
-                    }
-                    current.status = run.status.clone();
-                    current.run_data = run.run_data.clone();
-                    if run.user_id.is_some() {
-                        current.user_id = run.user_id.clone();
-                    }
-                    current.parent_run_id = run.parent_run_id.clone();
-                    current.updated_at = Some(now);
+                    let mut current = updated_run(stored.decode("a run")?, &run, now)?;
                     if let (None, Some(given)) = (current.run_index, run.run_index) {
                         self.raise_run_counter(&current.session_id, given + 1)
                             .await?;
@@ -168,7 +130,7 @@ impl RunStore for FirestoreDb {
                     (new, Pre::Absent)
                 }
             };
-            let write = self.put(coll, &id, &to_fields(&next, "a run")?, pre);
+            let write = self.put(coll, &id, &self.to_fields(&next, "a run")?, pre);
             match self.commit("upsert run", vec![write]).await? {
                 Commit::Done => return Ok(next),
                 Commit::Conflict => backoff(attempt).await,
@@ -177,112 +139,37 @@ impl RunStore for FirestoreDb {
         Err(self.contended("upsert run"))
     }
 
-    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
-        let Some(stored) = self.get(&self.inner.names.runs, &doc_id(run_id)).await? else {
-            return Ok(None);
-        };
-        let run: RunRecord = stored.decode("a run")?;
-        Ok((run.run_id == run_id && visible_to(run.user_id.as_deref(), user_id)).then_some(run))
-    }
-
-    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
-        query.pagination.validate()?;
-        let mut eq = Vec::new();
-        if let Some(s) = &query.session_id {
-            eq.push(("session_id", opt(Some(s))));
-        }
-        if let Some(u) = &query.user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
-        let docs = self.query(&self.inner.names.runs, &eq).await?;
-        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows = Vec::new();
-        for d in &docs {
-            let r: RunRecord = d.decode("a run")?;
-            if query
-                .session_id
-                .as_deref()
-                .is_none_or(|s| s == r.session_id)
-                && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                && same(&query.agent_id, &r.agent_id)
-                && same(&query.team_id, &r.team_id)
-                && same(&query.workflow_id, &r.workflow_id)
-                && same(&query.status, &r.status)
-            {
-                rows.push(r);
+    /// [`DocBackend::copy_legacy_runs`]: raises the counters past the copied indexes, then
+    /// writes each run create-only.
+    pub(crate) async fn copy_runs_counted(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        // Raise the sessions' run counters first, so an append racing the copy cannot take
+        // an index a copied run is about to hold.
+        let mut highest: Vec<(&str, i64)> = Vec::new();
+        for row in &rows {
+            let Some(index) = row.run_index else { continue };
+            match highest.iter_mut().find(|(sid, _)| *sid == row.session_id) {
+                Some((_, top)) => *top = (*top).max(index),
+                None => highest.push((&row.session_id, index)),
             }
         }
-        sort_runs_for_session(&mut rows);
-        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
-    }
-
-    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = &self.inner.names.runs;
-        let mut deleted = 0;
-        for run_id in run_ids {
-            let id = doc_id(run_id);
-            let Some(stored) = self.get(coll, &id).await? else {
-                continue;
-            };
-            let run: RunRecord = stored.decode("a run")?;
-            if run.run_id != *run_id || !visible_to(run.user_id.as_deref(), user_id) {
-                continue;
-            }
-            self.commit_all("delete runs", vec![self.delete(coll, &id, Pre::Any)])
-                .await?;
-            deleted += 1;
+        for (session_id, top) in highest {
+            self.raise_run_counter(session_id, top + 1).await?;
         }
-        // Scrub the legacy blobs of sessions the caller may see, so a merge cannot resurrect
-        // the runs (agno scrubs a document id that does not exist, so its runs come back).
-        let scrub: std::collections::HashSet<&str> = run_ids.iter().map(String::as_str).collect();
-        let mut eq = Vec::new();
-        if let Some(u) = user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
-        for stored in self.query(&self.inner.names.sessions, &eq).await? {
-            if stored.fields.get(LEGACY_RUNS).is_none_or(Value::is_null) {
-                continue;
+        // Create-only writes: a run already stored (newer than its legacy copy) is kept as it
+        // is, unlike agno 3.1.10's `batch.set`, which reverts it.
+        let mut outcome = InsertedRuns::default();
+        for row in &rows {
+            let write = self.put(
+                self.collection(Collection::Runs),
+                &self.doc_id(&row.run_id),
+                &self.to_fields(row, "a run")?,
+                Pre::Absent,
+            );
+            if let Commit::Done = self.commit("copy legacy runs", vec![write]).await? {
+                outcome.inserted += 1;
             }
-            let mut current = stored;
-            for attempt in 0..CAS_ATTEMPTS {
-                let (s, legacy) = decode_session(&current)?;
-                if !visible_to(s.user_id.as_deref(), user_id) {
-                    break;
-                }
-                let list = legacy_runs_list(legacy.as_ref());
-                let kept: Vec<Value> = list
-                    .iter()
-                    .filter(|r| {
-                        r.get("run_id")
-                            .and_then(Value::as_str)
-                            .is_none_or(|id| !scrub.contains(id))
-                    })
-                    .cloned()
-                    .collect();
-                if kept.len() == list.len() {
-                    break;
-                }
-                let mut fields = current.fields.clone();
-                fields.insert(LEGACY_RUNS.into(), Value::Array(kept));
-                let write = self.put(
-                    &self.inner.names.sessions,
-                    &current.id,
-                    &fields,
-                    current.unchanged(),
-                );
-                match self.commit("delete runs", vec![write]).await? {
-                    Commit::Done => break,
-                    Commit::Conflict => {
-                        backoff(attempt).await;
-                        match self.get(&self.inner.names.sessions, &current.id).await? {
-                            Some(fresh) => current = fresh,
-                            None => break,
-                        }
-                    }
-                }
-            }
+            outcome.present += 1;
         }
-        Ok(deleted)
+        Ok(outcome)
     }
 }

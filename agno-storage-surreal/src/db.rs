@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
+use agno_storage_core::migration::TableType;
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
-use agno_storage_doc::{Collection, DocBackend};
+use agno_storage_doc::Collection;
 use surrealdb::engine::any::Any;
 use surrealdb::Surreal;
 
 use crate::doc::{check_ident, db_err, BACKEND};
-use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
+use crate::DEFAULT_MIGRATION_LOCK_LEASE;
 
 /// Table names, as agno 3.1.10's `SurrealDb` names them by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,19 +340,7 @@ impl SurrealDb {
         me.run("define tables", &me.inner.names.schema(), Vec::new())
             .await?;
         if options.stamp_new_database {
-            let mut fresh = true;
-            for t in TableType::ALL {
-                if me.any_doc(me.inner.names.of(t)).await? {
-                    fresh = false;
-                    break;
-                }
-            }
-            if fresh {
-                for t in TableType::ALL {
-                    me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
-                        .await?;
-                }
-            }
+            agno_storage_doc::stamp_new_database(&me).await?;
         }
         Ok(me)
     }

@@ -6,10 +6,11 @@
 //! Two transactions writing the same record cannot both commit, so a lost race surfaces as
 //! [`Commit::Conflict`] and the caller re-reads and retries.
 
-use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result};
+use std::time::Duration;
+
+use agno_storage_core::legacy::InsertedRuns;
+use agno_storage_core::{async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord};
 use agno_storage_doc::{Collection, DocBackend};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 use surrealdb::types::{Datetime, Number, Object, RecordId, RecordIdKey, ToSql, Value as SValue};
 
@@ -21,7 +22,7 @@ pub(crate) const BACKEND: &str = "surrealdb";
 /// What a precondition failure `THROW`s (recognised in the error text).
 const CAS_MARK: &str = "agno_storage_cas_conflict";
 
-pub(crate) use agno_storage_doc::{backoff, digest_id, opt, Commit, Fields, CAS_ATTEMPTS};
+pub(crate) use agno_storage_doc::{backoff, digest_id, Commit, Fields, CAS_ATTEMPTS};
 
 /// A stored record: its key (the id's key as a string), body in agno's plain shape, and the
 /// raw record a compare-and-set writes against.
@@ -132,33 +133,6 @@ impl TableNames {
             LinkTable::Users => &self.users,
         }
     }
-}
-
-fn ser_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorKind::Serialization,
-        format!("cannot encode {what}: {e}"),
-    )
-    .with_backend(BACKEND)
-}
-
-/// A record as a body (serde field names, `None` as null).
-pub(crate) fn to_fields<T: Serialize>(record: &T, what: &str) -> Result<Fields> {
-    match serde_json::to_value(record).map_err(|e| ser_err(what, e))? {
-        Value::Object(map) => Ok(map),
-        other => Err(ser_err(what, format!("not an object: {other}"))),
-    }
-}
-
-/// A body as a record, ignoring fields the record does not know.
-pub(crate) fn from_fields<T: DeserializeOwned>(fields: Fields, what: &str) -> Result<T> {
-    serde_json::from_value(Value::Object(fields)).map_err(|e| {
-        Error::new(
-            ErrorKind::Serialization,
-            format!("cannot decode {what}: {e}"),
-        )
-        .with_backend(BACKEND)
-    })
 }
 
 fn key_string(key: &RecordIdKey) -> String {
@@ -707,6 +681,36 @@ impl DocBackend for SurrealDb {
     /// (`db/surrealdb/metrics.py`).
     fn metrics_id(&self, record: &MetricsRecord) -> String {
         format!("{}|{}", record.date, record.stored_user_id())
+    }
+
+    async fn claim_next_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
+        self.claim_paged(worker_id, lock_grace_seconds, deployment_id)
+            .await
+    }
+
+    async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
+        self.write_run_checked(run).await
+    }
+
+    async fn copy_legacy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        self.copy_runs_checked(rows).await
+    }
+
+    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.delete_session_and_runs(session_id, user_id).await
+    }
+
+    fn lock_lease(&self) -> Duration {
+        self.inner.lock_lease
+    }
+
+    fn lock_location(&self) -> String {
+        format!("record {}:migration_lock", self.inner.names.meta)
     }
 }
 

@@ -1,179 +1,18 @@
-//! The job queue (`agno_jobs`, record id = `id`; agno's `SurrealDb` has none).
-//!
-//! A claim is a compare-and-set on the job's stored version that sets `running`, the holder and
-//! `attempt + 1` (the fencing token); every later transition re-checks
-//! `(status = running, locked_by, attempt)` in its own compare-and-set, so a stale worker
-//! gets `LeaseLost`. An idempotency key is a guard record created in the same commit as
-//! the job; a resubmission finds the guard and returns the original job.
+//! Claiming a job, SurrealDB's way (the rest of the job queue is `agno-storage-doc`'s): the
+//! candidates come a page at a time from the `status` index instead of one read of every
+//! queued and running job.
 
-use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
-use agno_storage_core::{
-    async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
-    Job, JobQuery, JobStatus, JobStore, Page, Result,
-};
-use serde_json::json;
+use agno_storage_core::{now_epoch_seconds, Job, JobStatus, Result};
+use agno_storage_doc::{Collection, DocBackend};
 use surrealdb::types::Value as SValue;
 
-use crate::doc::{backoff, digest_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
-use crate::migrate::object;
+use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
 use crate::SurrealDb;
-use agno_storage_doc::DocBackend;
-
-fn key_guard(user_id: Option<&str>, key: &str) -> String {
-    digest_id("job_key", &[user_id, Some(key)])
-}
 
 impl SurrealDb {
-    async fn job_doc(&self, id: &str) -> Result<Option<(Stored, Job)>> {
-        let Some(stored) = self.get(&self.inner.names.jobs, id).await? else {
-            return Ok(None);
-        };
-        let job: Job = stored.decode("a job")?;
-        Ok((job.id == id).then_some((stored, job)))
-    }
-
-    async fn jobs_where(&self, eq: &[(&str, serde_json::Value)]) -> Result<Vec<(Stored, Job)>> {
-        self.query(&self.inner.names.jobs, eq)
-            .await?
-            .into_iter()
-            .map(|d| {
-                let job: Job = d.decode("a job")?;
-                Ok((d, job))
-            })
-            .collect()
-    }
-
-    /// The job a key guard points to.
-    async fn guarded_job(&self, user_id: Option<&str>, key: &str) -> Result<Option<Job>> {
-        let Some(guard) = self
-            .get(&self.inner.names.meta, &key_guard(user_id, key))
-            .await?
-        else {
-            return Ok(None);
-        };
-        match guard.str("job_id") {
-            Some(id) => Ok(self.job_doc(id).await?.map(|(_, j)| j)),
-            None => Ok(None),
-        }
-    }
-
-    /// A fenced transition: `change` runs on the job held by `(worker_id, attempt)`.
-    async fn fenced(
-        &self,
-        operation: &'static str,
-        id: &str,
-        worker_id: &str,
-        attempt: i64,
-        change: impl Fn(&mut Job, i64),
-    ) -> Result<Job> {
-        for round in 0..CAS_ATTEMPTS {
-            let (stored, mut job) = self
-                .job_doc(id)
-                .await?
-                .filter(|(_, j)| {
-                    j.status == JobStatus::Running
-                        && j.locked_by.as_deref() == Some(worker_id)
-                        && j.attempt == attempt
-                })
-                .ok_or_else(|| lease_lost(id, worker_id, attempt))?;
-            change(&mut job, now_epoch_seconds());
-            let write = self.put(
-                &self.inner.names.jobs,
-                &stored.id,
-                &to_fields(&job, "a job")?,
-                stored.unchanged(),
-            );
-            match self.commit(operation, vec![write]).await? {
-                Commit::Done => return Ok(job),
-                Commit::Conflict => backoff(round).await,
-            }
-        }
-        Err(self.contended(operation))
-    }
-}
-
-#[async_trait]
-impl JobStore for SurrealDb {
-    async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
-        job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
-        job.status = JobStatus::Queued;
-        job.attempt = 0;
-        for attempt in 0..CAS_ATTEMPTS {
-            if let Some(key) = &job.idempotency_key {
-                if let Some(original) = self.guarded_job(job.user_id.as_deref(), key).await? {
-                    return Ok(EnqueueOutcome {
-                        rejection: Some(EnqueueRejection::Duplicate),
-                        job: Some(original),
-                    });
-                }
-            }
-            if max_depth > 0 {
-                let queued = self
-                    .query(
-                        &self.inner.names.jobs,
-                        &[("status", opt(Some(JobStatus::Queued.as_str())))],
-                    )
-                    .await?
-                    .len() as u64;
-                if queued >= max_depth {
-                    return Ok(EnqueueOutcome {
-                        rejection: Some(EnqueueRejection::QueueFull),
-                        job: None,
-                    });
-                }
-            }
-            let mut writes = vec![self.put(
-                &self.inner.names.jobs,
-                &job.id,
-                &to_fields(&job, "a job")?,
-                Pre::Absent,
-            )];
-            if let Some(key) = &job.idempotency_key {
-                let fields = object(json!({
-                    "kind": "job_key",
-                    "job_id": job.id,
-                    "user_id": job.user_id,
-                    "idempotency_key": key,
-                }));
-                writes.push(self.put(
-                    &self.inner.names.meta,
-                    &key_guard(job.user_id.as_deref(), key),
-                    &fields,
-                    Pre::Absent,
-                ));
-            }
-            match self.commit("enqueue job", writes).await? {
-                Commit::Done => {
-                    return Ok(EnqueueOutcome {
-                        rejection: None,
-                        job: Some(job),
-                    })
-                }
-                Commit::Conflict => {
-                    let key_taken = match &job.idempotency_key {
-                        Some(key) => self
-                            .get(
-                                &self.inner.names.meta,
-                                &key_guard(job.user_id.as_deref(), key),
-                            )
-                            .await?
-                            .is_some(),
-                        None => false,
-                    };
-                    if !key_taken && self.job_doc(&job.id).await?.is_some() {
-                        return Err(Error::new(
-                            ErrorKind::AlreadyExists,
-                            format!("job {} already exists; job ids are never reused", job.id),
-                        ));
-                    }
-                    backoff(attempt).await;
-                }
-            }
-        }
-        Err(self.contended("enqueue job"))
-    }
-
-    async fn claim_job(
+    /// [`DocBackend::claim_next_job`]: candidates come oldest first, a page at a time, from
+    /// the `status` index.
+    pub(crate) async fn claim_paged(
         &self,
         worker_id: &str,
         lock_grace_seconds: i64,
@@ -197,7 +36,7 @@ impl JobStore for SurrealDb {
             loop {
                 let page = self
                     .select(
-                        &self.inner.names.jobs,
+                        self.collection(Collection::Jobs),
                         &format!(
                             "WHERE status IN $statuses ORDER BY created_at, id LIMIT {PAGE} START {start}"
                         ),
@@ -220,9 +59,9 @@ impl JobStore for SurrealDb {
                 for (stored, mut job) in candidates {
                     job.take_lease(worker_id, now);
                     let write = self.put(
-                        &self.inner.names.jobs,
+                        self.collection(Collection::Jobs),
                         &stored.id,
-                        &to_fields(&job, "a job")?,
+                        &self.to_fields(&job, "a job")?,
                         stored.unchanged(),
                     );
                     match self.commit("claim job", vec![write]).await? {
@@ -241,146 +80,5 @@ impl JobStore for SurrealDb {
             backoff(round).await;
         }
         Err(self.contended("claim job"))
-    }
-
-    async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
-        let mut held = 0;
-        for id in ids {
-            for round in 0..CAS_ATTEMPTS {
-                let Some((stored, mut job)) = self.job_doc(id).await?.filter(|(_, j)| {
-                    j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker_id)
-                }) else {
-                    break;
-                };
-                job.locked_at = Some(now_epoch_seconds());
-                let write = self.put(
-                    &self.inner.names.jobs,
-                    &stored.id,
-                    &to_fields(&job, "a job")?,
-                    stored.unchanged(),
-                );
-                match self.commit("heartbeat jobs", vec![write]).await? {
-                    Commit::Done => {
-                        held += 1;
-                        break;
-                    }
-                    Commit::Conflict => backoff(round).await,
-                }
-            }
-        }
-        Ok(held)
-    }
-
-    async fn complete_job(
-        &self,
-        id: &str,
-        worker_id: &str,
-        attempt: i64,
-        status: JobStatus,
-        error: Option<String>,
-    ) -> Result<Job> {
-        check_finish_status(status)?;
-        self.fenced("complete job", id, worker_id, attempt, |job, now| {
-            job.finish(status, error.clone(), now);
-        })
-        .await
-    }
-
-    async fn retry_or_fail_job(
-        &self,
-        id: &str,
-        worker_id: &str,
-        attempt: i64,
-        error: Option<String>,
-        retry_delay_seconds: i64,
-    ) -> Result<Job> {
-        self.fenced("retry job", id, worker_id, attempt, |job, now| {
-            job.retry_or_fail(error.clone(), retry_delay_seconds, now);
-        })
-        .await
-    }
-
-    async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        for round in 0..CAS_ATTEMPTS {
-            let Some((stored, mut job)) = self
-                .job_doc(id)
-                .await?
-                .filter(|(_, j)| visible_to(j.user_id.as_deref(), user_id))
-            else {
-                return Ok(false);
-            };
-            if !matches!(job.status, JobStatus::Queued | JobStatus::Paused) {
-                return Ok(false);
-            }
-            let now = now_epoch_seconds();
-            job.status = JobStatus::Cancelled;
-            job.completed_at = Some(now);
-            job.updated_at = Some(now);
-            let write = self.put(
-                &self.inner.names.jobs,
-                &stored.id,
-                &to_fields(&job, "a job")?,
-                stored.unchanged(),
-            );
-            match self.commit("cancel job", vec![write]).await? {
-                Commit::Done => return Ok(true),
-                Commit::Conflict => backoff(round).await,
-            }
-        }
-        Err(self.contended("cancel job"))
-    }
-
-    async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
-        Ok(self
-            .job_doc(id)
-            .await?
-            .map(|(_, j)| j)
-            .filter(|j| visible_to(j.user_id.as_deref(), user_id)))
-    }
-
-    async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
-        query.pagination.validate()?;
-        let mut eq = Vec::new();
-        if let Some(s) = query.status {
-            eq.push(("status", opt(Some(s.as_str()))));
-        }
-        if let Some(s) = &query.session_id {
-            eq.push(("session_id", opt(Some(s))));
-        }
-        if let Some(u) = &query.user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
-        let mut rows: Vec<Job> = self
-            .jobs_where(&eq)
-            .await?
-            .into_iter()
-            .map(|(_, j)| j)
-            .filter(|j| query.matches(j))
-            .collect();
-        sort_newest_first(&mut rows);
-        Page::paginate(rows, &query.pagination)
-    }
-
-    async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
-        let cutoff = now_epoch_seconds() - older_than_seconds;
-        let mut removed = 0;
-        for (stored, job) in self.jobs_where(&[]).await? {
-            if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
-                continue;
-            }
-            let mut writes =
-                vec![self.delete(&self.inner.names.jobs, &stored.id, stored.unchanged())];
-            if let Some(key) = &job.idempotency_key {
-                writes.push(self.delete(
-                    &self.inner.names.meta,
-                    &key_guard(job.user_id.as_deref(), key),
-                    Pre::Any,
-                ));
-            }
-            if let Commit::Done = self.commit("cleanup jobs", writes).await? {
-                removed += 1;
-            }
-        }
-        Ok(removed)
     }
 }

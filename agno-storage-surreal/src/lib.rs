@@ -46,11 +46,7 @@ mod jobs;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod legacy;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod migrate;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod runs;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod schedules;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod sessions;
 
@@ -58,8 +54,8 @@ mod sessions;
 agno_storage_doc::doc_stores!(SurrealDb);
 
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-pub use db::{SurrealDb, SurrealOptions, TableNames};
+pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;
+pub use db::{SurrealDb, SurrealOptions, TableNames};
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use surrealdb;

@@ -1,10 +1,12 @@
-//! Schedules (`agno_schedules`, document id = `id`) and schedule runs
-//! (`agno_schedule_runs`, document id = `id`), in agno's `MongoDb` shapes (agno's
-//! `FirestoreDb` has no schedules).
+//! Schedules (`agno_schedules`, document id = [`DocBackend::doc_id`] of `id`) and schedule
+//! runs (`agno_schedule_runs`, likewise), in agno's `MongoDb` shapes (agno's `FirestoreDb`
+//! and `SurrealDb` have no schedules).
 //!
-//! The unique `(user_id, name)` is a guard document in the meta collection, created and
-//! deleted in the same commit as the schedule. Claim and release are compare-and-sets on the
-//! schedule's update time, release checks the holder.
+//! The unique `(user_id, name)` is, where [`DocBackend::SCHEDULE_NAME_GUARDS`], a guard
+//! document in the meta collection, created and deleted in the same commit as the schedule;
+//! elsewhere the backend enforces it (a unique index) and a duplicate fails the commit.
+//! Claim and release are compare-and-sets on the schedule's version, release checks the
+//! holder.
 
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Pagination, Result,
@@ -12,10 +14,10 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
-use crate::doc::{backoff, digest_id, doc_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
-use crate::migrate::object;
-use crate::FirestoreDb;
-use agno_storage_doc::DocBackend;
+use crate::{
+    backoff, digest_id, object, opt, Collection, Commit, DocBackend, Docs, Pre, Stored,
+    CAS_ATTEMPTS,
+};
 
 fn name_taken(name: &str) -> Error {
     Error::new(
@@ -28,41 +30,72 @@ fn name_guard(user_id: Option<&str>, name: &str) -> String {
     digest_id("schedule_name", &[user_id, Some(name)])
 }
 
-impl FirestoreDb {
-    fn guard_write(&self, schedule: &Schedule) -> crate::doc::Write {
+impl<B: DocBackend> Docs<'_, B> {
+    /// The writes that take `schedule`'s `(user_id, name)`: its guard document, if any.
+    fn take_name(&self, schedule: &Schedule) -> Vec<B::Write> {
+        if !B::SCHEDULE_NAME_GUARDS {
+            return Vec::new();
+        }
         let fields = object(json!({
             "kind": "schedule_name",
             "schedule_id": schedule.id,
             "user_id": schedule.user_id,
             "name": schedule.name,
         }));
-        self.put(
-            &self.inner.names.meta,
+        vec![self.put(
+            self.collection(Collection::Meta),
             &name_guard(schedule.user_id.as_deref(), &schedule.name),
             &fields,
             Pre::Absent,
-        )
+        )]
+    }
+
+    /// The writes that free `schedule`'s `(user_id, name)`: deleting its guard, if any.
+    fn free_name(&self, schedule: &Schedule) -> Vec<B::Write> {
+        if !B::SCHEDULE_NAME_GUARDS {
+            return Vec::new();
+        }
+        vec![self.delete(
+            self.collection(Collection::Meta),
+            &name_guard(schedule.user_id.as_deref(), &schedule.name),
+            Pre::Any,
+        )]
     }
 
     /// Whether another schedule than `id` holds `(user_id, name)`.
     async fn name_held(&self, user_id: Option<&str>, name: &str, id: &str) -> Result<bool> {
+        if !B::SCHEDULE_NAME_GUARDS {
+            let docs = self
+                .query(
+                    self.collection(Collection::Schedules),
+                    &[("name", opt(Some(name))), ("user_id", opt(user_id))],
+                )
+                .await?;
+            return Ok(docs.iter().any(|d| d.str("id") != Some(id)));
+        }
         let guard = self
-            .get(&self.inner.names.meta, &name_guard(user_id, name))
+            .get(
+                self.collection(Collection::Meta),
+                &name_guard(user_id, name),
+            )
             .await?;
         Ok(guard.is_some_and(|g| g.str("schedule_id") != Some(id)))
     }
 
-    async fn schedule_doc(&self, id: &str) -> Result<Option<(Stored, Schedule)>> {
-        let Some(stored) = self.get(&self.inner.names.schedules, &doc_id(id)).await? else {
+    async fn schedule_doc(&self, id: &str) -> Result<Option<(Stored<B>, Schedule)>> {
+        let Some(stored) = self
+            .get(self.collection(Collection::Schedules), &self.doc_id(id))
+            .await?
+        else {
             return Ok(None);
         };
         let s: Schedule = stored.decode("a schedule")?;
         Ok((s.id == id).then_some((stored, s)))
     }
 
-    async fn schedule_run_doc(&self, id: &str) -> Result<Option<(Stored, ScheduleRun)>> {
+    async fn schedule_run_doc(&self, id: &str) -> Result<Option<(Stored<B>, ScheduleRun)>> {
         let Some(stored) = self
-            .get(&self.inner.names.schedule_runs, &doc_id(id))
+            .get(self.collection(Collection::ScheduleRuns), &self.doc_id(id))
             .await?
         else {
             return Ok(None);
@@ -73,18 +106,16 @@ impl FirestoreDb {
 }
 
 #[async_trait]
-impl ScheduleStore for FirestoreDb {
+impl<B: DocBackend> ScheduleStore for Docs<'_, B> {
     async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
         for attempt in 0..CAS_ATTEMPTS {
-            let writes = vec![
-                self.guard_write(&schedule),
-                self.put(
-                    &self.inner.names.schedules,
-                    &doc_id(&schedule.id),
-                    &to_fields(&schedule, "a schedule")?,
-                    Pre::Absent,
-                ),
-            ];
+            let mut writes = self.take_name(&schedule);
+            writes.push(self.put(
+                self.collection(Collection::Schedules),
+                &self.doc_id(&schedule.id),
+                &self.to_fields(&schedule, "a schedule")?,
+                Pre::Absent,
+            ));
             match self.commit("create schedule", writes).await? {
                 Commit::Done => return Ok(schedule),
                 Commit::Conflict => {
@@ -122,7 +153,7 @@ impl ScheduleStore for FirestoreDb {
     ) -> Result<Option<Schedule>> {
         let docs = self
             .query(
-                &self.inner.names.schedules,
+                self.collection(Collection::Schedules),
                 &[("name", opt(Some(name))), ("user_id", opt(user_id))],
             )
             .await?;
@@ -147,7 +178,10 @@ impl ScheduleStore for FirestoreDb {
             eq.push(("user_id", opt(Some(u))));
         }
         let mut rows = Vec::new();
-        for d in self.query(&self.inner.names.schedules, &eq).await? {
+        for d in self
+            .query(self.collection(Collection::Schedules), &eq)
+            .await?
+        {
             let s: Schedule = d.decode("a schedule")?;
             if enabled.is_none_or(|e| s.enabled == e) && visible_to(s.user_id.as_deref(), user_id) {
                 rows.push(s);
@@ -173,18 +207,14 @@ impl ScheduleStore for FirestoreDb {
             let updated = update.apply_to(&current, now_epoch_seconds())?;
             let renamed = updated.name != current.name || updated.user_id != current.user_id;
             let mut writes = vec![self.put(
-                &self.inner.names.schedules,
+                self.collection(Collection::Schedules),
                 &stored.id,
-                &to_fields(&updated, "a schedule")?,
+                &self.to_fields(&updated, "a schedule")?,
                 stored.unchanged(),
             )];
             if renamed {
-                writes.push(self.delete(
-                    &self.inner.names.meta,
-                    &name_guard(current.user_id.as_deref(), &current.name),
-                    Pre::Any,
-                ));
-                writes.push(self.guard_write(&updated));
+                writes.extend(self.free_name(&current));
+                writes.extend(self.take_name(&updated));
             }
             match self.commit("update schedule", writes).await? {
                 Commit::Done => return Ok(Some(updated)),
@@ -210,22 +240,17 @@ impl ScheduleStore for FirestoreDb {
         if !visible_to(s.user_id.as_deref(), user_id) {
             return Ok(false);
         }
-        let mut writes = vec![
-            self.delete(&self.inner.names.schedules, &stored.id, Pre::Any),
-            self.delete(
-                &self.inner.names.meta,
-                &name_guard(s.user_id.as_deref(), &s.name),
-                Pre::Any,
-            ),
-        ];
+        let mut writes =
+            vec![self.delete(self.collection(Collection::Schedules), &stored.id, Pre::Any)];
+        writes.extend(self.free_name(&s));
         for run in self
             .query(
-                &self.inner.names.schedule_runs,
+                self.collection(Collection::ScheduleRuns),
                 &[("schedule_id", opt(Some(id)))],
             )
             .await?
         {
-            writes.push(self.delete(&self.inner.names.schedule_runs, &run.id, Pre::Any));
+            writes.push(self.delete(self.collection(Collection::ScheduleRuns), &run.id, Pre::Any));
         }
         self.commit_all("delete schedule", writes).await?;
         Ok(true)
@@ -240,7 +265,10 @@ impl ScheduleStore for FirestoreDb {
             let now = now_epoch_seconds();
             let mut due = Vec::new();
             for d in self
-                .query(&self.inner.names.schedules, &[("enabled", true.into())])
+                .query(
+                    self.collection(Collection::Schedules),
+                    &[("enabled", true.into())],
+                )
                 .await?
             {
                 let s: Schedule = d.decode("a schedule")?;
@@ -256,9 +284,9 @@ impl ScheduleStore for FirestoreDb {
                 s.locked_by = Some(worker_id.to_owned());
                 s.locked_at = Some(now);
                 let write = self.put(
-                    &self.inner.names.schedules,
+                    self.collection(Collection::Schedules),
                     &stored.id,
-                    &to_fields(&s, "a schedule")?,
+                    &self.to_fields(&s, "a schedule")?,
                     stored.unchanged(),
                 );
                 if let Commit::Done = self.commit("claim schedule", vec![write]).await? {
@@ -285,9 +313,9 @@ impl ScheduleStore for FirestoreDb {
                 return Ok(false);
             }
             let write = self.put(
-                &self.inner.names.schedules,
+                self.collection(Collection::Schedules),
                 &stored.id,
-                &to_fields(&s, "a schedule")?,
+                &self.to_fields(&s, "a schedule")?,
                 stored.unchanged(),
             );
             match self.commit("release schedule", vec![write]).await? {
@@ -307,9 +335,9 @@ impl ScheduleStore for FirestoreDb {
         };
         run.user_id = schedule.user_id;
         let write = self.put(
-            &self.inner.names.schedule_runs,
-            &doc_id(&run.id),
-            &to_fields(&run, "a schedule run")?,
+            self.collection(Collection::ScheduleRuns),
+            &self.doc_id(&run.id),
+            &self.to_fields(&run, "a schedule run")?,
             Pre::Absent,
         );
         match self.commit("create schedule run", vec![write]).await? {
@@ -341,9 +369,9 @@ impl ScheduleStore for FirestoreDb {
                 ..run.clone()
             };
             let write = self.put(
-                &self.inner.names.schedule_runs,
+                self.collection(Collection::ScheduleRuns),
                 &stored.id,
-                &to_fields(&next, "a schedule run")?,
+                &self.to_fields(&next, "a schedule run")?,
                 stored.unchanged(),
             );
             match self.commit("update schedule run", vec![write]).await? {
@@ -376,7 +404,7 @@ impl ScheduleStore for FirestoreDb {
         let mut rows = Vec::new();
         for d in self
             .query(
-                &self.inner.names.schedule_runs,
+                self.collection(Collection::ScheduleRuns),
                 &[("schedule_id", opt(Some(schedule_id)))],
             )
             .await?

@@ -1,4 +1,5 @@
-//! Schema stamps (`agno_schema_versions`, document id = table name), the v3.0.0 steps and
+//! Schema stamps (`agno_schema_versions`, document id = [`DocBackend::doc_id`] of the table
+//! name), the v3.0.0 steps and
 //! the migration lock.
 //!
 //! The migration lock is a lease: one document `migration_lock` `{holder, locked_at,
@@ -6,12 +7,11 @@
 //! `lease_until` the epoch milliseconds until which the lease holds and `locked_at` the epoch
 //! seconds of the last heartbeat (the field a version without heartbeats wrote and read).
 //! While the lock is held, a background task renews it every lease/3: it reads the document
-//! and, if it still carries the holder's token, rewrites it under an update-time
-//! precondition (a compare-and-set). When the document is gone or carries another token,
+//! and, if it still carries the holder's token, rewrites it under the precondition that it
+//! is still the version read (a compare-and-set). When the document is gone or carries another token,
 //! another migrator took the lock over (or it was deleted): the task stops without writing
 //! the lock back, and `release` reports the loss. A lock whose lease has passed is taken
-//! over by the next `lock()` with a write conditioned on the update time of the exact
-//! version it read, so of several waiters one wins and a holder that renewed in between
+//! over by the next `lock()` with a write conditioned on the exact version it read, so of several waiters one wins and a holder that renewed in between
 //! keeps its lock. A document without `lease_until` (written by a version without
 //! heartbeats, which never renews) is taken over once its `locked_at` is 15 minutes old, as
 //! that version did; that version breaks our lock only after the same 15 minutes without a
@@ -25,18 +25,16 @@ use std::time::Duration;
 
 use agno_storage_core::lease::{hold_lease, lease_expired, millis, now_epoch_millis, LeaseRecord};
 
+use agno_storage_core::legacy::LegacyRunsStore;
 use agno_storage_core::migration::{
-    CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
-    SchemaVersion, SchemaVersionStore, TableRef, TableType,
+    CopyLegacyRunsStep, MigrationLock, MigrationStep, RekeyLearningsStep, SchemaVersion,
+    SchemaVersionStore, TableRef, TableType,
 };
-use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
-use serde_json::{json, Value};
+use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, LearningStore, Result};
+use serde_json::json;
 
-use crate::doc::{doc_id, Commit, Fields, Pre, Stored, BACKEND};
-use crate::FirestoreDb;
-use agno_storage_doc::DocBackend;
+use crate::{backoff, object, Collection, Commit, DocBackend, Docs, Fields, Pre, Stored};
 
-pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 /// A lock document without `lease_until` (from a version without heartbeats) is taken over
 /// once its `locked_at` is this old, as that version broke stale locks.
 const LEGACY_STALE_LOCK_SECONDS: i64 = 15 * 60;
@@ -45,10 +43,13 @@ const LOCK_ID: &str = "migration_lock";
 const LOCK_CAS_ATTEMPTS: usize = 5;
 
 #[async_trait]
-impl SchemaVersionStore for FirestoreDb {
+impl<B: DocBackend> SchemaVersionStore for Docs<'_, B> {
     async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
         let stamp = self
-            .get(&self.inner.names.versions, &doc_id(table_name))
+            .get(
+                self.collection(Collection::Versions),
+                &self.doc_id(table_name),
+            )
             .await?;
         match stamp.as_ref().and_then(|d| d.str("version")) {
             Some(v) if !v.is_empty() => Ok(Some(v.parse()?)),
@@ -64,19 +65,12 @@ impl SchemaVersionStore for FirestoreDb {
             "updated_at": now_epoch_seconds(),
         }));
         let write = self.put(
-            &self.inner.names.versions,
-            &doc_id(table_name),
+            self.collection(Collection::Versions),
+            &self.doc_id(table_name),
             &fields,
             Pre::Any,
         );
         self.commit_all("set schema version", vec![write]).await
-    }
-}
-
-pub(crate) fn object(value: Value) -> Fields {
-    match value {
-        Value::Object(m) => m,
-        _ => Fields::new(),
     }
 }
 
@@ -89,7 +83,7 @@ fn lock_fields(holder: &str, now_ms: i64, lease: Duration) -> Fields {
     }))
 }
 
-fn number(lock: &Stored, field: &str) -> Option<i64> {
+fn number<B: DocBackend>(lock: &Stored<B>, field: &str) -> Option<i64> {
     let v = lock.fields.get(field)?;
     v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))
 }
@@ -97,7 +91,7 @@ fn number(lock: &Stored, field: &str) -> Option<i64> {
 /// Whether the lock `lock` may be taken over at `now_ms`: its lease has passed, or (a
 /// document without a lease) its `locked_at` is [`LEGACY_STALE_LOCK_SECONDS`] old, or it has
 /// neither field (no version writes such a document).
-fn expired(lock: &Stored, now_ms: i64) -> bool {
+fn expired<B: DocBackend>(lock: &Stored<B>, now_ms: i64) -> bool {
     lease_expired(
         number(lock, "lease_until"),
         number(lock, "locked_at"),
@@ -106,11 +100,11 @@ fn expired(lock: &Stored, now_ms: i64) -> bool {
     )
 }
 
-impl FirestoreDb {
+impl<B: DocBackend> Docs<'_, B> {
     /// Renews `holder`'s lease: `false` when the lock is gone or carries another token.
     async fn renew_lock(&self, holder: &str, lease: Duration) -> Result<bool> {
-        let meta = &self.inner.names.meta;
-        for _ in 0..LOCK_CAS_ATTEMPTS {
+        let meta = self.collection(Collection::Meta);
+        for attempt in 0..LOCK_CAS_ATTEMPTS {
             let Some(lock) = self.get(meta, LOCK_ID).await? else {
                 return Ok(false);
             };
@@ -122,6 +116,7 @@ impl FirestoreDb {
             if let Commit::Done = self.commit("migration lock heartbeat", vec![write]).await? {
                 return Ok(true);
             }
+            backoff(attempt).await;
         }
         Err(self.contended("migration lock heartbeat"))
     }
@@ -129,8 +124,8 @@ impl FirestoreDb {
     /// Deletes the lock if `holder` still holds it: `false` when it is gone or carries
     /// another token.
     async fn unlock(&self, holder: &str) -> Result<bool> {
-        let meta = &self.inner.names.meta;
-        for _ in 0..LOCK_CAS_ATTEMPTS {
+        let meta = self.collection(Collection::Meta);
+        for attempt in 0..LOCK_CAS_ATTEMPTS {
             let Some(lock) = self.get(meta, LOCK_ID).await? else {
                 return Ok(false);
             };
@@ -142,74 +137,33 @@ impl FirestoreDb {
             if let Commit::Done = self.commit("migration unlock", vec![write]).await? {
                 return Ok(true);
             }
+            backoff(attempt).await;
         }
         Err(self.contended("migration unlock"))
     }
 
     /// The guard of a lock `holder` just took: renewed by a heartbeat until released.
     fn hold(&self, holder: String) -> MigrationLock {
-        hold_lease(
-            FirestoreLease { db: self.clone() },
-            holder,
-            self.inner.lock_lease,
-        )
-    }
-}
-
-/// The lock document as the lease's heartbeat and release see it.
-struct FirestoreLease {
-    db: FirestoreDb,
-}
-
-#[async_trait]
-impl LeaseRecord for FirestoreLease {
-    async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
-        self.db.renew_lock(holder, lease).await
+        hold_lease(DocLease(self.0.clone()), holder, self.lock_lease())
     }
 
-    async fn remove(&self, holder: &str) -> Result<bool> {
-        self.db.unlock(holder).await
-    }
-
-    fn location(&self) -> String {
-        format!("document {LOCK_ID:?} in {}", self.db.inner.names.meta)
-    }
-
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-}
-
-#[async_trait]
-impl MigrationTarget for FirestoreDb {
-    fn tables(&self) -> Vec<TableRef> {
+    /// [`MigrationTarget::tables`]: every migrated table and its collection.
+    pub fn tables(&self) -> Vec<TableRef> {
         TableType::ALL
             .iter()
             .map(|t| TableRef {
                 table_type: *t,
-                name: self.inner.names.of(*t).to_owned(),
+                name: self.collection(migrated(*t)).to_owned(),
             })
             .collect()
     }
 
-    fn versions(&self) -> &dyn SchemaVersionStore {
-        self
-    }
-
-    fn steps(&self) -> Vec<Arc<dyn MigrationStep>> {
-        let me = Arc::new(self.clone());
-        vec![
-            Arc::new(CopyLegacyRunsStep::new(me.clone())),
-            Arc::new(RekeyLearningsStep::new(me)),
-        ]
-    }
-
-    /// Takes the migration lock (see the module docs): creates the lock document, or takes
-    /// over one whose lease has passed, retrying every 100 ms. `Conflict` after a minute (or
+    /// [`MigrationTarget::lock`]: creates the lock document, or takes over one whose lease
+    /// has passed (see the module docs), retrying every 100 ms. `Conflict` after a minute (or
     /// two leases, if longer) while a live holder keeps renewing it.
-    async fn lock(&self) -> Result<MigrationLock> {
-        let meta = &self.inner.names.meta;
-        let lease = self.inner.lock_lease;
+    pub async fn lock(&self) -> Result<MigrationLock> {
+        let meta = self.collection(Collection::Meta);
+        let lease = self.lock_lease();
         let holder = uuid::Uuid::new_v4().to_string();
         let deadline = tokio::time::Instant::now() + agno_storage_core::lease::lock_wait(lease);
         loop {
@@ -234,14 +188,77 @@ impl MigrationTarget for FirestoreDb {
                 return Err(Error::new(
                     ErrorKind::Conflict,
                     format!(
-                        "another migration holds the lock (document {LOCK_ID:?} in {meta}); wait for it to \
-                         finish. A lock whose holder died is taken over once its lease ({} s from the last \
-                         heartbeat) passes",
+                        "another migration holds the lock ({}); wait for it to finish. A lock whose \
+                         holder died is taken over once its lease ({} s from the last heartbeat) passes",
+                        self.lock_location(),
                         lease.as_secs_f64()
                     ),
-                ));
+                )
+                .with_backend(B::BACKEND));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// The collection of a migrated table type.
+pub(crate) fn migrated(table: TableType) -> Collection {
+    match table {
+        TableType::Memories => Collection::Memories,
+        TableType::Sessions => Collection::Sessions,
+        TableType::Metrics => Collection::Metrics,
+        TableType::Evals => Collection::Evals,
+        TableType::Knowledge => Collection::Knowledge,
+        TableType::Schedules => Collection::Schedules,
+        TableType::ScheduleRuns => Collection::ScheduleRuns,
+        TableType::Learnings => Collection::Learnings,
+    }
+}
+
+/// The lock document as the lease's heartbeat and release see it.
+struct DocLease<B>(B);
+
+#[async_trait]
+impl<B: DocBackend> LeaseRecord for DocLease<B> {
+    async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
+        Docs(&self.0).renew_lock(holder, lease).await
+    }
+
+    async fn remove(&self, holder: &str) -> Result<bool> {
+        Docs(&self.0).unlock(holder).await
+    }
+
+    fn location(&self) -> String {
+        self.0.lock_location()
+    }
+
+    fn backend(&self) -> &'static str {
+        B::BACKEND
+    }
+}
+
+/// Stamps every migrated table at the latest schema version when none of them holds a
+/// document (a new database).
+pub async fn stamp_new_database<B: DocBackend>(db: &B) -> Result<()> {
+    for t in TableType::ALL {
+        if db.any_doc(db.collection(migrated(t))).await? {
+            return Ok(());
+        }
+    }
+    for t in TableType::ALL {
+        Docs(db)
+            .set_schema_version(db.collection(migrated(t)), SchemaVersion::LATEST)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The v3.0.0 migration steps over `store`.
+pub fn migration_steps<S: LegacyRunsStore + LearningStore + 'static>(
+    store: Arc<S>,
+) -> Vec<Arc<dyn MigrationStep>> {
+    vec![
+        Arc::new(CopyLegacyRunsStep::new(store.clone())),
+        Arc::new(RekeyLearningsStep::new(store)),
+    ]
 }

@@ -1,6 +1,7 @@
-//! The job queue (`agno_jobs`, document id = `id`; agno's `FirestoreDb` has none).
+//! The job queue (`agno_jobs`, document id = [`DocBackend::doc_id`] of `id`; agno's
+//! `FirestoreDb` and `SurrealDb` have none).
 //!
-//! A claim is a compare-and-set on the job's update time that sets `running`, the holder and
+//! A claim ([`DocBackend::claim_next_job`]) is a compare-and-set on the job's version that sets `running`, the holder and
 //! `attempt + 1` (the fencing token); every later transition re-checks
 //! `(status = running, locked_by, attempt)` in its own compare-and-set, so a stale worker
 //! gets `LeaseLost`. An idempotency key is a guard document created in the same commit as
@@ -13,26 +14,29 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
-use crate::doc::{backoff, digest_id, doc_id, opt, to_fields, Commit, Pre, Stored, CAS_ATTEMPTS};
-use crate::migrate::object;
-use crate::FirestoreDb;
-use agno_storage_doc::DocBackend;
+use crate::{
+    backoff, digest_id, object, opt, Collection, Commit, DocBackend, Docs, Pre, Stored,
+    CAS_ATTEMPTS,
+};
 
 fn key_guard(user_id: Option<&str>, key: &str) -> String {
     digest_id("job_key", &[user_id, Some(key)])
 }
 
-impl FirestoreDb {
-    async fn job_doc(&self, id: &str) -> Result<Option<(Stored, Job)>> {
-        let Some(stored) = self.get(&self.inner.names.jobs, &doc_id(id)).await? else {
+impl<B: DocBackend> Docs<'_, B> {
+    async fn job_doc(&self, id: &str) -> Result<Option<(Stored<B>, Job)>> {
+        let Some(stored) = self
+            .get(self.collection(Collection::Jobs), &self.doc_id(id))
+            .await?
+        else {
             return Ok(None);
         };
         let job: Job = stored.decode("a job")?;
         Ok((job.id == id).then_some((stored, job)))
     }
 
-    async fn jobs_where(&self, eq: &[(&str, serde_json::Value)]) -> Result<Vec<(Stored, Job)>> {
-        self.query(&self.inner.names.jobs, eq)
+    async fn jobs_where(&self, eq: &[(&str, serde_json::Value)]) -> Result<Vec<(Stored<B>, Job)>> {
+        self.query(self.collection(Collection::Jobs), eq)
             .await?
             .into_iter()
             .map(|d| {
@@ -45,7 +49,7 @@ impl FirestoreDb {
     /// The job a key guard points to.
     async fn guarded_job(&self, user_id: Option<&str>, key: &str) -> Result<Option<Job>> {
         let Some(guard) = self
-            .get(&self.inner.names.meta, &key_guard(user_id, key))
+            .get(self.collection(Collection::Meta), &key_guard(user_id, key))
             .await?
         else {
             return Ok(None);
@@ -77,9 +81,9 @@ impl FirestoreDb {
                 .ok_or_else(|| lease_lost(id, worker_id, attempt))?;
             change(&mut job, now_epoch_seconds());
             let write = self.put(
-                &self.inner.names.jobs,
+                self.collection(Collection::Jobs),
                 &stored.id,
-                &to_fields(&job, "a job")?,
+                &self.to_fields(&job, "a job")?,
                 stored.unchanged(),
             );
             match self.commit(operation, vec![write]).await? {
@@ -92,7 +96,7 @@ impl FirestoreDb {
 }
 
 #[async_trait]
-impl JobStore for FirestoreDb {
+impl<B: DocBackend> JobStore for Docs<'_, B> {
     async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
         job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
         job.status = JobStatus::Queued;
@@ -109,7 +113,7 @@ impl JobStore for FirestoreDb {
             if max_depth > 0 {
                 let queued = self
                     .query(
-                        &self.inner.names.jobs,
+                        self.collection(Collection::Jobs),
                         &[("status", opt(Some(JobStatus::Queued.as_str())))],
                     )
                     .await?
@@ -122,9 +126,9 @@ impl JobStore for FirestoreDb {
                 }
             }
             let mut writes = vec![self.put(
-                &self.inner.names.jobs,
-                &doc_id(&job.id),
-                &to_fields(&job, "a job")?,
+                self.collection(Collection::Jobs),
+                &self.doc_id(&job.id),
+                &self.to_fields(&job, "a job")?,
                 Pre::Absent,
             )];
             if let Some(key) = &job.idempotency_key {
@@ -135,7 +139,7 @@ impl JobStore for FirestoreDb {
                     "idempotency_key": key,
                 }));
                 writes.push(self.put(
-                    &self.inner.names.meta,
+                    self.collection(Collection::Meta),
                     &key_guard(job.user_id.as_deref(), key),
                     &fields,
                     Pre::Absent,
@@ -152,7 +156,7 @@ impl JobStore for FirestoreDb {
                     let key_taken = match &job.idempotency_key {
                         Some(key) => self
                             .get(
-                                &self.inner.names.meta,
+                                self.collection(Collection::Meta),
                                 &key_guard(job.user_id.as_deref(), key),
                             )
                             .await?
@@ -178,38 +182,8 @@ impl JobStore for FirestoreDb {
         lock_grace_seconds: i64,
         deployment_id: Option<&str>,
     ) -> Result<Option<Job>> {
-        for round in 0..CAS_ATTEMPTS {
-            let now = now_epoch_seconds();
-            let mut candidates = Vec::new();
-            for status in [JobStatus::Queued, JobStatus::Running] {
-                for (d, j) in self
-                    .jobs_where(&[("status", opt(Some(status.as_str())))])
-                    .await?
-                {
-                    if j.is_claimable(now, lock_grace_seconds, deployment_id) {
-                        candidates.push((d, j));
-                    }
-                }
-            }
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
-            for (stored, mut job) in candidates {
-                job.take_lease(worker_id, now);
-                let write = self.put(
-                    &self.inner.names.jobs,
-                    &stored.id,
-                    &to_fields(&job, "a job")?,
-                    stored.unchanged(),
-                );
-                if let Commit::Done = self.commit("claim job", vec![write]).await? {
-                    return Ok(Some(job));
-                }
-            }
-            backoff(round).await;
-        }
-        Err(self.contended("claim job"))
+        self.claim_next_job(worker_id, lock_grace_seconds, deployment_id)
+            .await
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
@@ -223,9 +197,9 @@ impl JobStore for FirestoreDb {
                 };
                 job.locked_at = Some(now_epoch_seconds());
                 let write = self.put(
-                    &self.inner.names.jobs,
+                    self.collection(Collection::Jobs),
                     &stored.id,
-                    &to_fields(&job, "a job")?,
+                    &self.to_fields(&job, "a job")?,
                     stored.unchanged(),
                 );
                 match self.commit("heartbeat jobs", vec![write]).await? {
@@ -286,9 +260,9 @@ impl JobStore for FirestoreDb {
             job.completed_at = Some(now);
             job.updated_at = Some(now);
             let write = self.put(
-                &self.inner.names.jobs,
+                self.collection(Collection::Jobs),
                 &stored.id,
-                &to_fields(&job, "a job")?,
+                &self.to_fields(&job, "a job")?,
                 stored.unchanged(),
             );
             match self.commit("cancel job", vec![write]).await? {
@@ -337,11 +311,14 @@ impl JobStore for FirestoreDb {
             if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
                 continue;
             }
-            let mut writes =
-                vec![self.delete(&self.inner.names.jobs, &stored.id, stored.unchanged())];
+            let mut writes = vec![self.delete(
+                self.collection(Collection::Jobs),
+                &stored.id,
+                stored.unchanged(),
+            )];
             if let Some(key) = &job.idempotency_key {
                 writes.push(self.delete(
-                    &self.inner.names.meta,
+                    self.collection(Collection::Meta),
                     &key_guard(job.user_id.as_deref(), key),
                     Pre::Any,
                 ));
@@ -352,4 +329,47 @@ impl JobStore for FirestoreDb {
         }
         Ok(removed)
     }
+}
+
+/// Claims the oldest claimable job: reads every queued and running job, then tries them
+/// oldest first, each by a compare-and-set that takes a new fencing token.
+pub async fn claim_oldest_job<B: DocBackend>(
+    db: &B,
+    worker_id: &str,
+    lock_grace_seconds: i64,
+    deployment_id: Option<&str>,
+) -> Result<Option<Job>> {
+    let docs = Docs(db);
+    for round in 0..CAS_ATTEMPTS {
+        let now = now_epoch_seconds();
+        let mut candidates = Vec::new();
+        for status in [JobStatus::Queued, JobStatus::Running] {
+            for (d, j) in docs
+                .jobs_where(&[("status", opt(Some(status.as_str())))])
+                .await?
+            {
+                if j.is_claimable(now, lock_grace_seconds, deployment_id) {
+                    candidates.push((d, j));
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
+        for (stored, mut job) in candidates {
+            job.take_lease(worker_id, now);
+            let write = db.put(
+                db.collection(Collection::Jobs),
+                &stored.id,
+                &db.to_fields(&job, "a job")?,
+                stored.unchanged(),
+            );
+            if let Commit::Done = db.commit("claim job", vec![write]).await? {
+                return Ok(Some(job));
+            }
+        }
+        backoff(round).await;
+    }
+    Err(db.contended("claim job"))
 }

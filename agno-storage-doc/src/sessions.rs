@@ -1,0 +1,229 @@
+//! Sessions (`agno_sessions`): one document per session, document id =
+//! [`DocBackend::doc_id`] of `session_id`; found by [`DocBackend::find`] on `session_id`.
+//! Deleting one is the backend's [`DocBackend::delete_session`].
+//!
+//! A pre-v3 `runs` field (agno 2.x) stays on the document until the migration's cleanup;
+//! reads merge it with the runs collection.
+
+use agno_storage_core::legacy::{last_context_runs, merge_runs};
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
+    Page, Result, Session, SessionQuery, SessionRead, SessionStore, SessionType,
+};
+use serde_json::Value;
+
+use crate::{
+    backoff, opt, Collection, Commit, DocBackend, Docs, Fields, Pre, Stored, CAS_ATTEMPTS,
+};
+
+/// The legacy `runs` field.
+pub const LEGACY_RUNS: &str = "runs";
+
+impl<B: DocBackend> Docs<'_, B> {
+    /// A stored session and its legacy runs blob.
+    pub fn decode_session(&self, stored: &Stored<B>) -> Result<(Session, Option<Value>)> {
+        let mut fields = stored.fields.clone();
+        let legacy = fields.remove(LEGACY_RUNS).filter(|v| !v.is_null());
+        let session: Session = self.from_fields(fields, "a session")?;
+        Ok((session, legacy))
+    }
+
+    /// A session document as agno 3.1.10 writes it: only the id and data fields of its type.
+    fn encode_session(&self, session: &Session) -> Result<Fields> {
+        let mut fields = self.to_fields(session, "a session")?;
+        let other: &[&str] = match session.session_type {
+            SessionType::Agent => &["team_id", "team_data", "workflow_id", "workflow_data"],
+            SessionType::Team => &["agent_id", "agent_data", "workflow_id", "workflow_data"],
+            SessionType::Workflow => &["agent_id", "agent_data", "team_id", "team_data"],
+        };
+        for key in other {
+            fields.remove(*key);
+        }
+        Ok(fields)
+    }
+
+    /// The document of session `session_id`.
+    pub async fn find_session(&self, session_id: &str) -> Result<Option<Stored<B>>> {
+        self.find(
+            self.collection(Collection::Sessions),
+            "session_id",
+            session_id,
+        )
+        .await
+    }
+
+    /// `session` with its runs merged from the runs collection and the legacy blob.
+    async fn with_runs(
+        &self,
+        mut session: Session,
+        legacy: Option<&Value>,
+        runs_limit: Option<usize>,
+    ) -> Result<Session> {
+        let runs = self.session_runs(&session.session_id).await?;
+        let merged = merge_runs(legacy, runs);
+        session.runs = Some(match runs_limit {
+            Some(n) => last_context_runs(merged, n),
+            None => merged,
+        });
+        Ok(session)
+    }
+
+    async fn write_session(&self, session: &Session) -> Result<(Session, Option<Value>)> {
+        let now = now_epoch_seconds();
+        for attempt in 0..CAS_ATTEMPTS {
+            let existing = self.find_session(&session.session_id).await?;
+            let mut next = session.clone();
+            next.runs = None;
+            let (doc, pre, legacy, mut fields) = match &existing {
+                Some(stored) => {
+                    let (current, legacy) = self.decode_session(stored)?;
+                    if !writable_by(current.user_id.as_deref(), session.user_id.as_deref()) {
+                        return Err(owned_by_another_user("session", &session.session_id));
+                    }
+                    next.created_at = current.created_at;
+                    next.session_type = current.session_type;
+                    next.updated_at = Some(now);
+                    // agno's `set(merge=True)`: fields we do not write (the legacy `runs`)
+                    // stay.
+                    (
+                        stored.id.clone(),
+                        stored.unchanged(),
+                        legacy,
+                        stored.fields.clone(),
+                    )
+                }
+                None => {
+                    next.updated_at = Some(next.created_at);
+                    (
+                        self.doc_id(&session.session_id),
+                        Pre::Absent,
+                        None,
+                        Fields::new(),
+                    )
+                }
+            };
+            fields.extend(self.encode_session(&next)?);
+            let write = self.put(self.collection(Collection::Sessions), &doc, &fields, pre);
+            match self.commit("upsert session", vec![write]).await? {
+                Commit::Done => return Ok((next, legacy)),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(self.contended("upsert session"))
+    }
+}
+
+#[async_trait]
+impl<B: DocBackend> SessionStore for Docs<'_, B> {
+    async fn upsert_session(&self, session: Session) -> Result<Session> {
+        let (stored, legacy) = self.write_session(&session).await?;
+        self.with_runs(stored, legacy.as_ref(), None).await
+    }
+
+    async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
+        let Some(stored) = self.find_session(session_id).await? else {
+            return Ok(None);
+        };
+        let (s, legacy) = self.decode_session(&stored)?;
+        if !visible_to(s.user_id.as_deref(), read.user_id.as_deref())
+            || read.session_type.is_some_and(|t| t != s.session_type)
+        {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.with_runs(s, legacy.as_ref(), read.runs_limit).await?,
+        ))
+    }
+
+    async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
+        query.pagination.validate()?;
+        let mut eq = Vec::new();
+        if let Some(u) = &query.user_id {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        let docs = self
+            .query(self.collection(Collection::Sessions), &eq)
+            .await?;
+        let name = query.session_name.as_ref().map(|n| n.to_lowercase());
+        let mut rows: Vec<(Session, Option<Value>)> = Vec::new();
+        for d in &docs {
+            let (s, legacy) = self.decode_session(d)?;
+            let keep = query.session_type.is_none_or(|t| t == s.session_type)
+                && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
+                && query
+                    .component_id
+                    .as_deref()
+                    .is_none_or(|c| match query.session_type {
+                        Some(_) => s.component_id() == Some(c),
+                        None => [&s.agent_id, &s.team_id, &s.workflow_id]
+                            .iter()
+                            .any(|id| id.as_deref() == Some(c)),
+                    })
+                && name.as_deref().is_none_or(|n| {
+                    s.session_name()
+                        .is_some_and(|sn| sn.to_lowercase().contains(n))
+                })
+                && query.start_timestamp.is_none_or(|t| s.created_at >= t)
+                && query.end_timestamp.is_none_or(|t| s.created_at <= t);
+            if keep {
+                rows.push((s, legacy));
+            }
+        }
+        let mut sessions: Vec<Session> = rows.iter().map(|(s, _)| s.clone()).collect();
+        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
+        let mut page = Page::paginate(sessions, &query.pagination)?;
+        if query.include_runs {
+            for s in &mut page.items {
+                let legacy = rows
+                    .iter()
+                    .find(|(r, _)| r.session_id == s.session_id)
+                    .and_then(|(_, l)| l.clone());
+                let runs = self.session_runs(&s.session_id).await?;
+                s.runs = Some(merge_runs(legacy.as_ref(), runs));
+            }
+        }
+        Ok(page)
+    }
+
+    async fn rename_session(
+        &self,
+        session_id: &str,
+        session_name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Session>> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some(stored) = self.find_session(session_id).await? else {
+                return Ok(None);
+            };
+            let (mut s, legacy) = self.decode_session(&stored)?;
+            if !visible_to(s.user_id.as_deref(), user_id) {
+                return Ok(None);
+            }
+            s.set_session_name(session_name);
+            s.updated_at = Some(now_epoch_seconds());
+            let mut fields = stored.fields.clone();
+            fields.extend(self.encode_session(&s)?);
+            let write = self.put(
+                self.collection(Collection::Sessions),
+                &stored.id,
+                &fields,
+                stored.unchanged(),
+            );
+            match self.commit("rename session", vec![write]).await? {
+                Commit::Done => return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?)),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(self.contended("rename session"))
+    }
+
+    async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        let mut deleted = 0;
+        for id in session_ids {
+            if self.delete_session(id, user_id).await? {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
