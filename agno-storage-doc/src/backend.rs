@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use agno_storage_core::legacy::InsertedRuns;
+use agno_storage_core::migration::TableType;
 use agno_storage_core::{
     async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord, UserMemory,
 };
@@ -45,6 +46,21 @@ pub enum Collection {
     Versions,
     /// Our bookkeeping: run-index counters, uniqueness guards, the migration lock.
     Meta,
+}
+
+impl From<TableType> for Collection {
+    fn from(table: TableType) -> Self {
+        match table {
+            TableType::Memories => Collection::Memories,
+            TableType::Sessions => Collection::Sessions,
+            TableType::Metrics => Collection::Metrics,
+            TableType::Evals => Collection::Evals,
+            TableType::Knowledge => Collection::Knowledge,
+            TableType::Schedules => Collection::Schedules,
+            TableType::ScheduleRuns => Collection::ScheduleRuns,
+            TableType::Learnings => Collection::Learnings,
+        }
+    }
 }
 
 /// A stored document: its id, body and the version a compare-and-set writes against.
@@ -213,7 +229,7 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     }
 
     /// A document body as a record, ignoring fields the record does not know.
-    fn from_fields<T: DeserializeOwned>(&self, fields: Fields, what: &str) -> Result<T> {
+    fn decode_fields<T: DeserializeOwned>(&self, fields: Fields, what: &str) -> Result<T> {
         decode(Self::BACKEND, fields, what)
     }
 

@@ -36,7 +36,8 @@ impl<B: DocBackend> KnowledgeStore for Docs<'_, B> {
                             fields.insert(k, v);
                         }
                     }
-                    let merged: KnowledgeContent = self.from_fields(fields, "knowledge content")?;
+                    let merged: KnowledgeContent =
+                        self.decode_fields(fields, "knowledge content")?;
                     (stored.id.clone(), stored.unchanged(), merged)
                 }
                 None => (self.doc_id(&content.id), Pre::Absent, content.clone()),

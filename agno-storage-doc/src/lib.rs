@@ -32,6 +32,15 @@ pub use migrate::{migration_steps, stamp_new_database};
 pub use runs::{run_counter_id, updated_run};
 pub use sessions::LEGACY_RUNS;
 
+use std::sync::Arc;
+
+use agno_storage_core::legacy::LegacyRunsStore;
+use agno_storage_core::migration::MigrationTarget;
+use agno_storage_core::{
+    AgnoDb, EvalStore, JobStore, KnowledgeStore, LearningStore, MemoryStore, MetricsStore,
+    RunStore, ScheduleStore, SessionStore,
+};
+
 /// The store traits of `agno-storage-core` over a [`DocBackend`]; it dereferences to the
 /// backend. [`doc_stores!`] makes an adapter's type delegate to it.
 #[derive(Debug)]
@@ -43,6 +52,39 @@ impl<B> std::ops::Deref for Docs<'_, B> {
     fn deref(&self) -> &B {
         self.0
     }
+}
+
+/// One [`AgnoDb`] over every store of `db`, durable.
+pub fn agno_db<B>(db: &B) -> AgnoDb
+where
+    B: DocBackend
+        + SessionStore
+        + RunStore
+        + MemoryStore
+        + MetricsStore
+        + EvalStore
+        + KnowledgeStore
+        + ScheduleStore
+        + LearningStore
+        + JobStore
+        + MigrationTarget
+        + LegacyRunsStore,
+{
+    let me = Arc::new(db.clone());
+    AgnoDb::builder(B::BACKEND)
+        .sessions(me.clone())
+        .runs(me.clone())
+        .memories(me.clone())
+        .metrics(me.clone())
+        .evals(me.clone())
+        .knowledge(me.clone())
+        .schedules(me.clone())
+        .learnings(me.clone())
+        .jobs(me.clone())
+        .migrations(me.clone())
+        .legacy(me)
+        .durable(true)
+        .build()
 }
 
 #[doc(hidden)]

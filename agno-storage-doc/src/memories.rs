@@ -24,7 +24,7 @@ impl<B: DocBackend> Docs<'_, B> {
                 .unwrap_or_default();
             fields.insert("created_at".into(), Value::from(seconds));
         }
-        self.from_fields(fields, "a memory")
+        self.decode_fields(fields, "a memory")
     }
 
     async fn memories_of(&self, user_id: Option<&str>) -> Result<Vec<UserMemory>> {

@@ -147,18 +147,18 @@ impl<B: DocBackend> Docs<'_, B> {
         hold_lease(DocLease(self.0.clone()), holder, self.lock_lease())
     }
 
-    /// [`MigrationTarget::tables`]: every migrated table and its collection.
+    /// [`MigrationTarget::tables`](agno_storage_core::migration::MigrationTarget::tables): every migrated table and its collection.
     pub fn tables(&self) -> Vec<TableRef> {
         TableType::ALL
             .iter()
             .map(|t| TableRef {
                 table_type: *t,
-                name: self.collection(migrated(*t)).to_owned(),
+                name: self.collection(Collection::from(*t)).to_owned(),
             })
             .collect()
     }
 
-    /// [`MigrationTarget::lock`]: creates the lock document, or takes over one whose lease
+    /// [`MigrationTarget::lock`](agno_storage_core::migration::MigrationTarget::lock): creates the lock document, or takes over one whose lease
     /// has passed (see the module docs), retrying every 100 ms. `Conflict` after a minute (or
     /// two leases, if longer) while a live holder keeps renewing it.
     pub async fn lock(&self) -> Result<MigrationLock> {
@@ -201,20 +201,6 @@ impl<B: DocBackend> Docs<'_, B> {
     }
 }
 
-/// The collection of a migrated table type.
-pub(crate) fn migrated(table: TableType) -> Collection {
-    match table {
-        TableType::Memories => Collection::Memories,
-        TableType::Sessions => Collection::Sessions,
-        TableType::Metrics => Collection::Metrics,
-        TableType::Evals => Collection::Evals,
-        TableType::Knowledge => Collection::Knowledge,
-        TableType::Schedules => Collection::Schedules,
-        TableType::ScheduleRuns => Collection::ScheduleRuns,
-        TableType::Learnings => Collection::Learnings,
-    }
-}
-
 /// The lock document as the lease's heartbeat and release see it.
 struct DocLease<B>(B);
 
@@ -241,13 +227,13 @@ impl<B: DocBackend> LeaseRecord for DocLease<B> {
 /// document (a new database).
 pub async fn stamp_new_database<B: DocBackend>(db: &B) -> Result<()> {
     for t in TableType::ALL {
-        if db.any_doc(db.collection(migrated(t))).await? {
+        if db.any_doc(db.collection(Collection::from(t))).await? {
             return Ok(());
         }
     }
     for t in TableType::ALL {
         Docs(db)
-            .set_schema_version(db.collection(migrated(t)), SchemaVersion::LATEST)
+            .set_schema_version(db.collection(Collection::from(t)), SchemaVersion::LATEST)
             .await?;
     }
     Ok(())

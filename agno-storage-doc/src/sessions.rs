@@ -24,7 +24,7 @@ impl<B: DocBackend> Docs<'_, B> {
     pub fn decode_session(&self, stored: &Stored<B>) -> Result<(Session, Option<Value>)> {
         let mut fields = stored.fields.clone();
         let legacy = fields.remove(LEGACY_RUNS).filter(|v| !v.is_null());
-        let session: Session = self.from_fields(fields, "a session")?;
+        let session: Session = self.decode_fields(fields, "a session")?;
         Ok((session, legacy))
     }
 

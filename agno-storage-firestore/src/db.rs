@@ -100,16 +100,7 @@ impl CollectionNames {
 
     /// The physical name of a migrated table type.
     pub fn of(&self, table: TableType) -> &str {
-        match table {
-            TableType::Memories => &self.memories,
-            TableType::Sessions => &self.sessions,
-            TableType::Metrics => &self.metrics,
-            TableType::Evals => &self.evals,
-            TableType::Knowledge => &self.knowledge,
-            TableType::Schedules => &self.schedules,
-            TableType::ScheduleRuns => &self.schedule_runs,
-            TableType::Learnings => &self.learnings,
-        }
+        self.get(Collection::from(table))
     }
 }
 
@@ -229,20 +220,6 @@ impl FirestoreDb {
 
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
-        let me = Arc::new(self.clone());
-        AgnoDb::builder(BACKEND)
-            .sessions(me.clone())
-            .runs(me.clone())
-            .memories(me.clone())
-            .metrics(me.clone())
-            .evals(me.clone())
-            .knowledge(me.clone())
-            .schedules(me.clone())
-            .learnings(me.clone())
-            .jobs(me.clone())
-            .migrations(me.clone())
-            .legacy(me)
-            .durable(true)
-            .build()
+        agno_storage_doc::agno_db(self)
     }
 }
