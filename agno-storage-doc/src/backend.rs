@@ -189,7 +189,7 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     }
 
     /// [`agno_storage_core::JobStore::claim_job`] (default:
-    /// [`crate::jobs::claim_oldest_job`]).
+    /// [`crate::claim_oldest_job`]).
     async fn claim_next_job(
         &self,
         worker_id: &str,
@@ -271,7 +271,7 @@ pub fn opt(value: Option<&str>) -> Value {
 }
 
 /// A JSON object's fields (empty for anything else).
-pub fn object(value: Value) -> Fields {
+pub(crate) fn object(value: Value) -> Fields {
     match value {
         Value::Object(m) => m,
         _ => Fields::new(),

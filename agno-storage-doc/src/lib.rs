@@ -13,7 +13,7 @@
 
 mod backend;
 mod evals;
-pub mod jobs;
+mod jobs;
 mod knowledge;
 mod learnings;
 mod legacy;
@@ -25,12 +25,13 @@ mod schedules;
 mod sessions;
 
 pub use backend::{
-    backoff, digest_id, object, opt, Collection, Commit, DocBackend, Fields, Pre, Stored,
-    CAS_ATTEMPTS,
+    backoff, digest_id, opt, Collection, Commit, DocBackend, Fields, Pre, Stored, CAS_ATTEMPTS,
 };
+pub use jobs::claim_oldest_job;
 pub use migrate::{migration_steps, stamp_new_database};
 pub use runs::{run_counter_id, updated_run};
-pub use sessions::LEGACY_RUNS;
+
+use backend::object;
 
 use std::sync::Arc;
 

@@ -103,8 +103,9 @@ impl<B: DocBackend> RunStore for Docs<'_, B> {
                 .await?;
             deleted += 1;
         }
-        // Scrub the legacy blobs of sessions the caller may see, so a merge cannot resurrect
-        // the runs (agno scrubs a document id that does not exist, so its runs come back).
+        // Scrub the legacy blobs of sessions the caller may see, by compare-and-set, so a merge
+        // cannot resurrect the runs (agno's `FirestoreDb` scrubs a document id that does not
+        // exist, its `SurrealDb` by a read-then-write that can lose a concurrent update).
         let scrub: std::collections::HashSet<&str> = run_ids.iter().map(String::as_str).collect();
         let mut eq = Vec::new();
         if let Some(u) = user_id {

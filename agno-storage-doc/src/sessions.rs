@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The legacy `runs` field.
-pub const LEGACY_RUNS: &str = "runs";
+pub(crate) const LEGACY_RUNS: &str = "runs";
 
 impl<B: DocBackend> Docs<'_, B> {
     /// A stored session and its legacy runs blob.
@@ -83,7 +83,7 @@ impl<B: DocBackend> Docs<'_, B> {
                     next.created_at = current.created_at;
                     next.session_type = current.session_type;
                     next.updated_at = Some(now);
-                    // agno's `set(merge=True)`: fields we do not write (the legacy `runs`)
+                    // As agno's merge writes: fields we do not write (the legacy `runs`)
                     // stay.
                     (
                         stored.id.clone(),

@@ -19,6 +19,10 @@
 //! single-field indexes, ordering happens in the client. `firestore.indexes.json` in this
 //! crate declares the composite indexes agno itself creates, for projects that run both.
 //!
+//! The store logic is `agno-storage-doc`'s, shared with the SurrealDB adapter; this crate is
+//! its `DocBackend`: the gRPC calls, the value encoding, document ids, metrics ids, the
+//! run-index counter and session deletes.
+//!
 //! # Features
 //!
 //! Nothing is compiled by default.

@@ -27,6 +27,10 @@
 //! renewing and its `release` reports `Conflict`. A lock record written by a version without
 //! heartbeats (only `locked_at`) is still broken after 15 minutes, as that version did.
 //!
+//! The store logic is `agno-storage-doc`'s, shared with the Firestore adapter; this crate is
+//! its `DocBackend`: the SurrealQL transactions, agno's record encoding, the run-index
+//! counter, session deletes and the paged job claim.
+//!
 //! # Features
 //!
 //! Nothing is compiled by default.
