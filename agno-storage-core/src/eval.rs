@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::pagination::{Page, Pagination, Sort};
+use crate::pagination::{Page, Pagination, Sort, SortOrder};
 
 /// The kind of eval. Stored as agno's `EvalType` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -113,6 +113,45 @@ pub struct EvalQuery {
     pub pagination: Pagination,
     /// Sort column and direction.
     pub sort: Sort,
+}
+
+impl EvalQuery {
+    /// Whether `run` passes the filters: visible to `user_id`, equal on every id filter that
+    /// is set, of one of `eval_types` (any when empty), and with `filter_type`'s column set.
+    pub fn matches(&self, run: &EvalRun) -> bool {
+        use crate::same;
+        crate::visible_to(run.user_id.as_deref(), self.user_id.as_deref())
+            && same(&self.agent_id, &run.agent_id)
+            && same(&self.team_id, &run.team_id)
+            && same(&self.workflow_id, &run.workflow_id)
+            && same(&self.model_id, &run.model_id)
+            && (self.eval_types.is_empty() || self.eval_types.contains(&run.eval_type))
+            && match self.filter_type {
+                Some(EvalFilterType::Agent) => run.agent_id.is_some(),
+                Some(EvalFilterType::Team) => run.team_id.is_some(),
+                Some(EvalFilterType::Workflow) => run.workflow_id.is_some(),
+                None => true,
+            }
+    }
+
+    /// The order to list in: `sort`, or `created_at` descending when it names no column.
+    pub fn effective_sort(&self) -> Sort {
+        match &self.sort.sort_by {
+            Some(_) => self.sort.clone(),
+            None => Sort::by("created_at", SortOrder::Desc),
+        }
+    }
+
+    /// Sorts `rows` (already filtered by [`EvalQuery::matches`]) by
+    /// [`EvalQuery::effective_sort`], then cuts out the page; `total` counts every row.
+    pub fn page(&self, rows: Vec<EvalRun>) -> Result<Page<EvalRun>> {
+        Page::sorted(
+            rows,
+            &self.effective_sort(),
+            EvalRun::SORTABLE,
+            &self.pagination,
+        )
+    }
 }
 
 /// Eval runs.

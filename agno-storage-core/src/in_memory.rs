@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore};
+use crate::eval::{EvalQuery, EvalRun, EvalStore};
 use crate::job::{
     check_finish_status, lease_lost, sort_newest_first, EnqueueOutcome, EnqueueRejection, Job,
     JobQuery, JobStatus, JobStore,
@@ -26,7 +26,7 @@ use crate::migration::{
     CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
     SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
-use crate::pagination::{sort_records, Page, Pagination, Sort, SortOrder};
+use crate::pagination::{sort_records, Page, Pagination, Sort};
 use crate::run::{RunQuery, RunRecord, RunStore};
 use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
@@ -664,33 +664,14 @@ impl EvalStore for InMemoryDb {
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows: Vec<EvalRun> = self
+        let rows: Vec<EvalRun> = self
             .lock()
             .evals
             .values()
-            .filter(|r| {
-                visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                    && eq(&query.agent_id, &r.agent_id)
-                    && eq(&query.team_id, &r.team_id)
-                    && eq(&query.workflow_id, &r.workflow_id)
-                    && eq(&query.model_id, &r.model_id)
-                    && (query.eval_types.is_empty() || query.eval_types.contains(&r.eval_type))
-                    && match query.filter_type {
-                        Some(EvalFilterType::Agent) => r.agent_id.is_some(),
-                        Some(EvalFilterType::Team) => r.team_id.is_some(),
-                        Some(EvalFilterType::Workflow) => r.workflow_id.is_some(),
-                        None => true,
-                    }
-            })
+            .filter(|r| query.matches(r))
             .cloned()
             .collect();
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort::by("created_at", SortOrder::Desc),
-        };
-        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn rename_eval_run(

@@ -81,6 +81,11 @@ pub fn visible_to(row_owner: Option<&str>, caller: Option<&str>) -> bool {
     caller.is_none() || row_owner == caller
 }
 
+/// Whether a row's `have` passes an optional equality filter `want` (any when `None`).
+pub(crate) fn same(want: &Option<String>, have: &Option<String>) -> bool {
+    want.is_none() || want == have
+}
+
 /// Whether `writer` may overwrite a row owned by `row_owner` (agno's owner guard): the row is
 /// unowned, or owned by the writer.
 pub fn writable_by(row_owner: Option<&str>, writer: Option<&str>) -> bool {

@@ -97,6 +97,20 @@ impl<T> Page<T> {
     }
 }
 
+impl<T: Serialize> Page<T> {
+    /// Sorts `rows` with [`sort_records`] (an unknown column is `InvalidInput`), then pages
+    /// them with [`Page::paginate`].
+    pub fn sorted(
+        mut rows: Vec<T>,
+        sort: &Sort,
+        allowed: &[&str],
+        pagination: &Pagination,
+    ) -> Result<Page<T>> {
+        sort_records(&mut rows, sort, allowed)?;
+        Page::paginate(rows, pagination)
+    }
+}
+
 /// Sorting of a list call: a column name and a direction.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Sort {

@@ -2,8 +2,8 @@
 //! [`DocBackend::find`] on `run_id`.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, sort_records, visible_to, Error, ErrorKind, EvalFilterType,
-    EvalQuery, EvalRun, EvalStore, Page, Result, Sort, SortOrder,
+    async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, EvalQuery, EvalRun, EvalStore,
+    Page, Result,
 };
 
 use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
@@ -51,32 +51,14 @@ impl<B: DocBackend> EvalStore for Docs<'_, B> {
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for d in self.query(self.collection(Collection::Evals), &eq).await? {
             let r: EvalRun = d.decode("an eval run")?;
-            let keep = visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                && same(&query.agent_id, &r.agent_id)
-                && same(&query.team_id, &r.team_id)
-                && same(&query.workflow_id, &r.workflow_id)
-                && same(&query.model_id, &r.model_id)
-                && (query.eval_types.is_empty() || query.eval_types.contains(&r.eval_type))
-                && match query.filter_type {
-                    Some(EvalFilterType::Agent) => r.agent_id.is_some(),
-                    Some(EvalFilterType::Team) => r.team_id.is_some(),
-                    Some(EvalFilterType::Workflow) => r.workflow_id.is_some(),
-                    None => true,
-                };
-            if keep {
+            if query.matches(&r) {
                 rows.push(r);
             }
         }
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort::by("created_at", SortOrder::Desc),
-        };
-        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn rename_eval_run(

@@ -2,8 +2,8 @@
 //! `user_id`), timestamps as `N`.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, sort_records, visible_to, ErrorKind, EvalFilterType, EvalQuery,
-    EvalRun, EvalStore, Page, Result, Sort, SortOrder,
+    async_trait, now_epoch_seconds, visible_to, ErrorKind, EvalQuery, EvalRun, EvalStore, Page,
+    Result,
 };
 
 use crate::codec::{err, record, record_item, sv};
@@ -43,32 +43,14 @@ impl EvalStore for DynamoDb {
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for item in self.scan(Tbl::Evals).await? {
             let r: EvalRun = record(&item, EVAL_JSON, "an eval run")?;
-            let keep = visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                && eq(&query.agent_id, &r.agent_id)
-                && eq(&query.team_id, &r.team_id)
-                && eq(&query.workflow_id, &r.workflow_id)
-                && eq(&query.model_id, &r.model_id)
-                && (query.eval_types.is_empty() || query.eval_types.contains(&r.eval_type))
-                && match query.filter_type {
-                    Some(EvalFilterType::Agent) => r.agent_id.is_some(),
-                    Some(EvalFilterType::Team) => r.team_id.is_some(),
-                    Some(EvalFilterType::Workflow) => r.workflow_id.is_some(),
-                    None => true,
-                };
-            if keep {
+            if query.matches(&r) {
                 rows.push(r);
             }
         }
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort::by("created_at", SortOrder::Desc),
-        };
-        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn rename_eval_run(

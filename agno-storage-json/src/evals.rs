@@ -1,11 +1,10 @@
 //! Eval runs (`agno_eval_runs.json`): `EvalRunRecord.model_dump()` plus timestamps and the
 //! owner. Unlike agno, which appends a duplicate row, re-creating a `run_id` is refused.
 
-use agno_storage_core::eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore};
+use agno_storage_core::eval::{EvalQuery, EvalRun, EvalStore};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, sort_records, visible_to, Error, ErrorKind, Page, Result,
-    Sort, SortOrder,
-};
+    async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Result,
+    };
 use serde_json::Value;
 
 use crate::doc::{fields, find, from_row, position, put, shape, text, Doc, Nulls};
@@ -70,32 +69,13 @@ impl EvalStore for JsonStore {
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows: Vec<EvalRun> = self
+        let rows: Vec<EvalRun> = self
             .all::<EvalRun>()
             .await?
             .into_iter()
-            .filter(|r| {
-                visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                    && eq(&query.agent_id, &r.agent_id)
-                    && eq(&query.team_id, &r.team_id)
-                    && eq(&query.workflow_id, &r.workflow_id)
-                    && eq(&query.model_id, &r.model_id)
-                    && (query.eval_types.is_empty() || query.eval_types.contains(&r.eval_type))
-                    && match query.filter_type {
-                        Some(EvalFilterType::Agent) => r.agent_id.is_some(),
-                        Some(EvalFilterType::Team) => r.team_id.is_some(),
-                        Some(EvalFilterType::Workflow) => r.workflow_id.is_some(),
-                        None => true,
-                    }
-            })
+            .filter(|r| query.matches(r))
             .collect();
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort::by("created_at", SortOrder::Desc),
-        };
-        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn rename_eval_run(

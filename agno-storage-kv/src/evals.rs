@@ -3,8 +3,8 @@
 //! creation time (all, per owner). A run id is written once.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, sort_records, visible_to, Error, ErrorKind, EvalFilterType,
-    EvalQuery, EvalRun, EvalStore, EvalType, Page, Result, Sort, SortOrder,
+    async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, EvalQuery, EvalRun, EvalStore,
+    EvalType, Page, Result,
 };
 use serde_json::Value;
 
@@ -115,10 +115,7 @@ impl EvalStore for KvStore {
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
         query.pagination.validate()?;
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort::by("created_at", SortOrder::Desc),
-        };
+        let sort = query.effective_sort();
         agno_storage_core::validate_sort(&sort, EvalRun::SORTABLE)?;
         let base = match &query.user_id {
             Some(u) => self.evals_of_user(u),
@@ -146,28 +143,14 @@ impl EvalStore for KvStore {
                 .await?;
             return Ok(Page { items, total });
         }
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for (id, raw) in self.load_index(TABLE, &base, "-inf", "+inf").await? {
             let r = decode(&self.key(TABLE, &id), &raw)?;
-            let keep = visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                && eq(&query.agent_id, &r.agent_id)
-                && eq(&query.team_id, &r.team_id)
-                && eq(&query.workflow_id, &r.workflow_id)
-                && eq(&query.model_id, &r.model_id)
-                && (query.eval_types.is_empty() || query.eval_types.contains(&r.eval_type))
-                && match query.filter_type {
-                    Some(EvalFilterType::Agent) => r.agent_id.is_some(),
-                    Some(EvalFilterType::Team) => r.team_id.is_some(),
-                    Some(EvalFilterType::Workflow) => r.workflow_id.is_some(),
-                    None => true,
-                };
-            if keep {
+            if query.matches(&r) {
                 rows.push(r);
             }
         }
-        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn rename_eval_run(

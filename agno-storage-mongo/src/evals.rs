@@ -1,8 +1,8 @@
 //! Eval runs (`agno_eval_runs`): inserted once per `run_id`, never overwritten.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, sort_records, Error, ErrorKind, EvalFilterType, EvalQuery,
-    EvalRun, EvalStore, Page, Result, Sort, SortOrder,
+    async_trait, now_epoch_seconds, Error, ErrorKind, EvalFilterType, EvalQuery, EvalRun,
+    EvalStore, Page, Result,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -44,11 +44,7 @@ impl EvalStore for MongoDb {
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
         query.pagination.validate()?;
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort::by("created_at", SortOrder::Desc),
-        };
-        agno_storage_core::validate_sort(&sort, EvalRun::SORTABLE)?;
+        agno_storage_core::validate_sort(&query.effective_sort(), EvalRun::SORTABLE)?;
         let mut filter = Document::new();
         scope(&mut filter, query.user_id.as_deref());
         for (key, value) in [
@@ -81,7 +77,7 @@ impl EvalStore for MongoDb {
                 filter.insert(key, doc! {"$ne": Bson::Null});
             }
         }
-        let mut rows = self
+        let rows = self
             .coll(&self.inner.names.evals)
             .find(filter)
             .await
@@ -92,8 +88,7 @@ impl EvalStore for MongoDb {
             .into_iter()
             .map(|d| from_doc(d, "an eval run"))
             .collect::<Result<Vec<EvalRun>>>()?;
-        sort_records(&mut rows, &sort, EvalRun::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn rename_eval_run(
