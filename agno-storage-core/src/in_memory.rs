@@ -217,34 +217,14 @@ impl SessionStore for InMemoryDb {
     async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
         query.pagination.validate()?;
         let state = self.lock();
-        let name = query.session_name.as_ref().map(|n| n.to_lowercase());
-        let mut rows: Vec<&StoredSession> = state
+        let matches = query.matcher();
+        let sessions: Vec<Session> = state
             .sessions
             .values()
-            .filter(|st| {
-                let s = &st.session;
-                query.session_type.is_none_or(|t| t == s.session_type)
-                    && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
-                    && query
-                        .component_id
-                        .as_deref()
-                        .is_none_or(|c| match query.session_type {
-                            Some(_) => s.component_id() == Some(c),
-                            None => [&s.agent_id, &s.team_id, &s.workflow_id]
-                                .iter()
-                                .any(|id| id.as_deref() == Some(c)),
-                        })
-                    && name.as_deref().is_none_or(|n| {
-                        s.session_name()
-                            .is_some_and(|sn| sn.to_lowercase().contains(n))
-                    })
-                    && query.start_timestamp.is_none_or(|t| s.created_at >= t)
-                    && query.end_timestamp.is_none_or(|t| s.created_at <= t)
-            })
+            .filter(|st| matches(&st.session))
+            .map(|st| st.session.clone())
             .collect();
-        let mut sessions: Vec<Session> = rows.drain(..).map(|st| st.session.clone()).collect();
-        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
-        let mut page = Page::paginate(sessions, &query.pagination)?;
+        let mut page = query.page(sessions)?;
         if query.include_runs {
             for s in &mut page.items {
                 if let Some(stored) = state.sessions.get(&s.session_id) {

@@ -203,6 +203,40 @@ pub struct SessionQuery {
     pub include_runs: bool,
 }
 
+impl SessionQuery {
+    /// A test of whether a session passes the filters: type, owner (see
+    /// [`crate::visible_to`]), component (the `session_type`'s id column, any of the three
+    /// without a type), case-insensitive `session_name` substring and the `created_at` range.
+    pub fn matcher(&self) -> impl Fn(&Session) -> bool + '_ {
+        let name = self.session_name.as_ref().map(|n| n.to_lowercase());
+        move |s| {
+            self.session_type.is_none_or(|t| t == s.session_type)
+                && crate::visible_to(s.user_id.as_deref(), self.user_id.as_deref())
+                && self
+                    .component_id
+                    .as_deref()
+                    .is_none_or(|c| match self.session_type {
+                        Some(_) => s.component_id() == Some(c),
+                        None => [&s.agent_id, &s.team_id, &s.workflow_id]
+                            .iter()
+                            .any(|id| id.as_deref() == Some(c)),
+                    })
+                && name.as_deref().is_none_or(|n| {
+                    s.session_name()
+                        .is_some_and(|sn| sn.to_lowercase().contains(n))
+                })
+                && self.start_timestamp.is_none_or(|t| s.created_at >= t)
+                && self.end_timestamp.is_none_or(|t| s.created_at <= t)
+        }
+    }
+
+    /// Sorts `sessions` (already filtered by [`SessionQuery::matcher`]) by `sort`, then cuts
+    /// out the page; `total` counts every session.
+    pub fn page(&self, sessions: Vec<Session>) -> Result<Page<Session>> {
+        Page::sorted(sessions, &self.sort, Session::SORTABLE, &self.pagination)
+    }
+}
+
 /// Options of [`SessionStore::get_session`].
 #[derive(Debug, Clone, Default)]
 pub struct SessionRead {

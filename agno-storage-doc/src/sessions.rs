@@ -7,8 +7,8 @@
 
 use agno_storage_core::legacy::{last_context_runs, merge_runs};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Page, Result, Session, SessionQuery, SessionRead, SessionStore, SessionType,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Page, Result,
+    Session, SessionQuery, SessionRead, SessionStore, SessionType,
 };
 use serde_json::Value;
 
@@ -144,34 +144,16 @@ impl<B: DocBackend> SessionStore for Docs<'_, B> {
         let docs = self
             .query(self.collection(Collection::Sessions), &eq)
             .await?;
-        let name = query.session_name.as_ref().map(|n| n.to_lowercase());
+        let matches = query.matcher();
         let mut rows: Vec<(Session, Option<Value>)> = Vec::new();
         for d in &docs {
             let (s, legacy) = self.decode_session(d)?;
-            let keep = query.session_type.is_none_or(|t| t == s.session_type)
-                && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
-                && query
-                    .component_id
-                    .as_deref()
-                    .is_none_or(|c| match query.session_type {
-                        Some(_) => s.component_id() == Some(c),
-                        None => [&s.agent_id, &s.team_id, &s.workflow_id]
-                            .iter()
-                            .any(|id| id.as_deref() == Some(c)),
-                    })
-                && name.as_deref().is_none_or(|n| {
-                    s.session_name()
-                        .is_some_and(|sn| sn.to_lowercase().contains(n))
-                })
-                && query.start_timestamp.is_none_or(|t| s.created_at >= t)
-                && query.end_timestamp.is_none_or(|t| s.created_at <= t);
-            if keep {
+            if matches(&s) {
                 rows.push((s, legacy));
             }
         }
-        let mut sessions: Vec<Session> = rows.iter().map(|(s, _)| s.clone()).collect();
-        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
-        let mut page = Page::paginate(sessions, &query.pagination)?;
+        let sessions: Vec<Session> = rows.iter().map(|(s, _)| s.clone()).collect();
+        let mut page = query.page(sessions)?;
         if query.include_runs {
             for s in &mut page.items {
                 let legacy = rows

@@ -224,34 +224,16 @@ impl SessionStore for DynamoDb {
 
     async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
         query.pagination.validate()?;
-        let name = query.session_name.as_ref().map(|n| n.to_lowercase());
+        let matches = query.matcher();
         let mut rows = Vec::new();
         for item in self.scan(Tbl::Sessions).await? {
             let (s, legacy) = decode_session(&item)?;
-            let keep = query.session_type.is_none_or(|t| t == s.session_type)
-                && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
-                && query
-                    .component_id
-                    .as_deref()
-                    .is_none_or(|c| match query.session_type {
-                        Some(_) => s.component_id() == Some(c),
-                        None => [&s.agent_id, &s.team_id, &s.workflow_id]
-                            .iter()
-                            .any(|id| id.as_deref() == Some(c)),
-                    })
-                && name.as_deref().is_none_or(|n| {
-                    s.session_name()
-                        .is_some_and(|sn| sn.to_lowercase().contains(n))
-                })
-                && query.start_timestamp.is_none_or(|t| s.created_at >= t)
-                && query.end_timestamp.is_none_or(|t| s.created_at <= t);
-            if keep {
+            if matches(&s) {
                 rows.push((s, legacy));
             }
         }
-        let mut sessions: Vec<Session> = rows.iter().map(|(s, _)| s.clone()).collect();
-        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
-        let mut page = Page::paginate(sessions, &query.pagination)?;
+        let sessions: Vec<Session> = rows.iter().map(|(s, _)| s.clone()).collect();
+        let mut page = query.page(sessions)?;
         if query.include_runs {
             let mut with = Vec::with_capacity(page.items.len());
             for s in page.items {

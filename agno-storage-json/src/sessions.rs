@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use agno_storage_core::legacy::{last_context_runs, merge_runs};
 use agno_storage_core::session::{Session, SessionQuery, SessionRead, SessionStore, SessionType};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by,
     Page, Result, RunRecord,
 };
 use serde_json::Value;
@@ -178,37 +178,19 @@ impl SessionStore for JsonStore {
     async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
         query.pagination.validate()?;
         let rows = self.files.load(Table::Sessions).await?;
-        let name = query.session_name.as_ref().map(|n| n.to_lowercase());
+        let matches = query.matcher();
         let mut legacy: HashMap<String, &Value> = HashMap::new();
         let mut sessions = Vec::new();
         for row in &rows {
             let s = Session::decode(row)?;
-            let keep = query.session_type.is_none_or(|t| t == s.session_type)
-                && visible_to(s.user_id.as_deref(), query.user_id.as_deref())
-                && query
-                    .component_id
-                    .as_deref()
-                    .is_none_or(|c| match query.session_type {
-                        Some(_) => s.component_id() == Some(c),
-                        None => [&s.agent_id, &s.team_id, &s.workflow_id]
-                            .iter()
-                            .any(|id| id.as_deref() == Some(c)),
-                    })
-                && name.as_deref().is_none_or(|n| {
-                    s.session_name()
-                        .is_some_and(|sn| sn.to_lowercase().contains(n))
-                })
-                && query.start_timestamp.is_none_or(|t| s.created_at >= t)
-                && query.end_timestamp.is_none_or(|t| s.created_at <= t);
-            if keep {
+            if matches(&s) {
                 if let Some(blob) = legacy_blob(row) {
                     legacy.entry(s.session_id.clone()).or_insert(blob);
                 }
                 sessions.push(s);
             }
         }
-        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
-        let mut page = Page::paginate(sessions, &query.pagination)?;
+        let mut page = query.page(sessions)?;
         if query.include_runs && !page.items.is_empty() {
             let run_rows = self.files.load(Table::Runs).await?;
             let wanted: HashSet<&str> = page.items.iter().map(|s| s.session_id.as_str()).collect();

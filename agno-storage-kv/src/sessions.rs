@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 use agno_storage_core::legacy::{last_context_runs, merge_runs};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, validate_sort, visible_to,
-    writable_by, Error, Page, Result, RunRecord, Session, SessionQuery, SessionRead, SessionStore,
-    SessionType, SortOrder,
+    async_trait, now_epoch_seconds, owned_by_another_user, validate_sort, visible_to, writable_by,
+    Error, Page, Result, RunRecord, Session, SessionQuery, SessionRead, SessionStore, SessionType,
+    SortOrder,
 };
 use serde_json::{Map, Value};
 
@@ -246,25 +246,6 @@ fn with_runs(stored: Stored, runs: Vec<RunRecord>, runs_limit: Option<usize>) ->
     session
 }
 
-fn matches(s: &Session, q: &SessionQuery, name: Option<&str>) -> bool {
-    q.session_type.is_none_or(|t| t == s.session_type)
-        && visible_to(s.user_id.as_deref(), q.user_id.as_deref())
-        && q.component_id
-            .as_deref()
-            .is_none_or(|c| match q.session_type {
-                Some(_) => s.component_id() == Some(c),
-                None => [&s.agent_id, &s.team_id, &s.workflow_id]
-                    .iter()
-                    .any(|id| id.as_deref() == Some(c)),
-            })
-        && name.is_none_or(|n| {
-            s.session_name()
-                .is_some_and(|sn| sn.to_lowercase().contains(n))
-        })
-        && q.start_timestamp.is_none_or(|t| s.created_at >= t)
-        && q.end_timestamp.is_none_or(|t| s.created_at <= t)
-}
-
 #[async_trait]
 impl SessionStore for KvStore {
     async fn upsert_session(&self, mut session: Session) -> Result<Session> {
@@ -351,6 +332,7 @@ impl SessionStore for KvStore {
             (None, Some(c)) => c,
             (None, None) => self.sessions_all(),
         };
+        let matches = query.matcher();
         let by_index = query.session_type.is_none()
             && query.session_name.is_none()
             && !(query.user_id.is_some() && query.component_id.is_some())
@@ -372,22 +354,20 @@ impl SessionStore for KvStore {
                 &query.pagination,
                 |id, raw| {
                     let stored = decode(&self.key(TABLE, id), raw)?;
-                    Ok(matches(&stored.session, &query, None).then_some(stored))
+                    Ok(matches(&stored.session).then_some(stored))
                 },
             )
             .await?
         } else {
-            let name = query.session_name.as_ref().map(|n| n.to_lowercase());
             let mut matched = Vec::new();
             for (id, raw) in self.load_index(TABLE, &base, &min, &max).await? {
                 let stored = decode(&self.key(TABLE, &id), &raw)?;
-                if matches(&stored.session, &query, name.as_deref()) {
+                if matches(&stored.session) {
                     matched.push(stored);
                 }
             }
-            let mut sessions: Vec<Session> = matched.iter().map(|s| s.session.clone()).collect();
-            sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
-            let page = Page::paginate(sessions, &query.pagination)?;
+            let sessions: Vec<Session> = matched.iter().map(|s| s.session.clone()).collect();
+            let page = query.page(sessions)?;
             let mut legacy: std::collections::HashMap<String, Option<Value>> = matched
                 .into_iter()
                 .map(|s| (s.session.session_id, s.legacy))

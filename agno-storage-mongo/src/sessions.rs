@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use agno_storage_core::legacy::{last_context_runs, merge_runs};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, Page, Result, RunRecord,
-    Session, SessionQuery, SessionRead, SessionStore, SessionType,
+    async_trait, now_epoch_seconds, owned_by_another_user, Page, Result, RunRecord, Session,
+    SessionQuery, SessionRead, SessionStore, SessionType,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -212,9 +212,8 @@ impl SessionStore for MongoDb {
             .into_iter()
             .map(decode_session)
             .collect::<Result<Vec<_>>>()?;
-        let mut sessions: Vec<Session> = stored.iter().map(|s| s.session.clone()).collect();
-        sort_records(&mut sessions, &query.sort, Session::SORTABLE)?;
-        let page = Page::paginate(sessions, &query.pagination)?;
+        let sessions: Vec<Session> = stored.iter().map(|s| s.session.clone()).collect();
+        let page = query.page(sessions)?;
         if !query.include_runs {
             return Ok(page);
         }
