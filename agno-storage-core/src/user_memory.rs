@@ -89,6 +89,32 @@ pub struct MemoryQuery {
     pub sort: Sort,
 }
 
+impl MemoryQuery {
+    /// A test of whether a memory passes the filters: owner (see [`crate::visible_to`]),
+    /// agent, team, every one of `topics`, and case-insensitive `search_content` substring.
+    pub fn matcher(&self) -> impl Fn(&UserMemory) -> bool + '_ {
+        let search = self.search_content.as_ref().map(|s| s.to_lowercase());
+        move |m| {
+            crate::visible_to(m.user_id.as_deref(), self.user_id.as_deref())
+                && crate::same(&self.agent_id, &m.agent_id)
+                && crate::same(&self.team_id, &m.team_id)
+                && self
+                    .topics
+                    .iter()
+                    .all(|t| m.topics.as_ref().is_some_and(|ts| ts.contains(t)))
+                && search
+                    .as_deref()
+                    .is_none_or(|s| m.memory.to_lowercase().contains(s))
+        }
+    }
+
+    /// Sorts `rows` (already filtered by [`MemoryQuery::matcher`]) by `sort`, then cuts out
+    /// the page; `total` counts every memory.
+    pub fn page(&self, rows: Vec<UserMemory>) -> Result<Page<UserMemory>> {
+        Page::sorted(rows, &self.sort, UserMemory::SORTABLE, &self.pagination)
+    }
+}
+
 /// Per-user memory counts of [`MemoryStore::get_memory_stats`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryStats {

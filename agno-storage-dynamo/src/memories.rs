@@ -4,8 +4,8 @@
 
 use agno_storage_core::user_memory::memory_stats;
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    MemoryQuery, MemoryStats, MemoryStore, Page, Pagination, Result, UserMemory,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, MemoryQuery,
+    MemoryStats, MemoryStore, Page, Pagination, Result, UserMemory,
 };
 use chrono::{DateTime, NaiveDateTime};
 use serde_json::Value;
@@ -117,26 +117,14 @@ impl MemoryStore for DynamoDb {
 
     async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>> {
         query.pagination.validate()?;
-        let search = query.search_content.as_ref().map(|s| s.to_lowercase());
-        let mut rows: Vec<UserMemory> = self
+        let matches = query.matcher();
+        let rows: Vec<UserMemory> = self
             .all_memories()
             .await?
             .into_iter()
-            .filter(|m| {
-                visible_to(m.user_id.as_deref(), query.user_id.as_deref())
-                    && (query.agent_id.is_none() || query.agent_id == m.agent_id)
-                    && (query.team_id.is_none() || query.team_id == m.team_id)
-                    && query
-                        .topics
-                        .iter()
-                        .all(|t| m.topics.as_ref().is_some_and(|ts| ts.contains(t)))
-                    && search
-                        .as_deref()
-                        .is_none_or(|s| m.memory.to_lowercase().contains(s))
-            })
+            .filter(|m| matches(m))
             .collect();
-        sort_records(&mut rows, &query.sort, UserMemory::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {

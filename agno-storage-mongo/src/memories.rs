@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, MemoryQuery, MemoryStats,
-    MemoryStore, Page, Pagination, Result, UserMemory,
+    async_trait, now_epoch_seconds, owned_by_another_user, MemoryQuery, MemoryStats, MemoryStore,
+    Page, Pagination, Result, UserMemory,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -124,9 +124,8 @@ impl MemoryStore for MongoDb {
         if let Some(s) = &query.search_content {
             filter.insert("memory", doc! {"$regex": regex_literal(s), "$options": "i"});
         }
-        let mut rows = self.find_memories(filter).await?;
-        sort_records(&mut rows, &query.sort, UserMemory::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        let rows = self.find_memories(filter).await?;
+        query.page(rows)
     }
 
     async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {
