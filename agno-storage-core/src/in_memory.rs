@@ -26,7 +26,7 @@ use crate::migration::{
     CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
     SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
-use crate::pagination::{sort_records, Page, Pagination, Sort};
+use crate::pagination::{sort_records, Page, Pagination};
 use crate::run::{RunQuery, RunRecord, RunStore};
 use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
@@ -1024,40 +1024,14 @@ impl LearningStore for InMemoryDb {
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows: Vec<Learning> = self
+        let rows: Vec<Learning> = self
             .lock()
             .learnings
             .values()
-            .filter(|l| {
-                let owner_ok = match (&query.user_id, query.include_global) {
-                    (None, _) => true,
-                    (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
-                    (Some(u), false) => l.user_id.as_deref() == Some(u),
-                };
-                owner_ok
-                    && query
-                        .learning_type
-                        .as_deref()
-                        .is_none_or(|t| t == l.learning_type)
-                    && eq(&query.agent_id, &l.agent_id)
-                    && eq(&query.team_id, &l.team_id)
-                    && eq(&query.session_id, &l.session_id)
-                    && eq(&query.namespace, &l.namespace)
-                    && eq(&query.entity_id, &l.entity_id)
-                    && eq(&query.entity_type, &l.entity_type)
-            })
+            .filter(|l| query.matches(l))
             .cloned()
             .collect();
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort {
-                sort_by: Some("updated_at".into()),
-                sort_order: query.sort.sort_order,
-            },
-        };
-        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {

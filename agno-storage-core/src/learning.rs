@@ -114,6 +114,51 @@ pub struct LearningQuery {
     pub sort: Sort,
 }
 
+impl LearningQuery {
+    /// Whether `learning` passes the filters: owned by `user_id` (or unowned too with
+    /// `include_global`; any owner without `user_id`), and equal on every other filter set.
+    pub fn matches(&self, learning: &Learning) -> bool {
+        use crate::same;
+        let l = learning;
+        let owner_ok = match (&self.user_id, self.include_global) {
+            (None, _) => true,
+            (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
+            (Some(u), false) => l.user_id.as_deref() == Some(u),
+        };
+        owner_ok
+            && self
+                .learning_type
+                .as_deref()
+                .is_none_or(|t| t == l.learning_type)
+            && same(&self.agent_id, &l.agent_id)
+            && same(&self.team_id, &l.team_id)
+            && same(&self.session_id, &l.session_id)
+            && same(&self.namespace, &l.namespace)
+            && same(&self.entity_id, &l.entity_id)
+            && same(&self.entity_type, &l.entity_type)
+    }
+
+    /// The order to list in: `sort`, or `updated_at` in `sort.sort_order` when it names no
+    /// column.
+    pub fn effective_sort(&self) -> Sort {
+        match &self.sort.sort_by {
+            Some(_) => self.sort.clone(),
+            None => Sort::by("updated_at", self.sort.sort_order),
+        }
+    }
+
+    /// Sorts `rows` (already filtered by [`LearningQuery::matches`]) by
+    /// [`LearningQuery::effective_sort`], then cuts out the page; `total` counts every row.
+    pub fn page(&self, rows: Vec<Learning>) -> Result<Page<Learning>> {
+        Page::sorted(
+            rows,
+            &self.effective_sort(),
+            Learning::SORTABLE,
+            &self.pagination,
+        )
+    }
+}
+
 /// Learnings.
 #[async_trait]
 pub trait LearningStore: Send + Sync {

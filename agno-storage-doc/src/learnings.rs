@@ -3,8 +3,8 @@
 //! follows agno's `MongoDb`.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Learning, LearningQuery, LearningStore, Page, Result, Sort,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Learning,
+    LearningQuery, LearningStore, Page, Result,
 };
 
 use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
@@ -69,42 +69,17 @@ impl<B: DocBackend> LearningStore for Docs<'_, B> {
         if let (Some(u), false) = (&query.user_id, query.include_global) {
             eq.push(("user_id", opt(Some(u))));
         }
-        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for d in self
             .query(self.collection(Collection::Learnings), &eq)
             .await?
         {
             let l: Learning = d.decode("a learning")?;
-            let owner_ok = match (&query.user_id, query.include_global) {
-                (None, _) => true,
-                (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
-                (Some(u), false) => l.user_id.as_deref() == Some(u),
-            };
-            if owner_ok
-                && query
-                    .learning_type
-                    .as_deref()
-                    .is_none_or(|t| t == l.learning_type)
-                && same(&query.agent_id, &l.agent_id)
-                && same(&query.team_id, &l.team_id)
-                && same(&query.session_id, &l.session_id)
-                && same(&query.namespace, &l.namespace)
-                && same(&query.entity_id, &l.entity_id)
-                && same(&query.entity_type, &l.entity_type)
-            {
+            if query.matches(&l) {
                 rows.push(l);
             }
         }
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort {
-                sort_by: Some("updated_at".into()),
-                sort_order: query.sort.sort_order,
-            },
-        };
-        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {

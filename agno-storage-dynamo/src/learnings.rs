@@ -2,8 +2,8 @@
 //! agno's Mongo document in DynamoDB encoding).
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Learning, LearningQuery, LearningStore, Page, Result, Sort,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Learning,
+    LearningQuery, LearningStore, Page, Result,
 };
 
 use crate::codec::{record, record_item, sv, Item};
@@ -61,39 +61,14 @@ impl LearningStore for DynamoDb {
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for item in self.scan(Tbl::Learnings).await? {
             let l = decode(&item)?;
-            let owner_ok = match (&query.user_id, query.include_global) {
-                (None, _) => true,
-                (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
-                (Some(u), false) => l.user_id.as_deref() == Some(u),
-            };
-            let keep = owner_ok
-                && query
-                    .learning_type
-                    .as_deref()
-                    .is_none_or(|t| t == l.learning_type)
-                && eq(&query.agent_id, &l.agent_id)
-                && eq(&query.team_id, &l.team_id)
-                && eq(&query.session_id, &l.session_id)
-                && eq(&query.namespace, &l.namespace)
-                && eq(&query.entity_id, &l.entity_id)
-                && eq(&query.entity_type, &l.entity_type);
-            if keep {
+            if query.matches(&l) {
                 rows.push(l);
             }
         }
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort {
-                sort_by: Some("updated_at".into()),
-                sort_order: query.sort.sort_order,
-            },
-        };
-        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {

@@ -3,9 +3,8 @@
 
 use agno_storage_core::learning::{Learning, LearningQuery, LearningStore};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Page, Result, Sort,
-};
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by,
+    Page, Result, };
 use serde_json::Value;
 
 use crate::doc::{fields, find, from_row, put, shape_serde, text, Doc};
@@ -67,39 +66,13 @@ impl LearningStore for JsonStore {
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows: Vec<Learning> = self
+        let rows: Vec<Learning> = self
             .all::<Learning>()
             .await?
             .into_iter()
-            .filter(|l| {
-                let owner_ok = match (&query.user_id, query.include_global) {
-                    (None, _) => true,
-                    (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
-                    (Some(u), false) => l.user_id.as_deref() == Some(u),
-                };
-                owner_ok
-                    && query
-                        .learning_type
-                        .as_deref()
-                        .is_none_or(|t| t == l.learning_type)
-                    && eq(&query.agent_id, &l.agent_id)
-                    && eq(&query.team_id, &l.team_id)
-                    && eq(&query.session_id, &l.session_id)
-                    && eq(&query.namespace, &l.namespace)
-                    && eq(&query.entity_id, &l.entity_id)
-                    && eq(&query.entity_type, &l.entity_type)
-            })
+            .filter(|l| query.matches(l))
             .collect();
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort {
-                sort_by: Some("updated_at".into()),
-                sort_order: query.sort.sort_order,
-            },
-        };
-        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {

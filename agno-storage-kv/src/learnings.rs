@@ -2,8 +2,8 @@
 //! `RedisDb` has no learnings), indexed by last update (all, per owner, global).
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Learning, LearningQuery, LearningStore, Page, Result, Sort,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Learning,
+    LearningQuery, LearningStore, Page, Result,
 };
 use serde_json::Value;
 
@@ -132,48 +132,23 @@ impl LearningStore for KvStore {
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
         query.pagination.validate()?;
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort {
-                sort_by: Some("updated_at".into()),
-                sort_order: query.sort.sort_order,
-            },
-        };
-        agno_storage_core::validate_sort(&sort, Learning::SORTABLE)?;
+        agno_storage_core::validate_sort(&query.effective_sort(), Learning::SORTABLE)?;
         let indexes = match (&query.user_id, query.include_global) {
             (None, _) => vec![self.learnings_all()],
             (Some(u), false) => vec![self.learnings_of(Some(u))],
             (Some(u), true) => vec![self.learnings_of(Some(u)), self.learnings_of(None)],
         };
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for index in indexes {
             for (id, raw) in self.load_index(TABLE, &index, "-inf", "+inf").await? {
                 let l = decode(&self.key(TABLE, &id), &raw)?;
-                let owner_ok = match (&query.user_id, query.include_global) {
-                    (None, _) => true,
-                    (Some(u), true) => l.user_id.is_none() || l.user_id.as_deref() == Some(u),
-                    (Some(u), false) => l.user_id.as_deref() == Some(u),
-                };
-                let keep = owner_ok
-                    && query
-                        .learning_type
-                        .as_deref()
-                        .is_none_or(|t| t == l.learning_type)
-                    && eq(&query.agent_id, &l.agent_id)
-                    && eq(&query.team_id, &l.team_id)
-                    && eq(&query.session_id, &l.session_id)
-                    && eq(&query.namespace, &l.namespace)
-                    && eq(&query.entity_id, &l.entity_id)
-                    && eq(&query.entity_type, &l.entity_type);
-                if keep {
+                if query.matches(&l) {
                     rows.push(l);
                 }
             }
         }
         rows.sort_by(|a, b| a.learning_id.cmp(&b.learning_id));
-        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {

@@ -1,8 +1,8 @@
 //! Learnings (`agno_learnings`): identity fields never change after the first write.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, Error, ErrorKind,
-    Learning, LearningQuery, LearningStore, Page, Result, Sort,
+    async_trait, now_epoch_seconds, owned_by_another_user, Error, ErrorKind, Learning,
+    LearningQuery, LearningStore, Page, Result,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -76,14 +76,7 @@ impl LearningStore for MongoDb {
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
         query.pagination.validate()?;
-        let sort = match &query.sort.sort_by {
-            Some(_) => query.sort.clone(),
-            None => Sort {
-                sort_by: Some("updated_at".into()),
-                sort_order: query.sort.sort_order,
-            },
-        };
-        agno_storage_core::validate_sort(&sort, Learning::SORTABLE)?;
+        agno_storage_core::validate_sort(&query.effective_sort(), Learning::SORTABLE)?;
         let mut filter = Document::new();
         match (&query.user_id, query.include_global) {
             (None, _) => {}
@@ -107,7 +100,7 @@ impl LearningStore for MongoDb {
                 filter.insert(key, v);
             }
         }
-        let mut rows = self
+        let rows = self
             .coll(&self.inner.names.learnings)
             .find(filter)
             .await
@@ -118,8 +111,7 @@ impl LearningStore for MongoDb {
             .into_iter()
             .map(|d| from_doc(d, "a learning"))
             .collect::<Result<Vec<Learning>>>()?;
-        sort_records(&mut rows, &sort, Learning::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
