@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use crate::eval::{EvalQuery, EvalRun, EvalStore};
 use crate::job::{
-    check_finish_status, lease_lost, sort_newest_first, EnqueueOutcome, EnqueueRejection, Job,
-    JobQuery, JobStatus, JobStore,
+    check_finish_status, lease_lost, EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus,
+    JobStore,
 };
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use crate::learning::{Learning, LearningQuery, LearningStore};
@@ -1202,15 +1202,14 @@ impl JobStore for InMemoryDb {
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
         query.pagination.validate()?;
-        let mut rows: Vec<Job> = self
+        let rows: Vec<Job> = self
             .lock()
             .jobs
             .values()
             .filter(|j| query.matches(j))
             .cloned()
             .collect();
-        sort_newest_first(&mut rows);
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {

@@ -269,6 +269,15 @@ pub fn sort_newest_first(jobs: &mut [Job]) {
     jobs.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
 }
 
+impl JobQuery {
+    /// Sorts `jobs` (already filtered by [`JobQuery::matches`]) with [`sort_newest_first`],
+    /// then cuts out the page; `total` counts every job.
+    pub fn page(&self, mut jobs: Vec<Job>) -> Result<Page<Job>> {
+        sort_newest_first(&mut jobs);
+        Page::paginate(jobs, &self.pagination)
+    }
+}
+
 /// The durable job queue. Every transition after a claim is fenced on
 /// `(id, worker_id, attempt, status = running)`; a stale worker gets `LeaseLost`.
 #[async_trait]

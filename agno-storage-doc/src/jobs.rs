@@ -7,7 +7,7 @@
 //! gets `LeaseLost`. An idempotency key is a guard document created in the same commit as
 //! the job; a resubmission finds the guard and returns the original job.
 
-use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
+use agno_storage_core::job::{check_finish_status, lease_lost};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
     Job, JobQuery, JobStatus, JobStore, Page, Result,
@@ -293,15 +293,14 @@ impl<B: DocBackend> JobStore for Docs<'_, B> {
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        let mut rows: Vec<Job> = self
+        let rows: Vec<Job> = self
             .jobs_where(&eq)
             .await?
             .into_iter()
             .map(|(_, j)| j)
             .filter(|j| query.matches(j))
             .collect();
-        sort_newest_first(&mut rows);
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {

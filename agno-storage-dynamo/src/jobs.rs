@@ -5,7 +5,7 @@
 //! one transaction; claims, heartbeats and settlements are compare-and-sets on the item,
 //! fenced by `(locked_by, attempt, status)`.
 
-use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
+use agno_storage_core::job::{check_finish_status, lease_lost};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, ErrorKind, Job,
     JobQuery, JobStatus, JobStore, Page, Result,
@@ -259,15 +259,14 @@ impl JobStore for DynamoDb {
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
         query.pagination.validate()?;
-        let mut rows: Vec<Job> = self
+        let rows: Vec<Job> = self
             .all_jobs()
             .await?
             .into_iter()
             .map(|(j, _)| j)
             .filter(|j| query.matches(j))
             .collect();
-        sort_newest_first(&mut rows);
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {

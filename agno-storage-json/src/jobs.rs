@@ -2,7 +2,7 @@
 //! compare-and-swap of the file, so a claim has one winner and a fenced transition by a
 //! worker that lost its lease is refused with `LeaseLost`.
 
-use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
+use agno_storage_core::job::{check_finish_status, lease_lost};
 use agno_storage_core::job::{
     EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore,
 };
@@ -202,14 +202,13 @@ impl JobStore for JsonStore {
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
         query.pagination.validate()?;
-        let mut rows: Vec<Job> = self
+        let rows: Vec<Job> = self
             .all::<Job>()
             .await?
             .into_iter()
             .filter(|j| query.matches(j))
             .collect();
-        sort_newest_first(&mut rows);
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {

@@ -16,7 +16,7 @@
 //! at most a second) for a durable queue. A SQL store's job queue stays the record of
 //! truth where losing an accepted job is not acceptable.
 
-use agno_storage_core::job::{check_finish_status, lease_lost, sort_newest_first};
+use agno_storage_core::job::{check_finish_status, lease_lost};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
     Job, JobQuery, JobStatus, JobStore, Page, Result, SortOrder,
@@ -459,12 +459,7 @@ impl JobStore for KvStore {
                     &query.pagination,
                     |id, raw| {
                         let j = decode(&self.job_key(id), raw)?;
-                        let belongs = query
-                            .session_id
-                            .as_deref()
-                            .is_none_or(|s| s == j.session_id)
-                            && visible_to(j.user_id.as_deref(), query.user_id.as_deref());
-                        Ok(belongs.then_some(j))
+                        Ok(query.matches(&j).then_some(j))
                     },
                 )
                 .await?;
@@ -475,16 +470,8 @@ impl JobStore for KvStore {
         for (id, raw) in self.load_with(&base, ids, |id| self.job_key(id)).await? {
             rows.push(decode(&self.job_key(&id), &raw)?);
         }
-        rows.retain(|j| {
-            query.status.is_none_or(|s| s == j.status)
-                && query
-                    .session_id
-                    .as_deref()
-                    .is_none_or(|s| s == j.session_id)
-                && visible_to(j.user_id.as_deref(), query.user_id.as_deref())
-        });
-        sort_newest_first(&mut rows);
-        Page::paginate(rows, &query.pagination)
+        rows.retain(|j| query.matches(j));
+        query.page(rows)
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
