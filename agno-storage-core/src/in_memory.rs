@@ -28,7 +28,7 @@ use crate::migration::{
 };
 use crate::pagination::{sort_records, Page, Pagination};
 use crate::run::{RunQuery, RunRecord, RunStore};
-use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
+use crate::schedule::{page_newest_first, Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
 use crate::user_memory::{memory_stats, MemoryQuery, MemoryStats, MemoryStore, UserMemory};
 use crate::{
@@ -820,7 +820,7 @@ impl ScheduleStore for InMemoryDb {
         pagination: Pagination,
     ) -> Result<Page<Schedule>> {
         pagination.validate()?;
-        let mut rows: Vec<Schedule> = self
+        let rows: Vec<Schedule> = self
             .lock()
             .schedules
             .values()
@@ -829,8 +829,7 @@ impl ScheduleStore for InMemoryDb {
             })
             .cloned()
             .collect();
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 
     async fn update_schedule(
@@ -972,15 +971,14 @@ impl ScheduleStore for InMemoryDb {
         pagination: Pagination,
     ) -> Result<Page<ScheduleRun>> {
         pagination.validate()?;
-        let mut rows: Vec<ScheduleRun> = self
+        let rows: Vec<ScheduleRun> = self
             .lock()
             .schedule_runs
             .values()
             .filter(|r| r.schedule_id == schedule_id && visible_to(r.user_id.as_deref(), user_id))
             .cloned()
             .collect();
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 }
 

@@ -108,6 +108,18 @@ pub struct Schedule {
     pub updated_at: Option<i64>,
 }
 
+/// Sorts schedules or schedule runs newest first by `key` (`(created_at, id)` descending,
+/// the order of `get_schedules` and `get_schedule_runs`), then cuts out the page; `total`
+/// counts every row.
+pub fn page_newest_first<T>(
+    mut rows: Vec<T>,
+    key: impl Fn(&T) -> (i64, &str),
+    pagination: &Pagination,
+) -> Result<Page<T>> {
+    rows.sort_by(|a, b| key(b).cmp(&key(a)));
+    Page::paginate(rows, pagination)
+}
+
 impl Schedule {
     /// A new enabled schedule calling `endpoint` on `cron_expr` (UTC), created now.
     pub fn new(

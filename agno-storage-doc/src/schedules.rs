@@ -8,6 +8,7 @@
 //! Claim and release are compare-and-sets on the schedule's version, release checks the
 //! holder.
 
+use agno_storage_core::schedule::page_newest_first;
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Pagination, Result,
     Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate,
@@ -187,8 +188,7 @@ impl<B: DocBackend> ScheduleStore for Docs<'_, B> {
                 rows.push(s);
             }
         }
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 
     async fn update_schedule(
@@ -414,7 +414,6 @@ impl<B: DocBackend> ScheduleStore for Docs<'_, B> {
                 rows.push(r);
             }
         }
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 }

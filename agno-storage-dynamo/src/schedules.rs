@@ -4,6 +4,7 @@
 //! `(user_id, name)` is unique through a uniqueness item in the meta table, written in the
 //! same transaction as the schedule. Claims and releases are compare-and-sets on the item.
 
+use agno_storage_core::schedule::page_newest_first;
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, ErrorKind, Page, Pagination, Result, Schedule,
     ScheduleRun, ScheduleStore, ScheduleUpdate,
@@ -161,8 +162,7 @@ impl ScheduleStore for DynamoDb {
                 rows.push(sch);
             }
         }
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 
     async fn update_schedule(
@@ -390,7 +390,6 @@ impl ScheduleStore for DynamoDb {
                 rows.push(r);
             }
         }
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 }

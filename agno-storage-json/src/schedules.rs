@@ -2,7 +2,7 @@
 //! out as agno's `Schedule.to_dict()` / `ScheduleRun.to_dict()` (agno's JSON stores have no
 //! schedules). Claims and releases are single-file compare-and-swaps.
 
-use agno_storage_core::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
+use agno_storage_core::schedule::{page_newest_first, Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Pagination, Result,
 };
@@ -52,10 +52,6 @@ fn name_in_use(schedules: &[Schedule], id: &str, user_id: &Option<String>, name:
         .any(|s| s.id != id && &s.user_id == user_id && s.name == name)
 }
 
-fn newest_first<T>(rows: &mut [T], key: impl Fn(&T) -> (i64, &str)) {
-    rows.sort_by(|a, b| key(b).cmp(&key(a)));
-}
-
 #[async_trait]
 impl ScheduleStore for JsonStore {
     async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
@@ -103,7 +99,7 @@ impl ScheduleStore for JsonStore {
         pagination: Pagination,
     ) -> Result<Page<Schedule>> {
         pagination.validate()?;
-        let mut rows: Vec<Schedule> = self
+        let rows: Vec<Schedule> = self
             .all::<Schedule>()
             .await?
             .into_iter()
@@ -111,8 +107,7 @@ impl ScheduleStore for JsonStore {
                 enabled.is_none_or(|e| s.enabled == e) && visible_to(s.user_id.as_deref(), user_id)
             })
             .collect();
-        newest_first(&mut rows, |s| (s.created_at, s.id.as_str()));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |s| (s.created_at, s.id.as_str()), &pagination)
     }
 
     async fn update_schedule(
@@ -284,13 +279,12 @@ impl ScheduleStore for JsonStore {
         pagination: Pagination,
     ) -> Result<Page<ScheduleRun>> {
         pagination.validate()?;
-        let mut rows: Vec<ScheduleRun> = self
+        let rows: Vec<ScheduleRun> = self
             .all::<ScheduleRun>()
             .await?
             .into_iter()
             .filter(|r| r.schedule_id == schedule_id && visible_to(r.user_id.as_deref(), user_id))
             .collect();
-        newest_first(&mut rows, |r| (r.created_at, r.id.as_str()));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 }

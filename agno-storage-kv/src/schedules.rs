@@ -7,6 +7,7 @@
 //! candidates; one name key per `(owner, name)` holding the schedule id, which makes the
 //! name unique inside the same atomic write; runs per schedule by creation time.
 
+use agno_storage_core::schedule::page_newest_first;
 use agno_storage_core::{
     async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, Page, Pagination, Result,
     Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate,
@@ -188,8 +189,7 @@ impl ScheduleStore for KvStore {
                 rows.push(s);
             }
         }
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 
     async fn update_schedule(
@@ -431,7 +431,6 @@ impl ScheduleStore for KvStore {
                 rows.push(r);
             }
         }
-        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        Page::paginate(rows, &pagination)
+        page_newest_first(rows, |r| (r.created_at, r.id.as_str()), &pagination)
     }
 }
