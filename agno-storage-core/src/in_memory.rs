@@ -18,22 +18,22 @@ use crate::job::{
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use crate::learning::{Learning, LearningQuery, LearningStore};
 use crate::legacy::{
-    decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session,
-    InsertedRuns, LegacyRunsStore, LegacySessionRuns,
+    decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, InsertedRuns,
+    LegacyRunsStore, LegacySessionRuns,
 };
 use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
 use crate::migration::{
     CopyLegacyRunsStep, MigrationLock, MigrationStep, MigrationTarget, RekeyLearningsStep,
     SchemaVersion, SchemaVersionStore, TableRef, TableType,
 };
-use crate::pagination::{sort_records, Page, Pagination};
+use crate::pagination::{Page, Pagination};
 use crate::run::{RunQuery, RunRecord, RunStore};
 use crate::schedule::{page_newest_first, Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
 use crate::user_memory::{memory_stats, MemoryQuery, MemoryStats, MemoryStore, UserMemory};
 use crate::{
-    now_epoch_seconds, owned_by_another_user, visible_to, writable_by, AgnoDb, Error, ErrorKind,
-    Result,
+    now_epoch_seconds, owned_by_another_user, owner_or_shared, visible_to, writable_by, AgnoDb,
+    Error, ErrorKind, Result,
 };
 
 const BACKEND: &str = "memory";
@@ -331,27 +331,14 @@ impl RunStore for InMemoryDb {
 
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows: Vec<RunRecord> = self
+        let rows: Vec<RunRecord> = self
             .lock()
             .runs
             .values()
-            .filter(|r| {
-                query
-                    .session_id
-                    .as_deref()
-                    .is_none_or(|s| s == r.session_id)
-                    && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                    && eq(&query.agent_id, &r.agent_id)
-                    && eq(&query.team_id, &r.team_id)
-                    && eq(&query.workflow_id, &r.workflow_id)
-                    && eq(&query.status, &r.status)
-            })
+            .filter(|r| query.matches(r))
             .cloned()
             .collect();
-        sort_runs_for_session(&mut rows);
-        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
@@ -678,10 +665,6 @@ impl EvalStore for InMemoryDb {
     }
 }
 
-fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
-    caller.is_none() || row_owner.is_none() || row_owner == caller
-}
-
 #[async_trait]
 impl KnowledgeStore for InMemoryDb {
     async fn upsert_knowledge_content(
@@ -733,18 +716,14 @@ impl KnowledgeStore for InMemoryDb {
         query: KnowledgeQuery,
     ) -> Result<Page<KnowledgeContent>> {
         query.pagination.validate()?;
-        let mut rows: Vec<KnowledgeContent> = self
+        let rows: Vec<KnowledgeContent> = self
             .lock()
             .knowledge
             .values()
-            .filter(|c| {
-                owner_or_shared(c.user_id.as_deref(), query.user_id.as_deref())
-                    && (query.linked_to.is_none() || query.linked_to == c.linked_to)
-            })
+            .filter(|c| query.matches(c))
             .cloned()
             .collect();
-        sort_records(&mut rows, &query.sort, KnowledgeContent::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

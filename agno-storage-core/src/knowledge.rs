@@ -105,6 +105,27 @@ pub struct KnowledgeQuery {
     pub sort: Sort,
 }
 
+impl KnowledgeQuery {
+    /// Whether `content` passes the filters: `user_id`'s or shared (any when `None`), and
+    /// linked to `linked_to` when set.
+    pub fn matches(&self, content: &KnowledgeContent) -> bool {
+        crate::owner_or_shared(content.user_id.as_deref(), self.user_id.as_deref())
+            && crate::same(&self.linked_to, &content.linked_to)
+    }
+
+    /// Sorts `rows` (already filtered by [`KnowledgeQuery::matches`]) stably by `sort` when
+    /// it names a column (else keeps their order), then cuts out the page; `total` counts
+    /// every row.
+    pub fn page(&self, rows: Vec<KnowledgeContent>) -> Result<Page<KnowledgeContent>> {
+        Page::sorted(
+            rows,
+            &self.sort,
+            KnowledgeContent::SORTABLE,
+            &self.pagination,
+        )
+    }
+}
+
 /// Knowledge contents. Reads match the owner or shared rows; writes and deletes are strict.
 #[async_trait]
 pub trait KnowledgeStore: Send + Sync {

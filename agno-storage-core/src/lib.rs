@@ -81,6 +81,12 @@ pub fn visible_to(row_owner: Option<&str>, caller: Option<&str>) -> bool {
     caller.is_none() || row_owner == caller
 }
 
+/// Whether a row owned by `row_owner` is readable by `caller` where unowned rows are shared:
+/// everything for an unscoped caller (`None`), else the caller's own and unowned rows.
+pub(crate) fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
+    caller.is_none() || row_owner.is_none() || row_owner == caller
+}
+
 /// Whether a row's `have` passes an optional equality filter `want` (any when `None`).
 pub(crate) fn same(want: &Option<String>, have: &Option<String>) -> bool {
     want.is_none() || want == have

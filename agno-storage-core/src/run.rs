@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::legacy::sort_runs_for_session;
 use crate::pagination::{Page, Pagination, Sort};
 use crate::{owned_by_another_user, writable_by};
 
@@ -203,6 +204,30 @@ pub struct RunQuery {
     pub pagination: Pagination,
     /// Sort column and direction.
     pub sort: Sort,
+}
+
+impl RunQuery {
+    /// Whether `run` passes the filters: in `session_id` when set, visible to `user_id`, and
+    /// equal on every agent, team, workflow and status filter that is set.
+    pub fn matches(&self, run: &RunRecord) -> bool {
+        use crate::same;
+        self.session_id
+            .as_deref()
+            .is_none_or(|s| s == run.session_id)
+            && crate::visible_to(run.user_id.as_deref(), self.user_id.as_deref())
+            && same(&self.agent_id, &run.agent_id)
+            && same(&self.team_id, &run.team_id)
+            && same(&self.workflow_id, &run.workflow_id)
+            && same(&self.status, &run.status)
+    }
+
+    /// Sorts `rows` (already filtered by [`RunQuery::matches`]) in session order
+    /// ([`sort_runs_for_session`]), then stably by `sort` when it names a column, then cuts
+    /// out the page; `total` counts every row.
+    pub fn page(&self, mut rows: Vec<RunRecord>) -> Result<Page<RunRecord>> {
+        sort_runs_for_session(&mut rows);
+        Page::sorted(rows, &self.sort, RunRecord::SORTABLE, &self.pagination)
+    }
 }
 
 /// The runs table.

@@ -2,8 +2,7 @@
 //! found by [`DocBackend::find`] on `id`. An update merges the non-null fields.
 
 use agno_storage_core::{
-    async_trait, sort_records, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore,
-    Page, Result,
+    async_trait, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
 use serde_json::Value;
 
@@ -82,14 +81,11 @@ impl<B: DocBackend> KnowledgeStore for Docs<'_, B> {
             .await?
         {
             let c: KnowledgeContent = d.decode("knowledge content")?;
-            if owner_or_shared(c.user_id.as_deref(), query.user_id.as_deref())
-                && (query.linked_to.is_none() || query.linked_to == c.linked_to)
-            {
+            if query.matches(&c) {
                 rows.push(c);
             }
         }
-        sort_records(&mut rows, &query.sort, KnowledgeContent::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

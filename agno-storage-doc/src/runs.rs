@@ -7,8 +7,8 @@
 
 use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
 use agno_storage_core::{
-    async_trait, owned_by_another_user, sort_records, visible_to, writable_by, Page, Result,
-    RunQuery, RunRecord, RunStore,
+    async_trait, owned_by_another_user, visible_to, writable_by, Page, Result, RunQuery, RunRecord,
+    RunStore,
 };
 use serde_json::Value;
 
@@ -65,26 +65,14 @@ impl<B: DocBackend> RunStore for Docs<'_, B> {
             eq.push(("user_id", opt(Some(u))));
         }
         let docs = self.query(self.collection(Collection::Runs), &eq).await?;
-        let same = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for d in &docs {
             let r: RunRecord = d.decode("a run")?;
-            if query
-                .session_id
-                .as_deref()
-                .is_none_or(|s| s == r.session_id)
-                && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                && same(&query.agent_id, &r.agent_id)
-                && same(&query.team_id, &r.team_id)
-                && same(&query.workflow_id, &r.workflow_id)
-                && same(&query.status, &r.status)
-            {
+            if query.matches(&r) {
                 rows.push(r);
             }
         }
-        sort_runs_for_session(&mut rows);
-        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

@@ -2,8 +2,7 @@
 //! drops). Unowned rows are shared: visible to every caller.
 
 use agno_storage_core::{
-    async_trait, sort_records, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page,
-    Result,
+    async_trait, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
 use serde_json::Value;
 
@@ -80,14 +79,11 @@ impl KnowledgeStore for DynamoDb {
         let mut rows = Vec::new();
         for item in self.scan(Tbl::Knowledge).await? {
             let c = decode(&item)?;
-            if owner_or_shared(c.user_id.as_deref(), query.user_id.as_deref())
-                && (query.linked_to.is_none() || query.linked_to == c.linked_to)
-            {
+            if query.matches(&c) {
                 rows.push(c);
             }
         }
-        sort_records(&mut rows, &query.sort, KnowledgeContent::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

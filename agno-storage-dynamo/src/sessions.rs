@@ -9,13 +9,13 @@
 
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::legacy::{
-    decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, sort_runs_for_session,
-    InsertedRuns, LegacyRunsStore, LegacySessionRuns,
+    decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, InsertedRuns,
+    LegacyRunsStore, LegacySessionRuns,
 };
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Error, ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery,
-    SessionRead, SessionStore,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Error,
+    ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery, SessionRead,
+    SessionStore,
 };
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
@@ -357,22 +357,14 @@ impl RunStore for DynamoDb {
             Some(sid) => self.session_run_items(sid).await?,
             None => self.scan(Tbl::Runs).await?,
         };
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for item in &items {
             let r = decode_run(item)?;
-            if visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                && eq(&query.agent_id, &r.agent_id)
-                && eq(&query.team_id, &r.team_id)
-                && eq(&query.workflow_id, &r.workflow_id)
-                && eq(&query.status, &r.status)
-            {
+            if query.matches(&r) {
                 rows.push(r);
             }
         }
-        sort_runs_for_session(&mut rows);
-        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

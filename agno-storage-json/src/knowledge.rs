@@ -2,7 +2,7 @@
 //! caller's and shared (unowned) rows; writes and deletes are strict.
 
 use agno_storage_core::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
-use agno_storage_core::{async_trait, sort_records, visible_to, Error, Page, Result};
+use agno_storage_core::{async_trait, visible_to, Error, Page, Result};
 use serde_json::Value;
 
 use crate::doc::{fields, find, from_row, put, shape, text, Doc, Nulls};
@@ -90,17 +90,13 @@ impl KnowledgeStore for JsonStore {
         query: KnowledgeQuery,
     ) -> Result<Page<KnowledgeContent>> {
         query.pagination.validate()?;
-        let mut rows: Vec<KnowledgeContent> = self
+        let rows: Vec<KnowledgeContent> = self
             .all::<KnowledgeContent>()
             .await?
             .into_iter()
-            .filter(|c| {
-                owner_or_shared(c.user_id.as_deref(), query.user_id.as_deref())
-                    && (query.linked_to.is_none() || query.linked_to == c.linked_to)
-            })
+            .filter(|c| query.matches(c))
             .collect();
-        sort_records(&mut rows, &query.sort, KnowledgeContent::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

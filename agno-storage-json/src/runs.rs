@@ -2,10 +2,10 @@
 
 use std::collections::HashSet;
 
-use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
+use agno_storage_core::legacy::legacy_runs_list;
 use agno_storage_core::run::{RunQuery, RunRecord, RunStore};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by,
     Page, Result,
 };
 use serde_json::Value;
@@ -95,25 +95,11 @@ impl RunStore for JsonStore {
 
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
         query.pagination.validate()?;
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        let mut rows: Vec<RunRecord> =
-            decode_all::<RunRecord>(&self.files.load(Table::Runs).await?)?
-                .into_iter()
-                .filter(|r| {
-                    query
-                        .session_id
-                        .as_deref()
-                        .is_none_or(|s| s == r.session_id)
-                        && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                        && eq(&query.agent_id, &r.agent_id)
-                        && eq(&query.team_id, &r.team_id)
-                        && eq(&query.workflow_id, &r.workflow_id)
-                        && eq(&query.status, &r.status)
-                })
-                .collect();
-        sort_runs_for_session(&mut rows);
-        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        let rows: Vec<RunRecord> = decode_all::<RunRecord>(&self.files.load(Table::Runs).await?)?
+            .into_iter()
+            .filter(|r| query.matches(r))
+            .collect();
+        query.page(rows)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

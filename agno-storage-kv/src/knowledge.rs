@@ -3,8 +3,7 @@
 //! rows; writes and deletes are strict.
 
 use agno_storage_core::{
-    async_trait, sort_records, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore,
-    Page, Result,
+    async_trait, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
 use serde_json::Value;
 
@@ -152,16 +151,15 @@ impl KnowledgeStore for KvStore {
         for index in indexes {
             for (id, raw) in self.load_index(TABLE, &index, "-inf", "+inf").await? {
                 let c = decode(&self.key(TABLE, &id), &raw)?;
-                if owner_or_shared(c.user_id.as_deref(), query.user_id.as_deref())
-                    && (query.linked_to.is_none() || query.linked_to == c.linked_to)
-                {
+                if query.matches(&c) {
                     rows.push(c);
                 }
             }
         }
+        // Creation order across the caller's and the shared index; `page` keeps it unless
+        // `sort` names a column, and for ties.
         rows.sort_by_key(|c| c.created_at);
-        sort_records(&mut rows, &query.sort, KnowledgeContent::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
+use agno_storage_core::legacy::legacy_runs_list;
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, visible_to, writable_by,
-    Error, ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, RunType, SchemaVersion,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Error,
+    ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, RunType, SchemaVersion,
     SchemaVersionStore, TableType,
 };
 use serde_json::Value;
@@ -268,26 +268,14 @@ impl RunStore for KvStore {
             (None, Some(u)) => self.runs_of_user(u),
             (None, None) => self.runs_all(),
         };
-        let eq = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         let mut rows = Vec::new();
         for (id, raw) in self.load_index(TABLE, &base, "-inf", "+inf").await? {
             let r = decode(&self.key(TABLE, &id), &raw)?;
-            let keep = query
-                .session_id
-                .as_deref()
-                .is_none_or(|s| s == r.session_id)
-                && visible_to(r.user_id.as_deref(), query.user_id.as_deref())
-                && eq(&query.agent_id, &r.agent_id)
-                && eq(&query.team_id, &r.team_id)
-                && eq(&query.workflow_id, &r.workflow_id)
-                && eq(&query.status, &r.status);
-            if keep {
+            if query.matches(&r) {
                 rows.push(r);
             }
         }
-        sort_runs_for_session(&mut rows);
-        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

@@ -1,8 +1,7 @@
 //! Knowledge contents (`agno_knowledge`): reads see the caller's and shared rows.
 
 use agno_storage_core::{
-    async_trait, sort_records, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page,
-    Result,
+    async_trait, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -95,7 +94,7 @@ impl KnowledgeStore for MongoDb {
         if let Some(l) = &query.linked_to {
             filter.insert("linked_to", l);
         }
-        let mut rows = self
+        let rows = self
             .coll(&self.inner.names.knowledge)
             .find(filter)
             .await
@@ -106,8 +105,7 @@ impl KnowledgeStore for MongoDb {
             .into_iter()
             .map(|d| from_doc(d, "knowledge content"))
             .collect::<Result<Vec<KnowledgeContent>>>()?;
-        sort_records(&mut rows, &query.sort, KnowledgeContent::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

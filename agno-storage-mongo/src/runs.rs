@@ -4,10 +4,10 @@
 //! atomically through a per-session counter document (`$max` + `$inc` in one
 //! `findOneAndUpdate`), seeded from the runs already stored.
 
-use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
+use agno_storage_core::legacy::legacy_runs_list;
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, sort_records, Error, Page, Result,
-    RunQuery, RunRecord, RunStore,
+    async_trait, now_epoch_seconds, owned_by_another_user, Error, Page, Result, RunQuery,
+    RunRecord, RunStore,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -207,7 +207,7 @@ impl RunStore for MongoDb {
                 filter.insert(key, v);
             }
         }
-        let mut rows = self
+        let rows = self
             .coll(&self.inner.names.runs)
             .find(filter)
             .await
@@ -218,9 +218,7 @@ impl RunStore for MongoDb {
             .into_iter()
             .map(decode_run)
             .collect::<Result<Vec<_>>>()?;
-        sort_runs_for_session(&mut rows);
-        sort_records(&mut rows, &query.sort, RunRecord::SORTABLE)?;
-        Page::paginate(rows, &query.pagination)
+        query.page(rows)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
