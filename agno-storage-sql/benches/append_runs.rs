@@ -361,9 +361,9 @@ async fn bare_mysql_concurrent(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..writers {
-        let (pool, sql, range) = (pool.clone(), sql.clone(), range.clone());
+        let (pool, sql) = (pool.clone(), sql.clone());
         tasks.push(tokio::spawn(async move {
-            for i in range {
+            for i in 0..per_writer {
                 let at = 1_700_000_000 + i as i64;
                 sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                     .bind(format!("bare-c{w}-{i}"))
