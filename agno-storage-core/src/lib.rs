@@ -83,7 +83,7 @@ pub fn visible_to(row_owner: Option<&str>, caller: Option<&str>) -> bool {
 
 /// Whether a row owned by `row_owner` is readable by `caller` where unowned rows are shared:
 /// everything for an unscoped caller (`None`), else the caller's own and unowned rows.
-pub(crate) fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
+pub fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
     caller.is_none() || row_owner.is_none() || row_owner == caller
 }
 

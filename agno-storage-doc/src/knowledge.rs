@@ -1,16 +1,13 @@
 //! Knowledge contents (`agno_knowledge`): document id = [`DocBackend::doc_id`] of `id`;
 //! found by [`DocBackend::find`] on `id`. An update merges the non-null fields.
 
+use agno_storage_core::owner_or_shared;
 use agno_storage_core::{
     async_trait, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
 use serde_json::Value;
 
 use crate::{backoff, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
-
-fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
-    caller.is_none() || row_owner.is_none() || row_owner == caller
-}
 
 #[async_trait]
 impl<B: DocBackend> KnowledgeStore for Docs<'_, B> {

@@ -1,6 +1,7 @@
 //! Knowledge contents (`agno_knowledge`): agno's item plus `external_id` (which agno
 //! drops). Unowned rows are shared: visible to every caller.
 
+use agno_storage_core::owner_or_shared;
 use agno_storage_core::{
     async_trait, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
@@ -9,10 +10,6 @@ use serde_json::Value;
 use crate::codec::{from_json, record, record_item, sv, to_json};
 use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
 use crate::DynamoDb;
-
-fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
-    caller.is_none() || row_owner.is_none() || row_owner == caller
-}
 
 fn decode(item: &crate::codec::Item) -> Result<KnowledgeContent> {
     record(item, &["metadata"], "a knowledge content")

@@ -1,6 +1,7 @@
 //! Knowledge contents (`agno_knowledge.json`): `KnowledgeRow.model_dump()`. Reads see the
 //! caller's and shared (unowned) rows; writes and deletes are strict.
 
+use agno_storage_core::owner_or_shared;
 use agno_storage_core::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use agno_storage_core::{async_trait, visible_to, Error, Page, Result};
 use serde_json::Value;
@@ -37,10 +38,6 @@ impl Doc for KnowledgeContent {
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {
         Ok(shape(fields(self)?, KNOWLEDGE_KEYS, Nulls::Keep, existing))
     }
-}
-
-fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
-    caller.is_none() || row_owner.is_none() || row_owner == caller
 }
 
 #[async_trait]

@@ -2,6 +2,7 @@
 //! indexed by creation time (all, per owner, shared). A user reads their own and shared
 //! rows; writes and deletes are strict.
 
+use agno_storage_core::owner_or_shared;
 use agno_storage_core::{
     async_trait, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
@@ -74,10 +75,6 @@ impl KvStore {
             Entry::z(self.knowledge_of(c.user_id.as_deref()), &c.id, score),
         ]
     }
-}
-
-fn owner_or_shared(row_owner: Option<&str>, caller: Option<&str>) -> bool {
-    caller.is_none() || row_owner.is_none() || row_owner == caller
 }
 
 #[async_trait]
