@@ -32,6 +32,12 @@ pub struct Capabilities {
     pub legacy_runs: bool,
     /// Writes survive a process restart.
     pub durable: bool,
+    /// The longest identifier (in characters) the backend's keys hold, when it has a limit
+    /// (e.g. MySQL's `VARCHAR(128)` keys); longer ones are refused with `InvalidInput`.
+    pub max_id_chars: Option<usize>,
+    /// The deepest JSON nesting the backend stores, when lower than
+    /// [`crate::json::MAX_DEPTH`] (a native document format with its own limit).
+    pub max_json_depth: Option<usize>,
 }
 
 impl Capabilities {
@@ -50,10 +56,20 @@ impl Capabilities {
             migrations: true,
             legacy_runs: true,
             durable: true,
+            max_id_chars: None,
+            max_json_depth: None,
         }
     }
 
-    /// Whether the named flag is set (names as the field names). Unknown names are false.
+    /// The deepest JSON nesting a write may have here: [`crate::json::MAX_DEPTH`], or the
+    /// backend's lower limit.
+    pub fn json_depth_limit(&self) -> usize {
+        self.max_json_depth
+            .map_or(crate::json::MAX_DEPTH, |d| d.min(crate::json::MAX_DEPTH))
+    }
+
+    /// Whether the named flag is set (names as the field names). Unknown names, and the
+    /// limits, are false.
     pub fn has(&self, name: &str) -> bool {
         match name {
             "sessions" => self.sessions,

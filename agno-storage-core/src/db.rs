@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::eval::EvalStore;
+use crate::guard::{Checked, Rules};
 use crate::job::JobStore;
 use crate::knowledge::KnowledgeStore;
 use crate::learning::LearningStore;
@@ -22,6 +23,8 @@ use crate::user_memory::MemoryStore;
 pub struct AgnoDb {
     backend: &'static str,
     durable: bool,
+    max_id_chars: Option<usize>,
+    max_json_depth: Option<usize>,
     sessions: Option<Arc<dyn SessionStore>>,
     runs: Option<Arc<dyn RunStore>>,
     memories: Option<Arc<dyn MemoryStore>>,
@@ -102,9 +105,41 @@ impl AgnoDbBuilder {
         self
     }
 
-    /// The finished handle.
+    /// The longest identifier, in characters, the backend's keys hold (none by default).
+    pub fn max_id_chars(mut self, max: usize) -> Self {
+        self.db.max_id_chars = Some(max);
+        self
+    }
+
+    /// The deepest JSON nesting the backend stores, when lower than
+    /// [`crate::json::MAX_DEPTH`].
+    pub fn max_json_depth(mut self, max: usize) -> Self {
+        self.db.max_json_depth = Some(max);
+        self
+    }
+
+    /// The finished handle: every domain store wrapped in the input rules of
+    /// [`crate::guard`] (identifiers and nesting depth checked before the backend is called).
     pub fn build(self) -> AgnoDb {
-        self.db
+        let mut db = self.db;
+        let rules = Rules::new(db.backend, &db.capabilities());
+        macro_rules! check {
+            ($($slot:ident: $ty:ty),*) => {
+                $(db.$slot = db.$slot.map(|inner| Arc::new(Checked::new(rules, inner)) as Arc<$ty>);)*
+            };
+        }
+        check!(
+            sessions: dyn SessionStore,
+            runs: dyn RunStore,
+            memories: dyn MemoryStore,
+            metrics: dyn MetricsStore,
+            evals: dyn EvalStore,
+            knowledge: dyn KnowledgeStore,
+            schedules: dyn ScheduleStore,
+            learnings: dyn LearningStore,
+            jobs: dyn JobStore
+        );
+        db
     }
 }
 
@@ -126,6 +161,8 @@ impl AgnoDb {
             db: AgnoDb {
                 backend,
                 durable: false,
+                max_id_chars: None,
+                max_json_depth: None,
                 sessions: None,
                 runs: None,
                 memories: None,
@@ -161,6 +198,8 @@ impl AgnoDb {
             migrations: self.migrations.is_some(),
             legacy_runs: self.legacy.is_some(),
             durable: self.durable,
+            max_id_chars: self.max_id_chars,
+            max_json_depth: self.max_json_depth,
         }
     }
 

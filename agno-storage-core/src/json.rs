@@ -198,25 +198,111 @@ fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
 }
 
-/// Parses JSON text into a [`Value`], exactly as `serde_json::from_slice` does, but builds
-/// each object with its final capacity: serde_json's own visitor grows every map from empty,
-/// reallocating and rehashing it on the way, which was the largest single cost of reading
-/// many runs.
-pub fn parse_value(text: &[u8]) -> serde_json::Result<Value> {
-    use serde::de::DeserializeSeed;
+/// The deepest nesting of arrays and objects a stored JSON value may have, on every
+/// backend: the depth Python's `json` module reads and writes with its default recursion
+/// limit (1,000). A write nested deeper is refused before anything is written
+/// ([`check_depth`]); a stored value up to this depth is read on any thread, whatever its
+/// stack size (parsing grows the stack on the heap), so nothing acknowledged is unreadable.
+/// A backend whose native documents hold less declares its own, lower limit
+/// ([`crate::Capabilities::max_json_depth`]).
+pub const MAX_DEPTH: usize = 1000;
+
+/// The nesting depth of `value`: 0 for a scalar, 1 for `[]`, `{}` or `[1]`, and so on.
+/// Counted without recursion, so any value can be measured.
+pub fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(value, 0usize)];
+    while let Some((value, level)) = pending.pop() {
+        match value {
+            Value::Array(items) => pending.extend(items.iter().map(|v| (v, level + 1))),
+            Value::Object(map) => pending.extend(map.values().map(|v| (v, level + 1))),
+            _ => continue,
+        }
+        deepest = deepest.max(level + 1);
+    }
+    deepest
+}
+
+/// `InvalidInput` unless `value` is nested at most `max` levels ([`MAX_DEPTH`] when the
+/// backend declares nothing lower). `field` names the value in the message.
+pub fn check_depth(field: &str, value: &Value, max: usize) -> crate::Result<()> {
+    let found = depth(value);
+    if found <= max {
+        return Ok(());
+    }
+    Err(crate::Error::invalid_input(format!(
+        "{field} is nested {found} levels deep; this backend stores JSON nested at most {max} \
+         levels (agno's Python `json` reads about {MAX_DEPTH}); nothing was written. Flatten \
+         the value, or store the deep part as a JSON string."
+    )))
+}
+
+/// Drops `value` without recursion: a value nested deeper than the stack allows can be
+/// refused without its drop overflowing the stack.
+pub fn drop_deep(value: Value) {
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::Array(items) => pending.extend(items),
+            Value::Object(map) => pending.extend(map.into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+}
+
+/// Deserializes `T` from JSON text nested up to any depth without overflowing the stack
+/// (serde_json alone stops at 128 levels; this grows the stack on the heap instead).
+pub fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+    from_slice(text.as_bytes())
+}
+
+/// [`from_str`] over bytes.
+pub fn from_slice<T: serde::de::DeserializeOwned>(text: &[u8]) -> serde_json::Result<T> {
     let mut de = serde_json::Deserializer::from_slice(text);
-    let value = ValueSeed.deserialize(&mut de)?;
+    de.disable_recursion_limit();
+    let value = T::deserialize(serde_stacker::Deserializer::new(&mut de))?;
     de.end()?;
     Ok(value)
 }
 
-/// Builds a [`Value`] (see [`parse_value`]).
-struct ValueSeed;
+/// Parses JSON text into a [`Value`], as `serde_json::from_slice` does, but nested up to
+/// [`MAX_DEPTH`] levels on any stack (deeper text is an error, not a crash), and builds
+/// each object with its final capacity: serde_json's own visitor grows every map from
+/// empty, reallocating and rehashing it on the way, which was the largest single cost of
+/// reading many runs.
+pub fn parse_value(text: &[u8]) -> serde_json::Result<Value> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(text);
+    de.disable_recursion_limit();
+    let value = ValueSeed { depth: 0 }.deserialize(serde_stacker::Deserializer::new(&mut de))?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Builds a [`Value`] at nesting level `depth` (see [`parse_value`]).
+#[derive(Clone, Copy)]
+struct ValueSeed {
+    depth: usize,
+}
+
+impl ValueSeed {
+    /// The seed of a nested value, or an error past [`MAX_DEPTH`].
+    fn nested<E: serde::de::Error>(self) -> Result<ValueSeed, E> {
+        if self.depth >= MAX_DEPTH {
+            return Err(E::custom(format_args!(
+                "JSON nested deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        Ok(ValueSeed {
+            depth: self.depth + 1,
+        })
+    }
+}
 
 impl<'de> serde::de::DeserializeSeed<'de> for ValueSeed {
     type Value = Value;
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(ValueSeed)
+        d.deserialize_any(self)
     }
 }
 
@@ -251,19 +337,21 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed {
         Ok(Value::Null)
     }
     fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(ValueSeed)
+        d.deserialize_any(self)
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let seed = self.nested()?;
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(ValueSeed)? {
+        while let Some(item) = seq.next_element_seed(seed)? {
             items.push(item);
         }
         Ok(Value::Array(items))
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let seed = self.nested()?;
         let mut entries: Vec<(String, Value)> = Vec::with_capacity(16);
         while let Some(key) = map.next_key::<String>()? {
-            entries.push((key, map.next_value_seed(ValueSeed)?));
+            entries.push((key, map.next_value_seed(seed)?));
         }
         // Collecting sizes the map once; a repeated key keeps its first position and its
         // last value, as serde_json's own map does.
@@ -275,6 +363,25 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn nested(levels: usize) -> String {
+        format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[test]
+    fn max_depth_reads_round_trips_on_a_2_mib_stack_and_deeper_is_an_error() {
+        let worker = std::thread::Builder::new().stack_size(2 << 20).spawn(|| {
+            let text = nested(MAX_DEPTH);
+            let value = parse_value(text.as_bytes()).expect("MAX_DEPTH levels parse");
+            assert_eq!(depth(&value), MAX_DEPTH);
+            assert_eq!(to_python_json(&value), text);
+            assert_eq!(serde_json::to_string(&value.clone()).expect("encodes"), text);
+            let err = parse_value(nested(MAX_DEPTH + 1).as_bytes()).expect_err("too deep");
+            assert!(err.to_string().contains("deeper than 1000"), "{err}");
+            from_str::<serde::de::IgnoredAny>(&nested(100_000)).expect("skipped at any depth");
+        });
+        worker.expect("spawns").join().expect("no stack overflow");
+    }
 
     #[test]
     fn matches_python_json_dumps() {

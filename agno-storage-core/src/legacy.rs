@@ -15,7 +15,7 @@ use crate::run_json::RunJson;
 pub fn decode_legacy_json(text: Option<&str>) -> Result<Option<Value>> {
     let Some(text) = text else { return Ok(None) };
     let first: Value =
-        serde_json::from_str(text).map_err(|e| Error::serialization("a JSON column", e))?;
+        crate::json::from_str(text).map_err(|e| Error::serialization("a JSON column", e))?;
     Ok(unwrap_double_encoded(first))
 }
 
@@ -23,7 +23,7 @@ pub fn decode_legacy_json(text: Option<&str>) -> Result<Option<Value>> {
 pub fn unwrap_double_encoded(value: Value) -> Option<Value> {
     match value {
         Value::Null => None,
-        Value::String(inner) => match serde_json::from_str::<Value>(&inner) {
+        Value::String(inner) => match crate::json::from_str::<Value>(&inner) {
             Ok(Value::Null) => None,
             Ok(decoded @ (Value::Object(_) | Value::Array(_))) => Some(decoded),
             _ => Some(Value::String(inner)),
@@ -38,7 +38,7 @@ pub fn unwrap_double_encoded(value: Value) -> Option<Value> {
 pub fn decode_legacy_runs(blob: Option<&Value>) -> std::result::Result<Vec<Value>, String> {
     /// Decodes an encoded blob, taking the parsed array without copying it.
     fn decode_text(text: &str, depth: u8) -> std::result::Result<Vec<Value>, String> {
-        match serde_json::from_str::<Value>(text) {
+        match crate::json::from_str::<Value>(text) {
             Ok(Value::Array(items)) => Ok(items),
             Ok(Value::String(inner)) if depth < 1 => decode_text(&inner, depth + 1),
             Ok(other) => decode(&other, 2),

@@ -18,6 +18,7 @@ mod capabilities;
 mod db;
 mod error;
 pub mod eval;
+pub mod guard;
 pub mod job;
 pub mod json;
 pub mod knowledge;
@@ -27,6 +28,7 @@ pub mod lease;
 pub mod legacy;
 pub mod metrics;
 pub mod migration;
+mod open_mode;
 mod pagination;
 pub mod run;
 mod run_json;
@@ -49,6 +51,7 @@ pub use metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
 pub use migration::{
     MigrationManager, MigrationTarget, SchemaVersion, SchemaVersionStore, TableType,
 };
+pub use open_mode::OpenMode;
 pub use pagination::{compare_json, sort_records, Page, Pagination, Sort, SortOrder};
 pub use run::{RunQuery, RunRecord, RunStore, RunType};
 pub use run_json::RunJson;

@@ -77,9 +77,7 @@ impl RunJson {
                 .map(Cow::Owned)
                 .map_err(|e| Error::serialization("a run's JSON", e)),
             Repr::Text(text) => {
-                let mut de = serde_json::Deserializer::from_str(text);
-                serde::de::IgnoredAny::deserialize(&mut de)
-                    .and_then(|_| de.end())
+                crate::json::from_str::<serde::de::IgnoredAny>(text)
                     .map_err(|e| Error::serialization("a run's JSON", e))?;
                 Ok(Cow::Borrowed(text))
             }
@@ -104,7 +102,7 @@ impl RunJson {
     pub fn fields<T: DeserializeOwned>(&self) -> Result<T> {
         match &self.0 {
             Repr::Parsed(value) => T::deserialize(value),
-            Repr::Text(text) => serde_json::from_str(text),
+            Repr::Text(text) => crate::json::from_str(text),
         }
         .map_err(|e| Error::serialization("a run's fields", e))
     }

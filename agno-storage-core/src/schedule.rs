@@ -290,6 +290,11 @@ impl ScheduleUpdate {
         &self.columns
     }
 
+    /// The validated columns, consumed.
+    pub fn into_columns(self) -> Map<String, Value> {
+        self.columns
+    }
+
     /// Applies the update to a record (document stores), setting `updated_at` to `now`.
     pub fn apply_to(&self, schedule: &Schedule, now: i64) -> Result<Schedule> {
         let mut doc =

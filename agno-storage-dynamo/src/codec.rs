@@ -52,7 +52,7 @@ fn number(text: &str) -> Value {
 /// An attribute as JSON; an `S` holding a JSON object or array is decoded.
 pub(crate) fn value(attr: &AttributeValue) -> Value {
     match attr {
-        AttributeValue::S(s) => match serde_json::from_str::<Value>(s) {
+        AttributeValue::S(s) => match agno_storage_core::json::from_str::<Value>(s) {
             Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
             _ => Value::String(s.clone()),
         },

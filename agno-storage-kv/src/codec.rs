@@ -26,7 +26,7 @@ pub(crate) fn encode_ascii(value: &Value) -> String {
 /// Parses a stored record; anything but a JSON object is a `Serialization` error naming
 /// the key.
 pub(crate) fn decode_object(key: &str, raw: &str) -> Result<Map<String, Value>> {
-    match serde_json::from_str::<Value>(raw) {
+    match agno_storage_core::json::from_str::<Value>(raw) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(Error::new(
             ErrorKind::Serialization,

@@ -21,11 +21,11 @@ pub(crate) const TABLE: &str = "schedules";
 pub(crate) const RUNS_TABLE: &str = "schedule_runs";
 
 pub(crate) fn decode(key: &str, raw: &str) -> Result<Schedule> {
-    serde_json::from_str(raw).map_err(|e| Error::serialization(key, e))
+    agno_storage_core::json::from_str(raw).map_err(|e| Error::serialization(key, e))
 }
 
 pub(crate) fn decode_run(key: &str, raw: &str) -> Result<ScheduleRun> {
-    serde_json::from_str(raw).map_err(|e| Error::serialization(key, e))
+    agno_storage_core::json::from_str(raw).map_err(|e| Error::serialization(key, e))
 }
 
 fn to_json(what: &str, value: serde_json::Result<serde_json::Value>) -> Result<String> {

@@ -1,0 +1,781 @@
+//! Input rules checked once, in core, before any store sees a call: identifiers and
+//! nesting depth. [`crate::AgnoDbBuilder::build`] wraps every store a backend offers in
+//! [`Checked`], so the rules hold on every backend and no adapter repeats them.
+//!
+//! - **Identifiers** (session, run, user, memory, eval, knowledge, schedule, learning and
+//!   job ids, agent/team/workflow ids, worker ids, and names and values used as keys or
+//!   filters): U+0000 is refused with `InvalidInput` naming the field, on reads and writes
+//!   alike (PostgreSQL text cannot hold it, and a backend that stripped it would let
+//!   `alice\0` act as `alice`). Other control characters are ordinary characters: stored
+//!   verbatim and compared exactly. An identifier longer than the backend declares
+//!   ([`Capabilities::max_id_chars`]) is refused the same way. Nothing is ever altered.
+//! - **Nesting**: a JSON value (run data, session data, payloads, ...) nested deeper than
+//!   [`Capabilities::json_depth_limit`] is refused before anything is written, measured
+//!   without recursion and dropped without recursion, so no input can overflow the stack.
+//!
+//! Data fields are not identifiers and keep agno's behaviour per backend (e.g. agno's
+//! PostgreSQL adapter strips NUL inside JSON text).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::eval::{EvalQuery, EvalRun, EvalStore};
+use crate::job::{EnqueueOutcome, Job, JobQuery, JobStatus, JobStore};
+use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
+use crate::learning::{Learning, LearningQuery, LearningStore};
+use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
+use crate::pagination::{Page, Pagination};
+use crate::run::{RunQuery, RunRecord, RunStore};
+use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
+use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
+use crate::user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};
+
+/// The rules of one backend: its name (for errors) and its declared limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    backend: &'static str,
+    max_id_chars: Option<usize>,
+    max_json_depth: usize,
+}
+
+impl Rules {
+    /// The rules `capabilities` declare for `backend`.
+    pub fn new(backend: &'static str, capabilities: &Capabilities) -> Self {
+        Rules {
+            backend,
+            max_id_chars: capabilities.max_id_chars,
+            max_json_depth: capabilities.json_depth_limit(),
+        }
+    }
+
+    /// Refuses an identifier holding U+0000 or longer than the backend's maximum.
+    pub fn id(&self, field: &str, value: &str) -> Result<()> {
+        self.text(field, value)?;
+        match self.max_id_chars {
+            Some(max) if value.chars().count() > max => Err(self.refuse(format!(
+                "{field} is {} characters long; {} keys hold at most {max}. Use a shorter {field}.",
+                value.chars().count(),
+                self.backend
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Rules::id`] of an optional identifier.
+    pub fn opt_id(&self, field: &str, value: Option<&str>) -> Result<()> {
+        value.map_or(Ok(()), |v| self.id(field, v))
+    }
+
+    /// [`Rules::id`] of each identifier.
+    pub fn ids(&self, field: &str, values: &[String]) -> Result<()> {
+        values.iter().try_for_each(|v| self.id(field, v))
+    }
+
+    /// Refuses a name or filter holding U+0000 (no length limit: it is not a key).
+    pub fn text(&self, field: &str, value: &str) -> Result<()> {
+        match value.find('\0') {
+            Some(at) => Err(self.refuse(format!(
+                "{field} contains a NUL character (U+0000) at byte {at}; identifiers, names \
+                 and filters cannot hold NUL on any backend. Remove it: ids are matched \
+                 exactly and never altered."
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Rules::text`] of an optional value.
+    pub fn opt_text(&self, field: &str, value: Option<&str>) -> Result<()> {
+        value.map_or(Ok(()), |v| self.text(field, v))
+    }
+
+    /// Refuses a JSON value nested deeper than the backend's limit.
+    pub fn json(&self, field: &str, value: &Value) -> Result<()> {
+        crate::json::check_depth(field, value, self.max_json_depth)
+            .map_err(|e| e.with_backend(self.backend))
+    }
+
+    /// [`Rules::json`] of an optional value.
+    pub fn opt_json(&self, field: &str, value: Option<&Value>) -> Result<()> {
+        value.map_or(Ok(()), |v| self.json(field, v))
+    }
+
+    fn refuse(&self, message: String) -> Error {
+        Error::invalid_input(format!("{message} Nothing was read or written.")).with_backend(self.backend)
+    }
+}
+
+/// Runs `check` over `record`; when it fails, drops the record without recursion (it may
+/// be nested too deep for a recursive drop) and returns the error.
+fn admit<T>(record: T, check: impl FnOnce(&T) -> Result<()>, values: impl FnOnce(T) -> Vec<Value>) -> Result<T> {
+    match check(&record) {
+        Ok(()) => Ok(record),
+        Err(e) => {
+            values(record).into_iter().for_each(crate::json::drop_deep);
+            Err(e)
+        }
+    }
+}
+
+/// A store wrapped in the input rules: every call checks its arguments, then forwards.
+pub struct Checked<S: ?Sized> {
+    rules: Rules,
+    inner: Arc<S>,
+}
+
+impl<S: ?Sized> Checked<S> {
+    /// `inner`, checked by `rules`.
+    pub fn new(rules: Rules, inner: Arc<S>) -> Self {
+        Checked { rules, inner }
+    }
+}
+
+fn opt_values(values: impl IntoIterator<Item = Option<Value>>) -> Vec<Value> {
+    values.into_iter().flatten().collect()
+}
+
+#[async_trait]
+impl<S: SessionStore + ?Sized> SessionStore for Checked<S> {
+    async fn upsert_session(&self, session: Session) -> Result<Session> {
+        let r = self.rules;
+        let session = admit(
+            session,
+            |s| {
+                r.id("session_id", &s.session_id)?;
+                r.opt_id("user_id", s.user_id.as_deref())?;
+                r.opt_id("agent_id", s.agent_id.as_deref())?;
+                r.opt_id("team_id", s.team_id.as_deref())?;
+                r.opt_id("workflow_id", s.workflow_id.as_deref())?;
+                r.opt_json("session_data", s.session_data.as_ref())?;
+                r.opt_json("agent_data", s.agent_data.as_ref())?;
+                r.opt_json("team_data", s.team_data.as_ref())?;
+                r.opt_json("workflow_data", s.workflow_data.as_ref())?;
+                r.opt_json("metadata", s.metadata.as_ref())?;
+                r.opt_json("summary", s.summary.as_ref())
+            },
+            |s| {
+                opt_values([
+                    s.session_data,
+                    s.agent_data,
+                    s.team_data,
+                    s.workflow_data,
+                    s.metadata,
+                    s.summary,
+                ])
+            },
+        )?;
+        self.inner.upsert_session(session).await
+    }
+
+    async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
+        self.rules.id("session_id", session_id)?;
+        self.rules.opt_id("user_id", read.user_id.as_deref())?;
+        self.inner.get_session(session_id, read).await
+    }
+
+    async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
+        self.rules.opt_id("user_id", query.user_id.as_deref())?;
+        self.rules.opt_id("component_id", query.component_id.as_deref())?;
+        self.rules.opt_text("session_name", query.session_name.as_deref())?;
+        self.inner.get_sessions(query).await
+    }
+
+    async fn rename_session(
+        &self,
+        session_id: &str,
+        session_name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Session>> {
+        self.rules.id("session_id", session_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner
+            .rename_session(session_id, session_name, user_id)
+            .await
+    }
+
+    async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.rules.ids("session_id", session_ids)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.delete_sessions(session_ids, user_id).await
+    }
+}
+
+#[async_trait]
+impl<S: RunStore + ?Sized> RunStore for Checked<S> {
+    async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
+        let r = self.rules;
+        let run = admit(
+            run,
+            |run| {
+                r.id("run_id", &run.run_id)?;
+                r.id("session_id", &run.session_id)?;
+                r.opt_id("user_id", run.user_id.as_deref())?;
+                r.opt_id("agent_id", run.agent_id.as_deref())?;
+                r.opt_id("team_id", run.team_id.as_deref())?;
+                r.opt_id("workflow_id", run.workflow_id.as_deref())?;
+                r.opt_id("parent_run_id", run.parent_run_id.as_deref())?;
+                r.opt_text("status", run.status.as_deref())?;
+                r.json("run_data", &run.run_data)
+            },
+            |run| vec![run.run_data],
+        )?;
+        self.inner.upsert_run(run).await
+    }
+
+    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
+        self.rules.id("run_id", run_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_run(run_id, user_id).await
+    }
+
+    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
+        let r = self.rules;
+        r.opt_id("session_id", query.session_id.as_deref())?;
+        r.opt_id("user_id", query.user_id.as_deref())?;
+        r.opt_id("agent_id", query.agent_id.as_deref())?;
+        r.opt_id("team_id", query.team_id.as_deref())?;
+        r.opt_id("workflow_id", query.workflow_id.as_deref())?;
+        r.opt_text("status", query.status.as_deref())?;
+        self.inner.get_runs(query).await
+    }
+
+    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.rules.ids("run_id", run_ids)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.delete_runs(run_ids, user_id).await
+    }
+}
+
+#[async_trait]
+impl<S: MemoryStore + ?Sized> MemoryStore for Checked<S> {
+    async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
+        let r = self.rules;
+        r.id("memory_id", &memory.memory_id)?;
+        r.opt_id("user_id", memory.user_id.as_deref())?;
+        r.opt_id("agent_id", memory.agent_id.as_deref())?;
+        r.opt_id("team_id", memory.team_id.as_deref())?;
+        self.inner.upsert_memory(memory).await
+    }
+
+    async fn get_memory(
+        &self,
+        memory_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<UserMemory>> {
+        self.rules.id("memory_id", memory_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_memory(memory_id, user_id).await
+    }
+
+    async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>> {
+        let r = self.rules;
+        r.opt_id("user_id", query.user_id.as_deref())?;
+        r.opt_id("agent_id", query.agent_id.as_deref())?;
+        r.opt_id("team_id", query.team_id.as_deref())?;
+        query.topics.iter().try_for_each(|t| r.text("topics", t))?;
+        r.opt_text("search_content", query.search_content.as_deref())?;
+        self.inner.get_memories(query).await
+    }
+
+    async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_memory_topics(user_id).await
+    }
+
+    async fn get_memory_stats(
+        &self,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<MemoryStats>> {
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_memory_stats(user_id, pagination).await
+    }
+
+    async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.rules.ids("memory_id", memory_ids)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.delete_memories(memory_ids, user_id).await
+    }
+}
+
+#[async_trait]
+impl<S: MetricsStore + ?Sized> MetricsStore for Checked<S> {
+    async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
+        let r = self.rules;
+        let records = admit(
+            records,
+            |records| {
+                records.iter().try_for_each(|m| {
+                    r.id("id", &m.id)?;
+                    r.opt_id("user_id", m.user_id.as_deref())?;
+                    r.json("token_metrics", &m.token_metrics)?;
+                    r.json("model_metrics", &m.model_metrics)
+                })
+            },
+            |records| {
+                records
+                    .into_iter()
+                    .flat_map(|m| [m.token_metrics, m.model_metrics])
+                    .collect()
+            },
+        )?;
+        self.inner.upsert_metrics(records).await
+    }
+
+    async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
+        self.rules.opt_id("user_id", query.user_id.as_deref())?;
+        self.inner.get_metrics(query).await
+    }
+}
+
+#[async_trait]
+impl<S: EvalStore + ?Sized> EvalStore for Checked<S> {
+    async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
+        let r = self.rules;
+        let run = admit(
+            run,
+            |e| {
+                r.id("run_id", &e.run_id)?;
+                r.opt_id("user_id", e.user_id.as_deref())?;
+                r.opt_id("agent_id", e.agent_id.as_deref())?;
+                r.opt_id("team_id", e.team_id.as_deref())?;
+                r.opt_id("workflow_id", e.workflow_id.as_deref())?;
+                r.opt_id("model_id", e.model_id.as_deref())?;
+                r.json("eval_data", &e.eval_data)?;
+                r.opt_json("eval_input", e.eval_input.as_ref())
+            },
+            |e| opt_values([Some(e.eval_data), e.eval_input]),
+        )?;
+        self.inner.create_eval_run(run).await
+    }
+
+    async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
+        self.rules.id("run_id", run_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_eval_run(run_id, user_id).await
+    }
+
+    async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
+        let r = self.rules;
+        r.opt_id("user_id", query.user_id.as_deref())?;
+        r.opt_id("agent_id", query.agent_id.as_deref())?;
+        r.opt_id("team_id", query.team_id.as_deref())?;
+        r.opt_id("workflow_id", query.workflow_id.as_deref())?;
+        r.opt_id("model_id", query.model_id.as_deref())?;
+        self.inner.get_eval_runs(query).await
+    }
+
+    async fn rename_eval_run(
+        &self,
+        run_id: &str,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<EvalRun>> {
+        self.rules.id("run_id", run_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.rename_eval_run(run_id, name, user_id).await
+    }
+
+    async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.rules.ids("run_id", run_ids)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.delete_eval_runs(run_ids, user_id).await
+    }
+}
+
+#[async_trait]
+impl<S: KnowledgeStore + ?Sized> KnowledgeStore for Checked<S> {
+    async fn upsert_knowledge_content(
+        &self,
+        content: KnowledgeContent,
+    ) -> Result<KnowledgeContent> {
+        let r = self.rules;
+        let content = admit(
+            content,
+            |k| {
+                r.id("id", &k.id)?;
+                r.opt_id("user_id", k.user_id.as_deref())?;
+                r.opt_id("linked_to", k.linked_to.as_deref())?;
+                r.opt_id("external_id", k.external_id.as_deref())?;
+                r.opt_json("metadata", k.metadata.as_ref())
+            },
+            |k| opt_values([k.metadata]),
+        )?;
+        self.inner.upsert_knowledge_content(content).await
+    }
+
+    async fn get_knowledge_content(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<KnowledgeContent>> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_knowledge_content(id, user_id).await
+    }
+
+    async fn get_knowledge_contents(
+        &self,
+        query: KnowledgeQuery,
+    ) -> Result<Page<KnowledgeContent>> {
+        self.rules.opt_id("user_id", query.user_id.as_deref())?;
+        self.rules.opt_id("linked_to", query.linked_to.as_deref())?;
+        self.inner.get_knowledge_contents(query).await
+    }
+
+    async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.delete_knowledge_content(id, user_id).await
+    }
+}
+
+#[async_trait]
+impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
+    async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
+        let r = self.rules;
+        let schedule = admit(
+            schedule,
+            |s| {
+                r.id("id", &s.id)?;
+                r.id("name", &s.name)?;
+                r.opt_id("user_id", s.user_id.as_deref())?;
+                r.opt_id("managed_by", s.managed_by.as_deref())?;
+                r.opt_id("target_id", s.target_id.as_deref())?;
+                r.opt_json("payload", s.payload.as_ref())
+            },
+            |s| opt_values([s.payload]),
+        )?;
+        self.inner.create_schedule(schedule).await
+    }
+
+    async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_schedule(id, user_id).await
+    }
+
+    async fn get_schedule_by_name(
+        &self,
+        name: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Schedule>> {
+        self.rules.id("name", name)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_schedule_by_name(name, user_id).await
+    }
+
+    async fn get_schedules(
+        &self,
+        enabled: Option<bool>,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<Schedule>> {
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_schedules(enabled, user_id, pagination).await
+    }
+
+    async fn update_schedule(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        update: ScheduleUpdate,
+    ) -> Result<Option<Schedule>> {
+        let r = self.rules;
+        r.id("id", id)?;
+        r.opt_id("user_id", user_id)?;
+        let update = admit(
+            update,
+            |u| {
+                u.columns().iter().try_for_each(|(column, value)| match value {
+                    Value::String(text) if column == "name" => r.id("name", text),
+                    _ => r.json(column, value),
+                })
+            },
+            |u| u.into_columns().into_iter().map(|(_, v)| v).collect(),
+        )?;
+        self.inner.update_schedule(id, user_id, update).await
+    }
+
+    async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.delete_schedule(id, user_id).await
+    }
+
+    async fn claim_due_schedule(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<Option<Schedule>> {
+        self.rules.id("worker_id", worker_id)?;
+        self.inner
+            .claim_due_schedule(worker_id, lock_grace_seconds)
+            .await
+    }
+
+    async fn release_schedule(
+        &self,
+        id: &str,
+        worker_id: &str,
+        locked_at: Option<i64>,
+        next_run_at: Option<i64>,
+    ) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.id("worker_id", worker_id)?;
+        self.inner
+            .release_schedule(id, worker_id, locked_at, next_run_at)
+            .await
+    }
+
+    async fn create_schedule_run(&self, run: ScheduleRun) -> Result<ScheduleRun> {
+        let run = self.admit_schedule_run(run)?;
+        self.inner.create_schedule_run(run).await
+    }
+
+    async fn update_schedule_run(
+        &self,
+        run: ScheduleRun,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
+        self.rules.opt_id("user_id", user_id)?;
+        let run = self.admit_schedule_run(run)?;
+        self.inner.update_schedule_run(run, user_id).await
+    }
+
+    async fn get_schedule_run(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<ScheduleRun>> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_schedule_run(id, user_id).await
+    }
+
+    async fn get_schedule_runs(
+        &self,
+        schedule_id: &str,
+        user_id: Option<&str>,
+        pagination: Pagination,
+    ) -> Result<Page<ScheduleRun>> {
+        self.rules.id("schedule_id", schedule_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner
+            .get_schedule_runs(schedule_id, user_id, pagination)
+            .await
+    }
+}
+
+impl<S: ?Sized> Checked<S> {
+    fn admit_schedule_run(&self, run: ScheduleRun) -> Result<ScheduleRun> {
+        let r = self.rules;
+        admit(
+            run,
+            |run| {
+                r.id("id", &run.id)?;
+                r.id("schedule_id", &run.schedule_id)?;
+                r.opt_id("run_id", run.run_id.as_deref())?;
+                r.opt_id("session_id", run.session_id.as_deref())?;
+                r.opt_id("user_id", run.user_id.as_deref())?;
+                r.opt_json("input", run.input.as_ref())?;
+                r.opt_json("output", run.output.as_ref())?;
+                r.opt_json("requirements", run.requirements.as_ref())
+            },
+            |run| opt_values([run.input, run.output, run.requirements]),
+        )
+    }
+}
+
+#[async_trait]
+impl<S: LearningStore + ?Sized> LearningStore for Checked<S> {
+    async fn upsert_learning(&self, learning: Learning) -> Result<Learning> {
+        let r = self.rules;
+        let learning = admit(
+            learning,
+            |l| {
+                r.id("learning_id", &l.learning_id)?;
+                r.id("learning_type", &l.learning_type)?;
+                r.opt_id("namespace", l.namespace.as_deref())?;
+                r.opt_id("user_id", l.user_id.as_deref())?;
+                r.opt_id("agent_id", l.agent_id.as_deref())?;
+                r.opt_id("team_id", l.team_id.as_deref())?;
+                r.opt_id("workflow_id", l.workflow_id.as_deref())?;
+                r.opt_id("session_id", l.session_id.as_deref())?;
+                r.opt_id("entity_id", l.entity_id.as_deref())?;
+                r.opt_id("entity_type", l.entity_type.as_deref())?;
+                r.json("content", &l.content)?;
+                r.opt_json("metadata", l.metadata.as_ref())
+            },
+            |l| opt_values([Some(l.content), l.metadata]),
+        )?;
+        self.inner.upsert_learning(learning).await
+    }
+
+    async fn get_learning(
+        &self,
+        learning_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Learning>> {
+        self.rules.id("learning_id", learning_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_learning(learning_id, user_id).await
+    }
+
+    async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
+        let r = self.rules;
+        r.opt_id("learning_type", query.learning_type.as_deref())?;
+        r.opt_id("user_id", query.user_id.as_deref())?;
+        r.opt_id("agent_id", query.agent_id.as_deref())?;
+        r.opt_id("team_id", query.team_id.as_deref())?;
+        r.opt_id("session_id", query.session_id.as_deref())?;
+        r.opt_id("namespace", query.namespace.as_deref())?;
+        r.opt_id("entity_id", query.entity_id.as_deref())?;
+        r.opt_id("entity_type", query.entity_type.as_deref())?;
+        self.inner.list_learnings(query).await
+    }
+
+    async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.rules.id("learning_id", learning_id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.delete_learning(learning_id, user_id).await
+    }
+}
+
+#[async_trait]
+impl<S: JobStore + ?Sized> JobStore for Checked<S> {
+    async fn enqueue_job(&self, job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
+        let r = self.rules;
+        let job = admit(
+            job,
+            |j| {
+                r.id("id", &j.id)?;
+                r.id("component_id", &j.component_id)?;
+                r.id("session_id", &j.session_id)?;
+                r.opt_id("user_id", j.user_id.as_deref())?;
+                r.opt_id("deployment_id", j.deployment_id.as_deref())?;
+                r.opt_id("idempotency_key", j.idempotency_key.as_deref())?;
+                r.json("payload", &j.payload)
+            },
+            |j| vec![j.payload],
+        )?;
+        self.inner.enqueue_job(job, max_depth).await
+    }
+
+    async fn claim_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
+        self.rules.id("worker_id", worker_id)?;
+        self.rules.opt_id("deployment_id", deployment_id)?;
+        self.inner
+            .claim_job(worker_id, lock_grace_seconds, deployment_id)
+            .await
+    }
+
+    async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
+        self.rules.id("worker_id", worker_id)?;
+        self.rules.ids("id", ids)?;
+        self.inner.heartbeat_jobs(worker_id, ids).await
+    }
+
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<Job> {
+        self.rules.id("id", id)?;
+        self.rules.id("worker_id", worker_id)?;
+        self.inner
+            .complete_job(id, worker_id, attempt, status, error)
+            .await
+    }
+
+    async fn retry_or_fail_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        attempt: i64,
+        error: Option<String>,
+        retry_delay_seconds: i64,
+    ) -> Result<Job> {
+        self.rules.id("id", id)?;
+        self.rules.id("worker_id", worker_id)?;
+        self.inner
+            .retry_or_fail_job(id, worker_id, attempt, error, retry_delay_seconds)
+            .await
+    }
+
+    async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.cancel_job(id, user_id).await
+    }
+
+    async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.get_job(id, user_id).await
+    }
+
+    async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
+        self.rules.opt_id("session_id", query.session_id.as_deref())?;
+        self.rules.opt_id("user_id", query.user_id.as_deref())?;
+        self.inner.list_jobs(query).await
+    }
+
+    async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
+        self.inner.cleanup_jobs(older_than_seconds).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(max_id_chars: Option<usize>) -> Rules {
+        let caps = Capabilities {
+            max_id_chars,
+            max_json_depth: Some(5),
+            ..Capabilities::all()
+        };
+        Rules::new("test", &caps)
+    }
+
+    #[test]
+    fn nul_is_refused_other_controls_are_ordinary() {
+        let r = rules(None);
+        let err = r.id("user_id", "alice\0").expect_err("NUL refused");
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+        assert!(err.message().contains("user_id"), "{}", err.message());
+        assert!(r.id("user_id", "a\u{1}\t\n\u{7f}b").is_ok());
+    }
+
+    #[test]
+    fn length_counts_characters_up_to_the_declared_maximum() {
+        let r = rules(Some(3));
+        assert!(r.id("session_id", "äöü").is_ok());
+        let err = r.id("session_id", "abcd").expect_err("too long");
+        assert!(err.message().contains("at most 3"), "{}", err.message());
+    }
+
+    #[test]
+    fn depth_beyond_the_limit_is_refused_and_dropped_flat() {
+        let r = rules(None);
+        let mut deep = Value::Null;
+        for _ in 0..200_000 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert_eq!(crate::json::depth(&deep), 200_000);
+        let err = admit(deep, |v| r.json("run_data", v), |v| vec![v]).expect_err("too deep");
+        assert!(err.message().contains("200000 levels"), "{}", err.message());
+    }
+}
