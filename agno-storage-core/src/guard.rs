@@ -104,13 +104,18 @@ impl Rules {
     }
 
     fn refuse(&self, message: String) -> Error {
-        Error::invalid_input(format!("{message} Nothing was read or written.")).with_backend(self.backend)
+        Error::invalid_input(format!("{message} Nothing was read or written."))
+            .with_backend(self.backend)
     }
 }
 
 /// Runs `check` over `record`; when it fails, drops the record without recursion (it may
 /// be nested too deep for a recursive drop) and returns the error.
-fn admit<T>(record: T, check: impl FnOnce(&T) -> Result<()>, values: impl FnOnce(T) -> Vec<Value>) -> Result<T> {
+fn admit<T>(
+    record: T,
+    check: impl FnOnce(&T) -> Result<()>,
+    values: impl FnOnce(T) -> Vec<Value>,
+) -> Result<T> {
     match check(&record) {
         Ok(()) => Ok(record),
         Err(e) => {
@@ -178,8 +183,10 @@ impl<S: SessionStore + ?Sized> SessionStore for Checked<S> {
 
     async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
         self.rules.opt_id("user_id", query.user_id.as_deref())?;
-        self.rules.opt_id("component_id", query.component_id.as_deref())?;
-        self.rules.opt_text("session_name", query.session_name.as_deref())?;
+        self.rules
+            .opt_id("component_id", query.component_id.as_deref())?;
+        self.rules
+            .opt_text("session_name", query.session_name.as_deref())?;
         self.inner.get_sessions(query).await
     }
 
@@ -490,10 +497,12 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         let update = admit(
             update,
             |u| {
-                u.columns().iter().try_for_each(|(column, value)| match value {
-                    Value::String(text) if column == "name" => r.id("name", text),
-                    _ => r.json(column, value),
-                })
+                u.columns()
+                    .iter()
+                    .try_for_each(|(column, value)| match value {
+                        Value::String(text) if column == "name" => r.id("name", text),
+                        _ => r.json(column, value),
+                    })
             },
             |u| u.into_columns().into_iter().map(|(_, v)| v).collect(),
         )?;
@@ -727,7 +736,8 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
     }
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
-        self.rules.opt_id("session_id", query.session_id.as_deref())?;
+        self.rules
+            .opt_id("session_id", query.session_id.as_deref())?;
         self.rules.opt_id("user_id", query.user_id.as_deref())?;
         self.inner.list_jobs(query).await
     }

@@ -375,7 +375,10 @@ mod tests {
             let value = parse_value(text.as_bytes()).expect("MAX_DEPTH levels parse");
             assert_eq!(depth(&value), MAX_DEPTH);
             assert_eq!(to_python_json(&value), text);
-            assert_eq!(serde_json::to_string(&value.clone()).expect("encodes"), text);
+            assert_eq!(
+                serde_json::to_string(&value.clone()).expect("encodes"),
+                text
+            );
             let err = parse_value(nested(MAX_DEPTH + 1).as_bytes()).expect_err("too deep");
             assert!(err.to_string().contains("deeper than 1000"), "{err}");
             from_str::<serde::de::IgnoredAny>(&nested(100_000)).expect("skipped at any depth");

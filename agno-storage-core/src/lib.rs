@@ -52,7 +52,7 @@ pub use migration::{
     MigrationManager, MigrationTarget, SchemaVersion, SchemaVersionStore, TableType,
 };
 pub use open_mode::OpenMode;
-pub use pagination::{compare_json, sort_records, Page, Pagination, Sort, SortOrder};
+pub use pagination::{compare_json, sort_records, Page, Pagination, Sort, SortOrder, Unreadable};
 pub use run::{RunQuery, RunRecord, RunStore, RunType};
 pub use run_json::RunJson;
 pub use schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};

@@ -84,16 +84,52 @@ pub struct Page<T> {
     pub items: Vec<T>,
     /// How many rows matched the filters in total.
     pub total: u64,
+    /// Rows of this page that matched but could not be decoded (stored JSON this code
+    /// cannot represent, such as a lone surrogate, or malformed text): named here instead
+    /// of failing the whole call, so one bad row never hides its neighbours. Always empty
+    /// for stores that cannot hold such rows.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A stored row a list call matched but could not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The row's id (a run id, for runs).
+    pub id: String,
+    /// Why it could not be decoded.
+    pub error: String,
 }
 
 impl<T> Page<T> {
+    /// The page `items` of `total` matching rows, all readable.
+    pub fn new(items: Vec<T>, total: u64) -> Self {
+        Page {
+            items,
+            total,
+            unreadable: Vec::new(),
+        }
+    }
+
+    /// The page of `total` matching rows from decode results keyed by row id: decoded rows
+    /// become `items`, failed ones [`Page::unreadable`].
+    pub fn from_decoded(rows: impl IntoIterator<Item = (String, Result<T>)>, total: u64) -> Self {
+        let mut page = Page::new(Vec::new(), total);
+        for (id, row) in rows {
+            match row {
+                Ok(item) => page.items.push(item),
+                Err(e) => page.unreadable.push(Unreadable {
+                    id,
+                    error: e.to_string(),
+                }),
+            }
+        }
+        page
+    }
+
     /// Sorts nothing: counts `rows`, then applies `pagination`.
     pub fn paginate(rows: Vec<T>, pagination: &Pagination) -> Result<Page<T>> {
         let total = rows.len() as u64;
-        Ok(Page {
-            items: pagination.apply(rows)?,
-            total,
-        })
+        Ok(Page::new(pagination.apply(rows)?, total))
     }
 }
 

@@ -124,6 +124,12 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// collection, written in the schedule's commits; `false` where the backend enforces the
     /// uniqueness itself (a failed commit is then a [`Commit::Conflict`]).
     const SCHEDULE_NAME_GUARDS: bool;
+    /// The longest identifier, in characters, the backend's document ids and indexed
+    /// fields hold (`None`: no limit); see `agno_storage_core::Capabilities::max_id_chars`.
+    const MAX_ID_CHARS: Option<usize>;
+    /// The deepest JSON nesting a document field holds, when the backend's own limit is
+    /// below `agno_storage_core::json::MAX_DEPTH`.
+    const MAX_JSON_DEPTH: Option<usize>;
 
     /// What a compare-and-set compares (an update time, the record as read).
     type Version: Clone + std::fmt::Debug + Send + Sync;

@@ -72,7 +72,14 @@ where
         + LegacyRunsStore,
 {
     let me = Arc::new(db.clone());
-    AgnoDb::builder(B::BACKEND)
+    let mut builder = AgnoDb::builder(B::BACKEND);
+    if let Some(max) = B::MAX_ID_CHARS {
+        builder = builder.max_id_chars(max);
+    }
+    if let Some(max) = B::MAX_JSON_DEPTH {
+        builder = builder.max_json_depth(max);
+    }
+    builder
         .sessions(me.clone())
         .runs(me.clone())
         .memories(me.clone())

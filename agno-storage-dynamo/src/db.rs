@@ -545,6 +545,9 @@ impl DynamoDb {
     pub fn agno_db(&self) -> AgnoDb {
         let me = Arc::new(self.clone());
         AgnoDb::builder(BACKEND)
+            // Keys hold 2,048 bytes (hash) and guard keys combine two ids (owner and name or
+            // idempotency key): 200 characters of up to 4 bytes each fit both.
+            .max_id_chars(200)
             .sessions(me.clone())
             .runs(me.clone())
             .memories(me.clone())

@@ -305,6 +305,11 @@ impl FirestoreDb {
 #[async_trait]
 impl DocBackend for FirestoreDb {
     const BACKEND: &'static str = BACKEND;
+    /// Document ids and indexed values hold 1,500 bytes; ids are combined into guard ids
+    /// (owner and name), so 150 characters of up to 4 bytes each leave room for both.
+    const MAX_ID_CHARS: Option<usize> = Some(150);
+    /// Firestore nests maps and arrays at most 20 levels deep.
+    const MAX_JSON_DEPTH: Option<usize> = Some(20);
     const ITEM: &'static str = "document";
     const SCHEDULE_NAME_GUARDS: bool = true;
 

@@ -141,7 +141,7 @@ impl EvalStore for KvStore {
                     },
                 )
                 .await?;
-            return Ok(Page { items, total });
+            return Ok(Page::new(items, total));
         }
         let mut rows = Vec::new();
         for (id, raw) in self.load_index(TABLE, &base, "-inf", "+inf").await? {

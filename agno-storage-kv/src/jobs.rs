@@ -463,7 +463,7 @@ impl JobStore for KvStore {
                     },
                 )
                 .await?;
-            return Ok(Page { items, total });
+            return Ok(Page::new(items, total));
         }
         let ids = self.members(&base, "-inf", "+inf").await?;
         let mut rows = Vec::new();

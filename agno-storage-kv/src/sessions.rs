@@ -387,7 +387,7 @@ impl SessionStore for KvStore {
         } else {
             rows.into_iter().map(|s| s.session).collect()
         };
-        Ok(Page { items, total })
+        Ok(Page::new(items, total))
     }
 
     async fn rename_session(

@@ -213,6 +213,9 @@ impl MongoDb {
     pub fn agno_db(&self) -> AgnoDb {
         let me = Arc::new(self.clone());
         AgnoDb::builder(BACKEND)
+            // BSON documents nest at most 100 levels, the document itself and the field
+            // holding the value included.
+            .max_json_depth(98)
             .sessions(me.clone())
             .runs(me.clone())
             .memories(me.clone())

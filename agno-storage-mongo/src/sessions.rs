@@ -235,10 +235,7 @@ impl SessionStore for MongoDb {
                 attach(stored, runs.remove(&id).unwrap_or_default(), None)
             })
             .collect();
-        Ok(Page {
-            items,
-            total: page.total,
-        })
+        Ok(Page::new(items, page.total))
     }
 
     async fn rename_session(

@@ -36,6 +36,20 @@ impl Dialect {
         }
     }
 
+    /// The longest identifier, in characters, agno's key columns hold: MySQL's
+    /// `VARCHAR(128)`; PostgreSQL's 512 keeps any id of 4-byte characters under a B-tree
+    /// entry's 2,704-byte limit; SQLite has none.
+    pub(crate) fn max_id_chars(self) -> Option<usize> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => None,
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => Some(512),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => Some(128),
+        }
+    }
+
     pub(crate) fn quote(self, ident: &str) -> String {
         match self {
             #[cfg(feature = "mysql")]

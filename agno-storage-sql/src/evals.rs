@@ -142,10 +142,10 @@ impl EvalStore for SqlStore {
                 w.params,
             )
             .await?;
-        Ok(Page {
-            items: rows.iter().map(eval_from_row).collect::<Result<_>>()?,
+        Ok(Page::new(
+            rows.iter().map(eval_from_row).collect::<Result<_>>()?,
             total,
-        })
+        ))
     }
 
     async fn rename_eval_run(

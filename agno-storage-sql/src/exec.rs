@@ -68,6 +68,13 @@ pub(crate) trait Executor: Send + Sync {
     /// Rows of a query (or of a statement with `RETURNING`).
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>>;
 
+    /// The deepest JSON nesting the server's JSON columns accept, when it is below
+    /// `agno_storage_core::json::MAX_DEPTH` (MariaDB's `JSON_VALID` stops at 31 levels,
+    /// MySQL's JSON type at 100).
+    fn max_json_depth(&self) -> Option<usize> {
+        None
+    }
+
     /// Like [`Executor::query`], for rows with large JSON cells: where the executor can, a
     /// column declared JSON arrives already decoded (`SqlValue::Json`), parsed straight from
     /// the driver's buffer instead of through an owned copy of its text. A cell that is not

@@ -344,10 +344,10 @@ impl JobStore for SqlStore {
                 w.params,
             )
             .await?;
-        Ok(Page {
-            items: rows.iter().map(job_from_row).collect::<Result<_>>()?,
+        Ok(Page::new(
+            rows.iter().map(job_from_row).collect::<Result<_>>()?,
             total,
-        })
+        ))
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {

@@ -27,6 +27,20 @@ fn knowledge_from_row(row: &Row) -> Result<KnowledgeContent> {
     })
 }
 
+/// A content row with NUL stripped from its text fields, as agno's PostgreSQL adapter
+/// writes it (PostgreSQL text cannot hold NUL; agno sanitizes knowledge rows only). Its
+/// id, owner and links are identifiers, refused with NUL before they get here.
+#[cfg(feature = "postgres")]
+fn without_nul(mut c: KnowledgeContent) -> KnowledgeContent {
+    let strip = |s: &mut String| s.retain(|ch| ch != '\0');
+    strip(&mut c.name);
+    strip(&mut c.description);
+    for field in [&mut c.content_type, &mut c.status, &mut c.status_message] {
+        field.as_mut().map(strip);
+    }
+    c
+}
+
 impl SqlStore {
     fn owner_or_shared(&self, w: &mut Where, user_id: Option<&str>) {
         if let Some(u) = user_id {
@@ -39,6 +53,12 @@ impl SqlStore {
 impl KnowledgeStore for SqlStore {
     async fn upsert_knowledge_content(&self, c: KnowledgeContent) -> Result<KnowledgeContent> {
         self.check(Tbl::Knowledge)?;
+        #[cfg(feature = "postgres")]
+        let c = if matches!(self.dialect, crate::dialect::Dialect::Postgres) {
+            without_nul(c)
+        } else {
+            c
+        };
         let fields: Vec<(&str, SqlValue, bool)> = vec![
             ("name", SqlValue::text(&c.name), true),
             ("description", SqlValue::text(&c.description), true),
@@ -176,10 +196,10 @@ impl KnowledgeStore for SqlStore {
             order.map(|o| format!(" ORDER BY {o}")).unwrap_or_default()
         );
         let rows = self.exec.query(&sql, w.params).await?;
-        Ok(Page {
-            items: rows.iter().map(knowledge_from_row).collect::<Result<_>>()?,
+        Ok(Page::new(
+            rows.iter().map(knowledge_from_row).collect::<Result<_>>()?,
             total,
-        })
+        ))
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

@@ -148,10 +148,10 @@ impl LearningStore for SqlStore {
                 w.params,
             )
             .await?;
-        Ok(Page {
-            items: rows.iter().map(learning_from_row).collect::<Result<_>>()?,
+        Ok(Page::new(
+            rows.iter().map(learning_from_row).collect::<Result<_>>()?,
             total,
-        })
+        ))
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {

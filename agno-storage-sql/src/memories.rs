@@ -184,10 +184,10 @@ impl MemoryStore for SqlStore {
             order.map(|o| format!(" ORDER BY {o}")).unwrap_or_default()
         );
         let rows = self.exec.query(&sql, w.params).await?;
-        Ok(Page {
-            items: rows.iter().map(memory_from_row).collect::<Result<_>>()?,
+        Ok(Page::new(
+            rows.iter().map(memory_from_row).collect::<Result<_>>()?,
             total,
-        })
+        ))
     }
 
     async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {
@@ -255,7 +255,7 @@ impl MemoryStore for SqlStore {
                 })
             })
             .collect::<Result<_>>()?;
-        Ok(Page { items, total })
+        Ok(Page::new(items, total))
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {

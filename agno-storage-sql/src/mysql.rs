@@ -29,6 +29,8 @@ const RUN_INDEX_LOCK_SECONDS: i64 = 30;
 pub(crate) struct MySqlExecutor {
     pool: MySqlPool,
     lock_key: String,
+    /// Whether the server is MariaDB (JSON columns are `LONGTEXT CHECK (JSON_VALID(..))`).
+    mariadb: bool,
 }
 
 pub(crate) fn map_err(e: sqlx::Error) -> Error {
@@ -202,9 +204,13 @@ impl MySqlExecutor {
             })?
             .charset("utf8mb4");
         // Fail fast with the server's own answer when it cannot be reached at all.
-        let probe = sqlx::MySqlConnection::connect_with(&options)
+        let mut probe = sqlx::MySqlConnection::connect_with(&options)
             .await
             .map_err(connect_error)?;
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&mut probe)
+            .await
+            .map_err(map_err)?;
         probe.close().await.map_err(map_err)?;
         let pool = MySqlPoolOptions::new()
             .max_connections(8)
@@ -224,7 +230,11 @@ impl MySqlExecutor {
             .connect_with(options)
             .await
             .map_err(connect_error)?;
-        Ok(MySqlExecutor { pool, lock_key })
+        Ok(MySqlExecutor {
+            pool,
+            lock_key,
+            mariadb: version.contains("MariaDB"),
+        })
     }
 }
 
@@ -289,6 +299,11 @@ impl HeldLock for MySqlLock {
 
 #[async_trait]
 impl Executor for MySqlExecutor {
+    fn max_json_depth(&self) -> Option<usize> {
+        // MariaDB's JSON_VALID refuses 32 levels; MySQL's JSON type allows 100.
+        Some(if self.mariadb { 31 } else { 100 })
+    }
+
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
         let rows = sqlx::query_with(sqlx::AssertSqlSafe(sql.to_owned()), arguments(params)?)
             .fetch_all(&self.pool)

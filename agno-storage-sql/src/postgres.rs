@@ -26,6 +26,11 @@ pub(crate) struct PgExecutor {
 }
 
 pub(crate) fn map_err(e: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(db) = &e {
+        if db.code().as_deref() == Some("54000") {
+            return too_large(e);
+        }
+    }
     let (kind, temporary) = match &e {
         sqlx::Error::Database(db) => match db.code().as_deref() {
             Some("23505") => (ErrorKind::AlreadyExists, false),
@@ -50,6 +55,24 @@ pub(crate) fn map_err(e: sqlx::Error) -> Error {
     Error::new(kind, e.to_string())
         .with_backend(BACKEND)
         .set_temporary(temporary)
+        .with_source(e)
+}
+
+/// SQLSTATE 54000 (`program_limit_exceeded`): a value over one of the server's size limits,
+/// most often an id or other indexed value too long for its B-tree index ("index row size
+/// … exceeds btree version 4 maximum 2704"). The input is at fault, not the database:
+/// `InvalidInput`, naming the limit.
+fn too_large(e: sqlx::Error) -> Error {
+    let detail = e.to_string();
+    let what = if detail.contains("index row") {
+        "a value is too long for its index (PostgreSQL indexes values of at most about \
+         2,700 bytes; ids and other indexed fields must stay under that)"
+    } else {
+        "a value exceeds a PostgreSQL size limit"
+    };
+    Error::new(ErrorKind::InvalidInput, format!("{what}: {detail}"))
+        .with_backend(BACKEND)
+        .set_temporary(false)
         .with_source(e)
 }
 
@@ -82,7 +105,15 @@ fn bind(args: &mut PgArguments, v: SqlValue) -> Result<()> {
     let r = match v {
         SqlValue::Int(i) => args.add(i),
         SqlValue::Float(f) => args.add(f),
-        SqlValue::Text(s) => args.add(s.map(|s| s.replace('\0', ""))),
+        SqlValue::Text(Some(s)) if s.contains('\0') => {
+            return Err(Error::invalid_input(
+                "a text value contains a NUL character (U+0000), which PostgreSQL text \
+                 cannot hold; nothing was written. Remove it (agno's PostgresDb refuses it \
+                 too; only JSON values and knowledge contents have NUL stripped, as agno does).",
+            )
+            .with_backend(BACKEND))
+        }
+        SqlValue::Text(s) => args.add(s),
         SqlValue::Bool(b) => args.add(b),
         SqlValue::Json(j) => args.add(j.map(|v| sqlx::types::Json(strip_nul(v)))),
         SqlValue::Date(d) => args.add(d),
@@ -96,7 +127,9 @@ fn bind(args: &mut PgArguments, v: SqlValue) -> Result<()> {
     })
 }
 
-/// PostgreSQL text cannot hold NUL; agno strips it (`sanitize_postgres_strings`).
+/// PostgreSQL text cannot hold NUL; inside JSON values agno strips it
+/// (`sanitize_postgres_strings`), and so does this adapter: a JSON string written with NUL
+/// reads back without it. Identifiers never get here with NUL (core refuses them).
 fn strip_nul(v: Value) -> Value {
     match v {
         Value::String(s) if s.contains('\0') => Value::String(s.replace('\0', "")),

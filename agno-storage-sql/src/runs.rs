@@ -235,10 +235,14 @@ impl RunStore for SqlStore {
                 w.params,
             )
             .await?;
-        Ok(Page {
-            items: rows.into_iter().map(run_from_row).collect::<Result<_>>()?,
+        // A run that cannot be decoded is named in `unreadable`; its neighbours still list.
+        Ok(Page::from_decoded(
+            rows.into_iter().map(|row| {
+                let id = row.str("run_id").unwrap_or_default();
+                (id, run_from_row(row))
+            }),
             total,
-        })
+        ))
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

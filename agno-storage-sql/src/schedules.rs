@@ -256,10 +256,10 @@ impl ScheduleStore for SqlStore {
                 w.params,
             )
             .await?;
-        Ok(Page {
-            items: rows.iter().map(schedule_from_row).collect::<Result<_>>()?,
+        Ok(Page::new(
+            rows.iter().map(schedule_from_row).collect::<Result<_>>()?,
             total,
-        })
+        ))
     }
 
     async fn update_schedule(
@@ -532,12 +532,11 @@ impl ScheduleStore for SqlStore {
                 w.params,
             )
             .await?;
-        Ok(Page {
-            items: rows
-                .iter()
+        Ok(Page::new(
+            rows.iter()
                 .map(schedule_run_from_row)
                 .collect::<Result<_>>()?,
             total,
-        })
+        ))
     }
 }

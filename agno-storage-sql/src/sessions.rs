@@ -423,7 +423,7 @@ impl SessionStore for SqlStore {
         } else {
             rows.iter().map(session_from_row).collect::<Result<_>>()?
         };
-        Ok(Page { items, total })
+        Ok(Page::new(items, total))
     }
 
     async fn rename_session(

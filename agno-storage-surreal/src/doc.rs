@@ -533,6 +533,10 @@ impl SurrealDb {
 #[async_trait]
 impl DocBackend for SurrealDb {
     const BACKEND: &'static str = BACKEND;
+    const MAX_ID_CHARS: Option<usize> = None;
+    /// SurrealDB's own nesting limit for values it computes over (its
+    /// `MAX_COMPUTATION_DEPTH` is 120; objects are kept below it with room for the record).
+    const MAX_JSON_DEPTH: Option<usize> = Some(100);
     const ITEM: &'static str = "record";
     const SCHEDULE_NAME_GUARDS: bool = false;
 

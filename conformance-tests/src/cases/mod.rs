@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use crate::Case;
 
 mod hostile;
+mod input;
 mod jobs;
 mod learnings;
 mod migrations;
@@ -66,6 +67,19 @@ pub(crate) fn all() -> Vec<Case> {
         case!(
             hostile::user_isolation_holds_under_random_operations,
             ["sessions", "runs", "memories"]
+        ),
+        case!(input::nul_in_identifiers_is_refused, ["sessions", "runs"]),
+        case!(
+            input::control_characters_in_identifiers_are_kept_and_isolated,
+            ["sessions", "runs"]
+        ),
+        case!(
+            input::identifiers_at_and_over_the_maximum,
+            ["sessions", "runs"]
+        ),
+        case!(
+            input::json_nesting_limit_holds_on_a_small_stack,
+            ["sessions", "runs"]
         ),
         case!(
             records::pagination_is_validated,

@@ -237,7 +237,7 @@ pub(crate) async fn memories_are_user_scoped(ctx: &Ctx) -> CaseResult {
     Ok(())
 }
 
-fn eval(user: &str) -> EvalRun {
+pub(crate) fn eval(user: &str) -> EvalRun {
     EvalRun {
         run_id: uid("e"),
         eval_type: EvalType::Accuracy,
