@@ -7,8 +7,9 @@ use crate::target::{self, BackendUrl};
 use crate::Error;
 
 /// Drops the blobs; unforced it refuses (an error) while any session still has one.
+/// Opens the database without creating anything: a missing or empty one is an error.
 pub async fn run(url: &BackendUrl, force: bool) -> Result<String, Error> {
-    let db = target::open(url).await?;
+    let db = target::open_existing(url).await?;
     cleanup(&db, &url.to_string(), force).await
 }
 

@@ -97,7 +97,9 @@ pub async fn run(src_url: &BackendUrl, dst_url: &BackendUrl) -> Result<String, E
         )));
     }
     let started = Instant::now();
-    let src = target::open(src_url).await?;
+    // The source is only read: opened without creating anything, so a mistyped source is
+    // an error rather than an empty database copied.
+    let src = target::open_existing(src_url).await?;
     let dst = target::open(dst_url).await?;
     let bar = progress_bar();
     let tallies = copy_all(&src, &dst, &bar, writes_in_flight(dst_url)).await;

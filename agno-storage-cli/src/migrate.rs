@@ -26,9 +26,15 @@ fn spinner(message: &str) -> ProgressBar {
     bar
 }
 
-/// Prints the plan when `dry_run`, otherwise runs `up()` and prints what it did.
+/// Prints the plan when `dry_run`, otherwise runs `up()` and prints what it did. A dry run
+/// opens the database without creating anything (a missing or empty one is an error);
+/// `up()` creates what is missing.
 pub async fn run(url: &BackendUrl, dry_run: bool) -> Result<String, Error> {
-    let db = target::open(url).await?;
+    let db = if dry_run {
+        target::open_existing(url).await?
+    } else {
+        target::open(url).await?
+    };
     migrate(&db, &url.to_string(), dry_run).await
 }
 

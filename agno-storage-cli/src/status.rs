@@ -17,9 +17,10 @@ pub fn table_type_name(table_type: TableType) -> String {
 }
 
 /// Prints each table with its stamp (or `unstamped`); `json` prints a JSON array of
-/// `{"table", "table_type", "version"}` with `version: null` when unstamped.
+/// `{"table", "table_type", "version"}` with `version: null` when unstamped. Opens the
+/// database without creating anything: a missing or empty one is an error.
 pub async fn run(url: &BackendUrl, json: bool) -> Result<String, Error> {
-    let db = target::open(url).await?;
+    let db = target::open_existing(url).await?;
     let migrations = db.migrations()?;
     let mut rows = Vec::new();
     for table in migrations.tables() {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use agno_storage_core::in_memory::InMemoryDb;
-use agno_storage_core::AgnoDb;
+use agno_storage_core::{AgnoDb, ErrorKind, OpenMode};
 
 use crate::Error;
 
@@ -298,111 +298,152 @@ fn parse_gcs(rest: &str) -> Result<BackendUrl, Error> {
     })
 }
 
-/// Opens the database behind `url` with the adapters compiled into this build.
+/// Opens the database behind `url` with the adapters compiled into this build, creating
+/// what it lacks ([`OpenMode::CreateMissing`]).
+pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
+    open_with_mode(url, OpenMode::CreateMissing).await
+}
+
+/// Opens an existing agno database behind `url` and creates or alters nothing
+/// ([`OpenMode::Existing`]), for the read-only commands: a missing, empty or unreadable
+/// database is an error that names the problem and the fix.
+pub async fn open_existing(url: &BackendUrl) -> Result<AgnoDb, Error> {
+    open_with_mode(url, OpenMode::Existing).await
+}
+
+/// The CLI error of an adapter's failed open: in [`OpenMode::Existing`], a database that is
+/// missing or is not an agno database gets the fix appended.
+fn open_error(url: &BackendUrl, mode: OpenMode, e: agno_storage_core::Error) -> Error {
+    match (mode, e.kind()) {
+        (OpenMode::Existing, ErrorKind::NotFound) => Error::new(format!(
+            "{}; check the URL, or create the database with `agno-storage migrate {url}`",
+            e.message()
+        )),
+        (OpenMode::Existing, ErrorKind::SchemaMismatch) => Error::new(format!(
+            "{}; check the URL: it must name an agno database",
+            e.message()
+        )),
+        _ => Error::new(e.to_string()),
+    }
+}
+
+/// Opens the database behind `url` in `mode` with the adapters compiled into this build.
 ///
 /// Each adapter is one `#[cfg(feature = "…")]` arm above the fallback, e.g.
 /// `#[cfg(feature = "sqlite")] BackendUrl::Sqlite { path } => …`; the fallback reports
-/// the feature that would compile the backend in.
+/// the feature that would compile the backend in. `memory://` is always new and empty,
+/// whatever the mode.
 #[allow(unreachable_patterns)] // the fallback becomes unreachable once every adapter is in
-pub async fn open(url: &BackendUrl) -> Result<AgnoDb, Error> {
+pub async fn open_with_mode(url: &BackendUrl, mode: OpenMode) -> Result<AgnoDb, Error> {
+    let _ = mode; // unused when no adapter is compiled in
     match url {
         BackendUrl::Memory => Ok(InMemoryDb::new().agno_db()),
         #[cfg(feature = "sqlite")]
         BackendUrl::Sqlite { path } => {
-            let db =
-                agno_storage_sql::SqlDb::open_sqlite(path, agno_storage_sql::TableNames::default())
-                    .await
-                    .map_err(|e| Error::new(e.to_string()))?;
+            let db = agno_storage_sql::SqlDb::open_sqlite_with_mode(
+                path,
+                agno_storage_sql::TableNames::default(),
+                mode,
+            )
+            .await
+            .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "postgres")]
-        BackendUrl::Postgres { url } => {
-            let (url, schema) = split_schema(url);
-            let db = agno_storage_sql::SqlDb::connect_postgres(
-                &url,
+        BackendUrl::Postgres { url: server } => {
+            let (server, schema) = split_schema(server);
+            let db = agno_storage_sql::SqlDb::connect_postgres_with_mode(
+                &server,
                 &schema,
                 agno_storage_sql::TableNames::default(),
+                mode,
             )
             .await
-            .map_err(|e| Error::new(e.to_string()))?;
+            .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "mysql")]
-        BackendUrl::MySql { url } => {
-            let (url, schema) = split_schema(url);
-            let db = agno_storage_sql::SqlDb::connect_mysql(
-                &url,
+        BackendUrl::MySql { url: server } => {
+            let (server, schema) = split_schema(server);
+            let db = agno_storage_sql::SqlDb::connect_mysql_with_mode(
+                &server,
                 &schema,
                 agno_storage_sql::TableNames::default(),
+                mode,
             )
             .await
-            .map_err(|e| Error::new(e.to_string()))?;
+            .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "json")]
         BackendUrl::JsonDir { dir } => {
-            let db = agno_storage_json::JsonDb::open_local(dir)
+            let db = agno_storage_json::JsonDb::open_local_with_mode(dir, mode)
                 .await
-                .map_err(|e| Error::new(e.to_string()))?;
+                .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "gcs")]
         BackendUrl::Gcs { bucket, prefix } => {
-            let db = agno_storage_json::JsonDb::open_gcs(bucket, prefix)
+            let db = agno_storage_json::JsonDb::open_gcs_with_mode(bucket, prefix, mode)
                 .await
-                .map_err(|e| Error::new(e.to_string()))?;
+                .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "mongo")]
-        BackendUrl::MongoDb { url } => {
-            let db = agno_storage_mongo::MongoDb::connect(
-                url,
-                &mongo_database(url),
+        BackendUrl::MongoDb { url: server } => {
+            let db = agno_storage_mongo::MongoDb::connect_with_mode(
+                server,
+                &mongo_database(server),
                 agno_storage_mongo::CollectionNames::default(),
+                mode,
             )
             .await
-            .map_err(|e| Error::new(e.to_string()))?;
+            .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "redis")]
-        BackendUrl::Redis { url } | BackendUrl::Valkey { url } => {
-            let (url, prefix) = split_query_param(&url.replacen("valkey", "redis", 1), "prefix");
+        BackendUrl::Redis { url: server } | BackendUrl::Valkey { url: server } => {
+            let (server, prefix) =
+                split_query_param(&server.replacen("valkey", "redis", 1), "prefix");
             let options = agno_storage_kv::KvOptions {
                 prefix: prefix.unwrap_or_else(|| "agno".into()),
                 stamp_new: true,
             };
-            let db = agno_storage_kv::KvDb::connect(&url, options)
+            let db = agno_storage_kv::KvDb::connect_with_mode(&server, options, mode)
                 .await
-                .map_err(|e| Error::new(e.to_string()))?;
+                .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "dynamo")]
-        BackendUrl::DynamoDb { url } => {
-            let db = agno_storage_dynamo::DynamoDb::connect(dynamo_options(url)?)
-                .await
-                .map_err(|e| Error::new(e.to_string()))?;
+        BackendUrl::DynamoDb { url: server } => {
+            let db =
+                agno_storage_dynamo::DynamoDb::connect_with_mode(dynamo_options(server)?, mode)
+                    .await
+                    .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "firestore")]
-        BackendUrl::Firestore { url } => {
-            let (project, names) = firestore_target(url)?;
+        BackendUrl::Firestore { url: server } => {
+            let (project, names) = firestore_target(server)?;
             let options = agno_storage_firestore::FirestoreOptions {
                 names,
                 ..Default::default()
             };
-            let db = agno_storage_firestore::FirestoreDb::connect(&project, options)
-                .await
-                .map_err(|e| Error::new(e.to_string()))?;
+            let db =
+                agno_storage_firestore::FirestoreDb::connect_with_mode(&project, options, mode)
+                    .await
+                    .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         #[cfg(feature = "surreal")]
-        BackendUrl::SurrealDb { url } => {
-            let target = surreal_target(url)?;
+        BackendUrl::SurrealDb { url: server } => {
+            let target = surreal_target(server)?;
             let mut options = agno_storage_surreal::SurrealOptions::new(target.ns, target.db);
             options.credentials = target.credentials;
-            let db = agno_storage_surreal::SurrealDb::connect(&target.engine, options)
-                .await
-                .map_err(|e| Error::new(e.to_string()))?;
+            let db =
+                agno_storage_surreal::SurrealDb::connect_with_mode(&target.engine, options, mode)
+                    .await
+                    .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
         }
         other => Err(not_compiled(other)),

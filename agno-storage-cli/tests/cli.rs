@@ -295,3 +295,162 @@ fn copy_round_trips_through_every_server_backend() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fresh empty directory under the system temp dir.
+fn temp_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("agno-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// The names and sizes of the entries of `dir`, sorted: what "nothing written" compares.
+fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut entries: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .expect("list the temp dir")
+        .map(|e| {
+            let e = e.expect("a directory entry");
+            let len = e.metadata().map(|m| m.len()).unwrap_or_default();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// Every read-only command on `url`: `status`, `status --json`, `migrate --dry-run`,
+/// `cleanup-legacy-runs` (unforced), and `copy` from it.
+fn read_only_commands(url: &str) -> Vec<Vec<String>> {
+    let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    vec![
+        owned(&["status", url]),
+        owned(&["status", url, "--json"]),
+        owned(&["migrate", url, "--dry-run"]),
+        owned(&["cleanup-legacy-runs", url]),
+        owned(&["copy", url, "memory://"]),
+    ]
+}
+
+/// Runs every read-only command on `url`: each exits 1 with one `error:` line containing
+/// every word of `expect`, and the directory `dir` is byte-for-byte as it was.
+fn refused_without_writing(dir: &std::path::Path, url: &str, expect: &[&str]) {
+    let before = listing(dir);
+    for args in read_only_commands(url) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = one_error_line(&agno_storage(&args));
+        for word in expect {
+            assert!(err.contains(word), "{args:?}: {word:?} missing in {err}");
+        }
+        assert!(!err.contains("copied"), "{args:?}: {err}");
+        assert_eq!(
+            listing(dir),
+            before,
+            "{args:?} wrote into {}",
+            dir.display()
+        );
+    }
+}
+
+#[test]
+fn read_only_commands_refuse_a_missing_sqlite_file_and_create_nothing() {
+    let dir = temp_dir();
+    let path = dir.join("typo.db");
+    let url = format!("sqlite://{}", path.display());
+    refused_without_writing(
+        &dir,
+        &url,
+        &[
+            "no agno database at",
+            "does not exist",
+            &format!("agno-storage migrate {url}"),
+        ],
+    );
+    assert!(!path.exists());
+    // A missing directory is not created either.
+    let nested = dir.join("no-such-dir").join("agno.db");
+    refused_without_writing(
+        &dir,
+        &format!("sqlite://{}", nested.display()),
+        &["does not exist"],
+    );
+    assert!(!dir.join("no-such-dir").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn read_only_commands_refuse_an_empty_sqlite_file_and_leave_it_empty() {
+    let dir = temp_dir();
+    let path = dir.join("empty.db");
+    std::fs::write(&path, b"").expect("zero-byte file");
+    let url = format!("sqlite://{}", path.display());
+    refused_without_writing(&dir, &url, &["empty (zero bytes)", "agno-storage migrate"]);
+    assert_eq!(std::fs::metadata(&path).map(|m| m.len()).ok(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn read_only_commands_refuse_a_corrupt_sqlite_file_and_leave_it_alone() {
+    let dir = temp_dir();
+    let path = dir.join("random.db");
+    // 8 KiB of deterministic noise: not a SQLite header.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let noise: Vec<u8> = (0..8192)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect();
+    std::fs::write(&path, &noise).expect("noise file");
+    let url = format!("sqlite://{}", path.display());
+    refused_without_writing(
+        &dir,
+        &url,
+        &["not a usable SQLite database", "check the URL"],
+    );
+    assert_eq!(std::fs::read(&path).ok(), Some(noise));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn read_only_commands_refuse_a_missing_json_directory_and_create_nothing() {
+    let dir = temp_dir();
+    let data = dir.join("agno-data");
+    let url = format!("file://{}", data.display());
+    refused_without_writing(
+        &dir,
+        &url,
+        &[
+            "no agno database at",
+            "directory does not exist",
+            "agno-storage migrate",
+        ],
+    );
+    assert!(!data.exists());
+    // An empty directory holds no agno table: refused, and still empty.
+    std::fs::create_dir_all(&data).expect("empty data dir");
+    refused_without_writing(&data, &url, &["none of agno's table files"]);
+    assert!(listing(&data).is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn read_only_commands_work_on_an_existing_database_and_keep_its_files() {
+    let dir = temp_dir();
+    let sqlite = format!("sqlite://{}", dir.join("agno.db").display());
+    let output = agno_storage(&["demo", &sqlite]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let json = format!("file://{}", dir.join("json").display());
+    let output = agno_storage(&["copy", &sqlite, &json]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    for url in [&sqlite, &json] {
+        let before = listing(&dir);
+        for args in read_only_commands(url) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let output = agno_storage(&args);
+            assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        }
+        assert_eq!(listing(&dir), before, "{url}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use agno_storage_core::session::Session;
-use agno_storage_core::{AgnoDb, Result};
+use agno_storage_core::{AgnoDb, OpenMode, Result};
 use object_store::ObjectStore;
 use serde_json::Value;
 
-use crate::files::{Concurrency, Files};
+use crate::files::{Concurrency, Files, Table};
 use crate::store::JsonStore;
 
 /// One set of agno JSON tables: a directory, or a prefix in an object store.
@@ -34,15 +34,54 @@ impl JsonDb {
     /// the directory, so several processes can share it without losing updates.
     #[cfg(feature = "fs")]
     pub async fn open_local(dir: impl AsRef<std::path::Path>) -> Result<Self> {
+        Self::open_local_with_mode(dir, OpenMode::CreateMissing).await
+    }
+
+    /// [`JsonDb::open_local`] in `mode`. With [`OpenMode::Existing`] nothing is created: no
+    /// directory, no stamp, no file; a missing directory (or a file in its place), or one
+    /// holding none of agno's table files, is `NotFound`.
+    #[cfg(feature = "fs")]
+    pub async fn open_local_with_mode(
+        dir: impl AsRef<std::path::Path>,
+        mode: OpenMode,
+    ) -> Result<Self> {
         use agno_storage_core::{Error, ErrorKind};
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                format!("cannot create the directory {}: {e}", dir.display()),
-            )
-            .with_source(e)
-        })?;
+        if mode.creates() {
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot create the directory {}: {e}", dir.display()),
+                )
+                .with_source(e)
+            })?;
+        } else {
+            match std::fs::metadata(&dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    return Err(OpenMode::no_database(
+                        dir.display(),
+                        "it is a file, not a directory",
+                    )
+                    .with_backend("json"))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(OpenMode::no_database(
+                        dir.display(),
+                        "the directory does not exist",
+                    )
+                    .with_backend("json"))
+                }
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!("cannot read the directory {}: {e}", dir.display()),
+                    )
+                    .with_backend("json")
+                    .with_source(e))
+                }
+            }
+        }
         let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
@@ -56,7 +95,8 @@ impl JsonDb {
             Concurrency::LockFiles(dir.clone()),
             "json",
         );
-        Self::init(files, Some(dir), true).await
+        let shown = dir.display().to_string();
+        Self::init(files, Some(dir), true, mode, &shown).await
     }
 
     /// A private database held in memory (`object_store`'s `InMemory`); nothing survives
@@ -73,12 +113,18 @@ impl JsonDb {
     /// `GoogleCloudStorageBuilder`). Writes are conditional on the object's generation.
     #[cfg(feature = "gcs")]
     pub async fn open_gcs(bucket: &str, prefix: &str) -> Result<Self> {
+        Self::open_gcs_with_mode(bucket, prefix, OpenMode::CreateMissing).await
+    }
+
+    /// [`JsonDb::open_gcs`] in `mode` (see [`JsonDb::open_store_with_mode`]).
+    #[cfg(feature = "gcs")]
+    pub async fn open_gcs_with_mode(bucket: &str, prefix: &str, mode: OpenMode) -> Result<Self> {
         let prefix = if prefix.is_empty() { "agno/" } else { prefix };
         let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
             .with_bucket_name(bucket)
             .build()
             .map_err(|e| config_error("GCS", e))?;
-        Self::open_store(Arc::new(store), prefix, "gcs-json", true).await
+        Self::open_store_with_mode(Arc::new(store), prefix, "gcs-json", true, mode).await
     }
 
     /// Opens `prefix` in the S3 bucket `bucket`, with credentials and region from the
@@ -86,12 +132,18 @@ impl JsonDb {
     /// conditional puts (`If-Match` on the ETag).
     #[cfg(feature = "s3")]
     pub async fn open_s3(bucket: &str, prefix: &str) -> Result<Self> {
+        Self::open_s3_with_mode(bucket, prefix, OpenMode::CreateMissing).await
+    }
+
+    /// [`JsonDb::open_s3`] in `mode` (see [`JsonDb::open_store_with_mode`]).
+    #[cfg(feature = "s3")]
+    pub async fn open_s3_with_mode(bucket: &str, prefix: &str, mode: OpenMode) -> Result<Self> {
         let store = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
             .build()
             .map_err(|e| config_error("S3", e))?;
-        Self::open_store(Arc::new(store), prefix, "s3-json", true).await
+        Self::open_store_with_mode(Arc::new(store), prefix, "s3-json", true, mode).await
     }
 
     /// Opens `prefix` of any object store that supports conditional puts
@@ -105,15 +157,40 @@ impl JsonDb {
         backend: &'static str,
         durable: bool,
     ) -> Result<Self> {
-        let files = Files::new(store, prefix, Concurrency::Conditional, backend);
-        Self::init(files, None, durable).await
+        Self::open_store_with_mode(store, prefix, backend, durable, OpenMode::CreateMissing).await
     }
 
+    /// [`JsonDb::open_store`] in `mode`. With [`OpenMode::Existing`] nothing is written (no
+    /// stamp): a prefix holding none of agno's table files is `NotFound`.
+    pub async fn open_store_with_mode(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        backend: &'static str,
+        durable: bool,
+        mode: OpenMode,
+    ) -> Result<Self> {
+        let files = Files::new(store, prefix, Concurrency::Conditional, backend);
+        let shown = format!("{backend} prefix `{prefix}`");
+        Self::init(files, None, durable, mode, &shown).await
+    }
+
+    /// Builds the store; stamps new tables, or in [`OpenMode::Existing`] only checks that
+    /// some agno table file exists (`what` names the place in that error).
     async fn init(
         files: Files,
         dir: Option<std::path::PathBuf>,
         durable: bool,
+        mode: OpenMode,
+        what: &str,
     ) -> Result<Self> {
+        if !mode.creates() {
+            let present = files.existing_files().await?;
+            let known = Table::ALL.map(Table::file_name);
+            if !present.iter().any(|f| known.contains(f)) {
+                return Err(OpenMode::no_database(what, "none of agno's table files exists")
+                    .with_backend(files.backend()));
+            }
+        }
         let backend = files.backend();
         #[cfg(not(feature = "fs"))]
         let _ = dir;
@@ -123,7 +200,9 @@ impl JsonDb {
             #[cfg(feature = "fs")]
             dir,
         });
-        store.stamp_new_tables().await?;
+        if mode.creates() {
+            store.stamp_new_tables().await?;
+        }
         Ok(JsonDb {
             store,
             backend,

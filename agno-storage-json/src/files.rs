@@ -44,6 +44,21 @@ pub(crate) enum Table {
 }
 
 impl Table {
+    /// Every table file.
+    pub(crate) const ALL: [Table; 11] = [
+        Table::Sessions,
+        Table::Runs,
+        Table::Memories,
+        Table::Metrics,
+        Table::Evals,
+        Table::Knowledge,
+        Table::Schedules,
+        Table::ScheduleRuns,
+        Table::Learnings,
+        Table::Jobs,
+        Table::Versions,
+    ];
+
     /// The file stem (`agno_sessions` for `agno_sessions.json`).
     pub(crate) fn name(self) -> &'static str {
         match self {

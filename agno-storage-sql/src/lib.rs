@@ -42,7 +42,7 @@
 
 use std::sync::Arc;
 
-use agno_storage_core::{AgnoDb, Result};
+use agno_storage_core::{AgnoDb, OpenMode, Result};
 
 mod dialect;
 mod evals;
@@ -95,15 +95,52 @@ impl SqlDb {
         path: impl AsRef<std::path::Path>,
         tables: TableNames,
     ) -> Result<Self> {
+        Self::open_sqlite_with_mode(path, tables, OpenMode::CreateMissing).await
+    }
+
+    /// [`SqlDb::open_sqlite`] in `mode`. With [`OpenMode::Existing`] nothing is created or
+    /// altered: the file is opened read-write without `SQLITE_OPEN_CREATE` (no directory is
+    /// made and the journal mode is left as the file has it); a missing or zero-byte file,
+    /// or one with none of agno's tables, is `NotFound`; a file that is not a SQLite database
+    /// is `SchemaMismatch`. Absent tables stay absent: calls on them answer `NotFound`.
+    #[cfg(feature = "sqlite")]
+    pub async fn open_sqlite_with_mode(
+        path: impl AsRef<std::path::Path>,
+        tables: TableNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
         tables.validate()?;
-        let exec = sqlite::SqliteExecutor::open(path.as_ref())?;
-        Self::init(Arc::new(exec), dialect::Dialect::Sqlite, None, tables).await
+        let path = path.as_ref();
+        let exec = sqlite::SqliteExecutor::open_with_mode(path, mode)?;
+        let what = path.display().to_string();
+        Self::init(
+            Arc::new(exec),
+            dialect::Dialect::Sqlite,
+            None,
+            tables,
+            mode,
+            &what,
+        )
+        .await
     }
 
     /// Connects to PostgreSQL at `url` and uses `schema` (agno's default is `ai`), creating
     /// it and the tables it lacks.
     #[cfg(feature = "postgres")]
     pub async fn connect_postgres(url: &str, schema: &str, tables: TableNames) -> Result<Self> {
+        Self::connect_postgres_with_mode(url, schema, tables, OpenMode::CreateMissing).await
+    }
+
+    /// [`SqlDb::connect_postgres`] in `mode`. With [`OpenMode::Existing`] no schema, table,
+    /// index or stamp is created: a schema with none of agno's tables is `NotFound`, and
+    /// calls on an absent table answer `NotFound`.
+    #[cfg(feature = "postgres")]
+    pub async fn connect_postgres_with_mode(
+        url: &str,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
         schema::validate_identifier("PostgreSQL schema name", schema)?;
         tables.validate()?;
         let exec = postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}")).await?;
@@ -112,6 +149,8 @@ impl SqlDb {
             dialect::Dialect::Postgres,
             Some(schema.to_owned()),
             tables,
+            mode,
+            "the PostgreSQL server",
         )
         .await
     }
@@ -121,6 +160,19 @@ impl SqlDb {
     /// serves the connection.
     #[cfg(feature = "mysql")]
     pub async fn connect_mysql(url: &str, schema: &str, tables: TableNames) -> Result<Self> {
+        Self::connect_mysql_with_mode(url, schema, tables, OpenMode::CreateMissing).await
+    }
+
+    /// [`SqlDb::connect_mysql`] in `mode`. With [`OpenMode::Existing`] no database, table,
+    /// index or stamp is created: a database `schema` with none of agno's tables (or none
+    /// at all) is `NotFound`, and calls on an absent table answer `NotFound`.
+    #[cfg(feature = "mysql")]
+    pub async fn connect_mysql_with_mode(
+        url: &str,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
         schema::validate_identifier("MySQL database name", schema)?;
         tables.validate()?;
         let exec = mysql::MySqlExecutor::connect(url, schema.to_owned()).await?;
@@ -129,18 +181,28 @@ impl SqlDb {
             dialect::Dialect::MySql,
             Some(schema.to_owned()),
             tables,
+            mode,
+            "the MySQL server",
         )
         .await
     }
 
+    /// Builds the store and creates what is missing, or, in [`OpenMode::Existing`], only
+    /// checks what exists; `what` names the database in errors.
     async fn init(
         exec: Arc<dyn exec::Executor>,
         dialect: dialect::Dialect,
         schema: Option<String>,
         tables: TableNames,
+        mode: OpenMode,
+        what: &str,
     ) -> Result<Self> {
         let store = Arc::new(SqlStore::new(exec, dialect, schema, tables));
-        store.ensure_schema().await?;
+        if mode.creates() {
+            store.ensure_schema().await?;
+        } else {
+            store.open_existing(what).await?;
+        }
         Ok(SqlDb { store })
     }
 

@@ -33,6 +33,10 @@ pub(crate) fn tbl(t: TableType) -> Tbl {
 #[async_trait]
 impl SchemaVersionStore for SqlStore {
     async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
+        if self.is_absent(Tbl::Versions) {
+            // Opened with OpenMode::Existing on a database without the versions table.
+            return Ok(None);
+        }
         let sql = format!(
             "SELECT version FROM {} WHERE table_name = ?",
             self.t(Tbl::Versions)

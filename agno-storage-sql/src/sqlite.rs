@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use agno_storage_core::json::{parse_value, to_python_json};
 use agno_storage_core::migration::{MigrationLock, ReleasedOnDrop};
-use agno_storage_core::{async_trait, Error, ErrorKind, Result};
+use agno_storage_core::{async_trait, Error, ErrorKind, OpenMode, Result};
 use rusqlite::types::{Value as SqliteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode};
 
@@ -720,9 +720,109 @@ fn run_execute(conn: &Connection, sql: &str, params: Vec<SqliteValue>) -> rusqli
 }
 
 impl SqliteExecutor {
-    /// Opens (creating) the database file, or an in-memory database for `:memory:`.
-    pub(crate) fn open(path: &Path) -> Result<Self> {
+    /// Opens the database file, or an in-memory database for `:memory:`, creating it in
+    /// [`OpenMode::CreateMissing`]; [`OpenMode::Existing`] creates nothing (no file, no
+    /// directory, no change of the journal mode) and answers `NotFound` for a missing or
+    /// zero-byte file and `SchemaMismatch` for a file that is not a SQLite database.
+    pub(crate) fn open_with_mode(path: &Path, mode: OpenMode) -> Result<Self> {
         let in_memory = path.as_os_str() == ":memory:";
+        let conn = if mode.creates() || in_memory {
+            Self::connect_creating(path, in_memory)?
+        } else {
+            Self::connect_existing(path)?
+        };
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        register_note(&conn, notes.clone()).map_err(map_err)?;
+        Ok(SqliteExecutor {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue::default()),
+                arrived: Condvar::new(),
+                conn: Mutex::new(Conn {
+                    db: conn,
+                    shapes: RefCell::default(),
+                    notes,
+                }),
+                writers: AtomicUsize::new(0),
+                commit_micros: AtomicU64::new(0),
+            }),
+            path: (!in_memory).then(|| path.to_path_buf()),
+            memory_lock: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    /// An existing, non-empty SQLite file opened read-write without `SQLITE_OPEN_CREATE`,
+    /// checked to be a database by reading its schema before anything else touches it.
+    fn connect_existing(path: &Path) -> Result<Connection> {
+        let shown = path.display();
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(
+                    OpenMode::no_database(shown, "the file does not exist").with_backend(BACKEND)
+                );
+            }
+            Err(e) => {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot read SQLite database {shown}: {e}"),
+                )
+                .with_backend(BACKEND)
+                .with_source(e));
+            }
+            Ok(meta) if meta.is_dir() => {
+                return Err(
+                    OpenMode::no_database(shown, "it is a directory, not a file")
+                        .with_backend(BACKEND),
+                );
+            }
+            Ok(meta) if meta.len() == 0 => {
+                return Err(
+                    OpenMode::no_database(shown, "the file is empty (zero bytes)")
+                        .with_backend(BACKEND),
+                );
+            }
+            Ok(_) => {}
+        }
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| {
+            let err = map_err(e);
+            Error::new(
+                err.kind(),
+                format!("cannot open SQLite database {shown}: {}", err.message()),
+            )
+            .with_backend(BACKEND)
+        })?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(map_err)?;
+        // Reading the schema reads page 1: a file that is not a database fails here, before
+        // any pragma could write to it.
+        if let Err(e) = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+            r.get::<_, i64>(0)
+        }) {
+            let not_a_database = matches!(
+                &e,
+                rusqlite::Error::SqliteFailure(f, _)
+                    if matches!(f.code, ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
+            );
+            let err = map_err(e);
+            let kind = if not_a_database {
+                ErrorKind::SchemaMismatch
+            } else {
+                err.kind()
+            };
+            return Err(Error::new(
+                kind,
+                format!("{shown} is not a usable SQLite database: {}", err.message()),
+            )
+            .with_backend(BACKEND));
+        }
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(map_err)?;
+        Ok(conn)
+    }
+
+    /// The database file (and its directory) opened, created when missing, in WAL mode.
+    fn connect_creating(path: &Path, in_memory: bool) -> Result<Connection> {
         if !in_memory {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| {
@@ -753,23 +853,7 @@ impl SqliteExecutor {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(map_err)?;
         enable_wal(&conn).map_err(map_err)?;
-        let notes = Arc::new(Mutex::new(Vec::new()));
-        register_note(&conn, notes.clone()).map_err(map_err)?;
-        Ok(SqliteExecutor {
-            shared: Arc::new(Shared {
-                queue: Mutex::new(Queue::default()),
-                arrived: Condvar::new(),
-                conn: Mutex::new(Conn {
-                    db: conn,
-                    shapes: RefCell::default(),
-                    notes,
-                }),
-                writers: AtomicUsize::new(0),
-                commit_micros: AtomicU64::new(0),
-            }),
-            path: (!in_memory).then(|| path.to_path_buf()),
-            memory_lock: Arc::new(tokio::sync::Mutex::new(())),
-        })
+        Ok(conn)
     }
 
     /// Queues `f` for the connection, leads if the connection is free, and waits for its

@@ -1,10 +1,10 @@
 //! The store behind every trait: an executor, a dialect and the table layout.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agno_storage_core::{Error, ErrorKind, Result, SchemaVersion};
+use agno_storage_core::{Error, ErrorKind, OpenMode, Result, SchemaVersion};
 
 use crate::dialect::Dialect;
 use crate::exec::{Executor, Statement};
@@ -19,6 +19,9 @@ pub(crate) struct SqlStore {
     pub(crate) names: TableNames,
     /// Tables that exist but lack columns this code needs: table → missing columns.
     invalid: Mutex<HashMap<Tbl, Vec<String>>>,
+    /// Tables that do not exist in a database opened with [`OpenMode::Existing`] (which
+    /// creates none): calls on them fail naming the table.
+    absent: Mutex<HashSet<Tbl>>,
     /// Whether the sessions table still has agno 2.x's `runs` column.
     legacy_runs_column: AtomicBool,
     /// `upsert_run`'s statement, built on first use (the tables' names never change).
@@ -48,6 +51,7 @@ impl SqlStore {
             schema,
             names,
             invalid: Mutex::new(HashMap::new()),
+            absent: Mutex::new(HashSet::new()),
             legacy_runs_column: AtomicBool::new(false),
             upsert_run_sql: std::sync::OnceLock::new(),
             run_cache: RunCache::new(DEFAULT_RUN_CACHE_BYTES),
@@ -81,6 +85,18 @@ impl SqlStore {
 
     /// Refuses to touch a table that lacks columns until it is migrated.
     pub(crate) fn check(&self, t: Tbl) -> Result<()> {
+        if self.is_absent(t) {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "table {} does not exist, and this database was opened without creating \
+                     tables (OpenMode::Existing): create it with `agno-storage migrate <URL>`",
+                    self.table_ref(t)
+                ),
+            )
+            .set_temporary(false)
+            .with_backend(self.dialect.name()));
+        }
         let invalid = self.invalid.lock().unwrap_or_else(|p| p.into_inner());
         match invalid.get(&t) {
             Some(missing) => Err(Error::migration_required(
@@ -89,6 +105,73 @@ impl SqlStore {
             )
             .with_backend(self.dialect.name())),
             None => Ok(()),
+        }
+    }
+
+    /// Whether `t` was found missing by [`SqlStore::open_existing`].
+    pub(crate) fn is_absent(&self, t: Tbl) -> bool {
+        self.absent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&t)
+    }
+
+    /// Where this database is, for messages: the schema on servers, `what` otherwise.
+    fn location(&self, what: &str) -> String {
+        match &self.schema {
+            Some(schema) => format!("{what} (schema {schema})"),
+            None => what.to_owned(),
+        }
+    }
+
+    /// [`OpenMode::Existing`]: reads which tables exist and which columns they lack, and
+    /// creates or alters nothing (no schema, table, index or stamp). `NotFound` when none
+    /// of agno's tables exists; absent tables are remembered for [`SqlStore::check`].
+    pub(crate) async fn open_existing(&self, what: &str) -> Result<()> {
+        let mut found = 0;
+        for t in Tbl::ALL {
+            match self.columns(t).await? {
+                None => {
+                    self.absent
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(t);
+                }
+                Some(existing) => {
+                    found += 1;
+                    self.validate(t, &existing);
+                }
+            }
+        }
+        if found == 0 {
+            return Err(
+                OpenMode::no_database(self.location(what), "none of agno's tables exists")
+                    .with_backend(self.dialect.name()),
+            );
+        }
+        Ok(())
+    }
+
+    /// Records which columns `t` lacks (see [`SqlStore::check`]) and whether the sessions
+    /// table keeps agno 2.x's `runs`; true when nothing is missing.
+    fn validate(&self, t: Tbl, existing: &[String]) -> bool {
+        let missing: Vec<String> = spec(t)
+            .columns
+            .iter()
+            .filter(|c| !existing.iter().any(|e| e == c.name))
+            .map(|c| c.name.to_owned())
+            .collect();
+        if t == Tbl::Sessions {
+            self.legacy_runs_column
+                .store(existing.iter().any(|c| c == "runs"), Ordering::SeqCst);
+        }
+        let mut invalid = self.invalid.lock().unwrap_or_else(|p| p.into_inner());
+        if missing.is_empty() {
+            invalid.remove(&t);
+            true
+        } else {
+            invalid.insert(t, missing);
+            false
         }
     }
 
@@ -241,24 +324,8 @@ impl SqlStore {
     /// Re-validates a table and creates its missing indexes (after creation or a migration).
     pub(crate) async fn refresh(&self, t: Tbl) -> Result<()> {
         let existing = self.columns(t).await?.unwrap_or_default();
-        let missing: Vec<String> = spec(t)
-            .columns
-            .iter()
-            .filter(|c| !existing.iter().any(|e| e == c.name))
-            .map(|c| c.name.to_owned())
-            .collect();
-        if t == Tbl::Sessions {
-            self.legacy_runs_column
-                .store(existing.iter().any(|c| c == "runs"), Ordering::SeqCst);
-        }
-        {
-            let mut invalid = self.invalid.lock().unwrap_or_else(|p| p.into_inner());
-            if missing.is_empty() {
-                invalid.remove(&t);
-            } else {
-                invalid.insert(t, missing);
-                return Ok(());
-            }
+        if !self.validate(t, &existing) {
+            return Ok(());
         }
         let ddl = self.ddl();
         self.create_indexes(t, ddl.create_indexes(t, &existing))

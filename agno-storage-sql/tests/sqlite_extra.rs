@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agno_storage_core::{
-    ErrorKind, JobQuery, MigrationManager, RunQuery, RunRecord, Session, SessionType,
+    ErrorKind, JobQuery, MigrationManager, OpenMode, RunQuery, RunRecord, Session, SessionType,
 };
 use agno_storage_sql::{SqlDb, TableNames};
 use serde_json::json;
@@ -383,5 +383,165 @@ fn configured_identifiers_are_validated() {
             "{}",
             err.message()
         );
+    });
+}
+
+/// The entries of `path`'s directory whose names start with its file name: the database
+/// and any `-wal`, `-shm`, `-journal` or lock file beside it.
+fn siblings(path: &Path) -> Vec<String> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut found: Vec<String> = std::fs::read_dir(path.parent().expect("a parent"))
+        .expect("list the temp dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&name))
+        .collect();
+    found.sort();
+    found
+}
+
+/// The table names of a SQLite file, read with rusqlite directly.
+fn table_names(path: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).expect("open with rusqlite");
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .expect("prepare");
+    let names = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .expect("query")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("names");
+    names
+}
+
+async fn open_existing(path: &Path) -> agno_storage_core::Result<SqlDb> {
+    SqlDb::open_sqlite_with_mode(path, TableNames::default(), OpenMode::Existing).await
+}
+
+#[test]
+fn existing_mode_creates_nothing() {
+    runtime().block_on(async {
+        // Missing: NotFound, and no file, directory, -wal or -shm appears.
+        let missing = temp_db("existing_missing");
+        let _ = std::fs::remove_file(&missing);
+        let err = open_existing(&missing).await.expect_err("missing file");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        assert!(siblings(&missing).is_empty(), "{:?}", siblings(&missing));
+        let nested = missing.with_extension("d").join("agno.db");
+        assert!(open_existing(&nested).await.is_err());
+        assert!(!missing.with_extension("d").exists());
+
+        // Zero bytes: NotFound, and still zero bytes.
+        let empty = temp_db("existing_empty");
+        std::fs::write(&empty, b"").expect("zero-byte file");
+        let err = open_existing(&empty).await.expect_err("empty file");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert_eq!(std::fs::metadata(&empty).map(|m| m.len()).ok(), Some(0));
+        assert_eq!(siblings(&empty).len(), 1, "{:?}", siblings(&empty));
+
+        // Not a database: SchemaMismatch, bytes untouched.
+        let corrupt = temp_db("existing_corrupt");
+        let noise: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&corrupt, &noise).expect("noise");
+        let err = open_existing(&corrupt).await.expect_err("corrupt file");
+        assert_eq!(err.kind(), ErrorKind::SchemaMismatch, "{err}");
+        assert_eq!(std::fs::read(&corrupt).ok(), Some(noise));
+        assert_eq!(siblings(&corrupt).len(), 1, "{:?}", siblings(&corrupt));
+
+        // A SQLite database of someone else's: NotFound, and no agno table added.
+        let foreign = temp_db("existing_foreign");
+        let _ = std::fs::remove_file(&foreign);
+        {
+            let conn = rusqlite::Connection::open(&foreign).expect("create");
+            conn.execute_batch("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+                .expect("foreign table");
+        }
+        let err = open_existing(&foreign).await.expect_err("no agno tables");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert!(err.to_string().contains("none of agno's tables"), "{err}");
+        assert_eq!(table_names(&foreign), vec!["notes".to_owned()]);
+
+        // A partial agno database: opens, reads what exists, names what is absent, and
+        // creates nothing (no table, index or stamp).
+        let partial = temp_db("existing_partial");
+        let _ = std::fs::remove_file(&partial);
+        SqlDb::open_sqlite(&partial, TableNames::default())
+            .await
+            .expect("create")
+            .agno_db()
+            .sessions()
+            .unwrap()
+            .upsert_session(Session::new("s1", SessionType::Agent, "a"))
+            .await
+            .expect("session");
+        {
+            let conn = rusqlite::Connection::open(&partial).expect("open");
+            conn.execute_batch("DROP TABLE agno_memories; DELETE FROM agno_schema_versions")
+                .expect("drop");
+        }
+        let tables = table_names(&partial);
+        let schema_before: Vec<String> = {
+            let conn = rusqlite::Connection::open(&partial).expect("open");
+            let mut stmt = conn
+                .prepare("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")
+                .expect("prepare");
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .expect("query")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("sql");
+            rows
+        };
+        let db = open_existing(&partial)
+            .await
+            .expect("partial opens")
+            .agno_db();
+        let sessions = db
+            .sessions()
+            .unwrap()
+            .get_sessions(Default::default())
+            .await
+            .expect("sessions read");
+        assert_eq!(sessions.total, 1);
+        let err = db
+            .memories()
+            .unwrap()
+            .get_memories(Default::default())
+            .await
+            .expect_err("absent table");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert!(err.to_string().contains("agno_memories"), "{err}");
+        let stamp = db
+            .migrations()
+            .unwrap()
+            .versions()
+            .get_schema_version("agno_sessions")
+            .await
+            .expect("stamp read");
+        assert_eq!(stamp, None, "nothing stamped");
+        drop(db);
+        assert_eq!(table_names(&partial), tables);
+        let schema_after: Vec<String> = {
+            let conn = rusqlite::Connection::open(&partial).expect("open");
+            let mut stmt = conn
+                .prepare("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")
+                .expect("prepare");
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .expect("query")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("sql");
+            rows
+        };
+        assert_eq!(schema_after, schema_before, "no index or table created");
+        for path in [&empty, &corrupt, &foreign, &partial] {
+            let _ = std::fs::remove_file(path);
+        }
     });
 }
