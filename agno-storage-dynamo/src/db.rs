@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
-use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result};
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
@@ -246,6 +246,8 @@ pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) names: TableNames,
     ensured: Mutex<HashSet<Tbl>>,
+    /// Whether a missing table is created on first use (false in [`OpenMode::Existing`]).
+    create: bool,
     /// The `Limit` of each Scan and Query request ([`DynamoOptions::page_size`]).
     page_size: Option<i32>,
     /// The migration lock's lease ([`DynamoOptions::migration_lock_lease`]).
@@ -407,6 +409,11 @@ impl DynamoDb {
     /// version; an existing unstamped one is pre-v3 (agno 2.x): run
     /// [`agno_storage_core::MigrationManager`] on it.
     pub async fn connect(options: DynamoOptions) -> Result<Self> {
+        Self::connect_with_mode(options, OpenMode::CreateMissing).await
+    }
+
+    /// [`DynamoDb::connect`] in `mode` (see [`DynamoDb::open_with_mode`]).
+    pub async fn connect_with_mode(options: DynamoOptions, mode: OpenMode) -> Result<Self> {
         let client = match &options.credentials {
             Some(c) => {
                 let mut conf = aws_sdk_dynamodb::Config::builder()
@@ -433,7 +440,7 @@ impl DynamoDb {
                 Client::new(&loader.load().await)
             }
         };
-        Self::open(client, options.tables)
+        Self::open_with_mode(client, options.tables, mode)
             .await?
             .with_page_size(options.page_size)?
             .with_migration_lock_lease(options.migration_lock_lease)
@@ -441,6 +448,13 @@ impl DynamoDb {
 
     /// Opens the tables `names` with an existing client (see [`DynamoDb::connect`]).
     pub async fn open(client: Client, names: TableNames) -> Result<Self> {
+        Self::open_with_mode(client, names, OpenMode::CreateMissing).await
+    }
+
+    /// [`DynamoDb::open`] in `mode`. With [`OpenMode::Existing`] nothing is created: no
+    /// stamp, and no table, neither now nor on first use (a call on an absent table answers
+    /// `NotFound`); tables named by none of agno's table names is `NotFound` at once.
+    pub async fn open_with_mode(client: Client, names: TableNames, mode: OpenMode) -> Result<Self> {
         let mut existing = HashSet::new();
         let mut start: Option<String> = None;
         loop {
@@ -464,10 +478,26 @@ impl DynamoDb {
                 client,
                 names,
                 ensured: Mutex::new(HashSet::new()),
+                create: mode.creates(),
                 page_size: None,
                 lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
             }),
         };
+        if !mode.creates() {
+            let others = [
+                &me.inner.names.runs,
+                &me.inner.names.jobs,
+                &me.inner.names.versions,
+            ];
+            if fresh && !others.iter().any(|t| existing.contains(t.as_str())) {
+                return Err(OpenMode::no_database(
+                    "DynamoDB",
+                    "none of agno's tables exists under these table names",
+                )
+                .with_backend(BACKEND));
+            }
+            return Ok(me);
+        }
         if fresh {
             for t in TableType::ALL {
                 me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
@@ -491,6 +521,7 @@ impl DynamoDb {
                 client: self.inner.client.clone(),
                 names: self.inner.names.clone(),
                 ensured: Mutex::new(HashSet::new()),
+                create: self.inner.create,
                 page_size,
                 lock_lease: self.inner.lock_lease,
             }),
@@ -515,6 +546,7 @@ impl DynamoDb {
                 client: self.inner.client.clone(),
                 names: self.inner.names.clone(),
                 ensured: Mutex::new(HashSet::new()),
+                create: self.inner.create,
                 page_size: self.inner.page_size,
                 lock_lease: lease,
             }),
@@ -592,6 +624,19 @@ impl DynamoDb {
         let described = client.describe_table().table_name(name).send().await;
         let mut active = match described {
             Ok(out) => out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active),
+            Err(e) if e.code() == Some("ResourceNotFoundException") && !self.inner.create => {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "table {name} does not exist, and this database was opened without \
+                         creating tables (OpenMode::Existing): create it with \
+                         `agno-storage migrate <URL>`"
+                    ),
+                )
+                .set_temporary(false)
+                .with_backend(BACKEND)
+                .with_source(e));
+            }
             Err(e) if e.code() == Some("ResourceNotFoundException") => {
                 self.create_table(tbl).await?;
                 false

@@ -103,7 +103,7 @@ pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 mod client {
     use std::sync::Arc;
 
-    use agno_storage_core::{AgnoDb, Error, ErrorKind, Result, TableType};
+    use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result, TableType};
 
     use crate::follower::{FollowError, Follower, IndexFollower};
     use crate::migrate::KvMigrations;
@@ -162,6 +162,17 @@ mod client {
         /// TLS when the client supports it) and uses `options.prefix`. Detects whether the
         /// server is Redis or Valkey and whether it persists every write (AOF).
         pub async fn connect(url: &str, options: KvOptions) -> Result<KvDb> {
+            Self::connect_with_mode(url, options, OpenMode::CreateMissing).await
+        }
+
+        /// [`KvDb::connect`] in `mode`. With [`OpenMode::Existing`] nothing is written (no
+        /// stamp, whatever [`KvOptions::stamp_new`] says): a prefix under which no key lives
+        /// is `NotFound`.
+        pub async fn connect_with_mode(
+            url: &str,
+            options: KvOptions,
+            mode: OpenMode,
+        ) -> Result<KvDb> {
             if options.prefix.is_empty() {
                 return Err(Error::invalid_input(
                     "the key prefix is empty; agno's default is `agno`",
@@ -199,7 +210,15 @@ mod client {
                 .await
                 .is_ok_and(|v| v.get(1).is_some_and(|s| s == "yes"));
             let store = Arc::new(KvStore::new(conn, options.prefix, server));
-            if options.stamp_new {
+            if !mode.creates() {
+                if !store.holds_anything().await? {
+                    return Err(OpenMode::no_database(
+                        format!("key prefix `{}:`", store.prefix),
+                        "no key lives under it",
+                    )
+                    .with_backend(server));
+                }
+            } else if options.stamp_new {
                 store.stamp_if_new().await?;
             }
             Ok(KvDb {

@@ -44,16 +44,15 @@ impl KvStore {
         format!("{}:agno_migration_lock", self.prefix)
     }
 
-    /// Stamps every table `3.0.0` when nothing lives under the prefix yet (a new database);
-    /// leaves an unstamped prefix with data alone (agno 2.x data awaiting migration).
-    pub(crate) async fn stamp_if_new(&self) -> Result<()> {
+    /// Whether any key lives under the prefix (a stamp first, then a `SCAN`); reads only.
+    pub(crate) async fn holds_anything(&self) -> Result<bool> {
         let mut pipe = redis::pipe();
         for t in TableType::ALL {
             pipe.cmd("EXISTS").arg(self.version_key(t.default_name()));
         }
         let stamped: Vec<i64> = self.pipe(&pipe).await?;
         if stamped.iter().any(|n| *n > 0) {
-            return Ok(());
+            return Ok(true);
         }
         let pattern = format!("{}:*", glob_escape(&self.prefix));
         let mut cursor: u64 = 0;
@@ -69,12 +68,21 @@ impl KvStore {
                 )
                 .await?;
             if !batch.is_empty() {
-                return Ok(());
+                return Ok(true);
             }
             if next == 0 {
                 break;
             }
             cursor = next;
+        }
+        Ok(false)
+    }
+
+    /// Stamps every table `3.0.0` when nothing lives under the prefix yet (a new database);
+    /// leaves an unstamped prefix with data alone (agno 2.x data awaiting migration).
+    pub(crate) async fn stamp_if_new(&self) -> Result<()> {
+        if self.holds_anything().await? {
+            return Ok(());
         }
         for t in TableType::ALL {
             self.set_schema_version(t.default_name(), SchemaVersion::LATEST)

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
-use agno_storage_core::{AgnoDb, Result};
+use agno_storage_core::{AgnoDb, OpenMode, Result};
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -129,9 +129,19 @@ impl std::fmt::Debug for MongoDb {
 impl MongoDb {
     /// Connects to `url` and opens database `db_name` (agno's default is `agno`).
     pub async fn connect(url: &str, db_name: &str, names: CollectionNames) -> Result<Self> {
+        Self::connect_with_mode(url, db_name, names, OpenMode::CreateMissing).await
+    }
+
+    /// [`MongoDb::connect`] in `mode` (see [`MongoDb::open_with_mode`]).
+    pub async fn connect_with_mode(
+        url: &str,
+        db_name: &str,
+        names: CollectionNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
         let options = ClientOptions::parse(url).await.map_err(db_err("connect"))?;
         let client = Client::with_options(options).map_err(db_err("connect"))?;
-        Self::open(client.database(db_name), names).await
+        Self::open_with_mode(client.database(db_name), names, mode).await
     }
 
     /// Opens `db` with an existing client.
@@ -142,6 +152,17 @@ impl MongoDb {
     /// tables are stamped at the latest schema version. An existing unstamped database is
     /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
     pub async fn open(db: Database, names: CollectionNames) -> Result<Self> {
+        Self::open_with_mode(db, names, OpenMode::CreateMissing).await
+    }
+
+    /// [`MongoDb::open`] in `mode`. With [`OpenMode::Existing`] nothing is created or
+    /// dropped (no index, no stamp, no collection): a database holding none of agno's
+    /// collections is `NotFound`.
+    pub async fn open_with_mode(
+        db: Database,
+        names: CollectionNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
         let existing: Vec<String> = db
             .list_collection_names()
             .await
@@ -149,6 +170,24 @@ impl MongoDb {
         let fresh = !TableType::ALL
             .iter()
             .any(|t| existing.iter().any(|c| c == names.of(*t)));
+        if !mode.creates() {
+            let others = [&names.runs, &names.jobs, &names.versions];
+            let any_agno = !fresh || existing.iter().any(|c| others.contains(&c));
+            if !any_agno {
+                return Err(OpenMode::no_database(
+                    format!("MongoDB database `{}`", db.name()),
+                    "none of agno's collections exists",
+                )
+                .with_backend("mongodb"));
+            }
+            return Ok(MongoDb {
+                inner: Arc::new(Inner {
+                    db,
+                    names,
+                    lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
+                }),
+            });
+        }
         let me = MongoDb {
             inner: Arc::new(Inner {
                 db,
