@@ -28,7 +28,7 @@ pub use backend::{
     backoff, digest_id, opt, Collection, Commit, DocBackend, Fields, Pre, Stored, CAS_ATTEMPTS,
 };
 pub use jobs::claim_oldest_job;
-pub use migrate::{migration_steps, stamp_new_database};
+pub use migrate::{holds_agno_docs, migration_steps, stamp_new_database};
 pub use runs::{run_counter_id, updated_run};
 
 use backend::object;

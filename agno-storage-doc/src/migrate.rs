@@ -223,6 +223,23 @@ impl<B: DocBackend> LeaseRecord for DocLease<B> {
     }
 }
 
+/// Whether any of agno's collections (the migrated tables, runs, jobs or schema stamps)
+/// holds a document; reads only. [`agno_storage_core::OpenMode::Existing`] opens refuse a
+/// database where none does.
+pub async fn holds_agno_docs<B: DocBackend>(db: &B) -> Result<bool> {
+    let others = [Collection::Runs, Collection::Jobs, Collection::Versions];
+    for c in TableType::ALL
+        .into_iter()
+        .map(Collection::from)
+        .chain(others)
+    {
+        if db.any_doc(db.collection(c)).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Stamps every migrated table at the latest schema version when none of them holds a
 /// document (a new database).
 pub async fn stamp_new_database<B: DocBackend>(db: &B) -> Result<()> {

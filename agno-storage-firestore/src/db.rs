@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::TableType;
-use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result};
 use agno_storage_doc::Collection;
 
 use crate::doc::BACKEND;
@@ -168,6 +168,15 @@ impl FirestoreDb {
     /// Connects to project `project_id` (Google application default credentials, or the
     /// emulator named by `FIRESTORE_EMULATOR_HOST`).
     pub async fn connect(project_id: &str, options: FirestoreOptions) -> Result<Self> {
+        Self::connect_with_mode(project_id, options, OpenMode::CreateMissing).await
+    }
+
+    /// [`FirestoreDb::connect`] in `mode` (see [`FirestoreDb::open_with_mode`]).
+    pub async fn connect_with_mode(
+        project_id: &str,
+        options: FirestoreOptions,
+        mode: OpenMode,
+    ) -> Result<Self> {
         let client = firestore::FirestoreDb::with_options(firestore::FirestoreDbOptions::new(
             project_id.to_owned(),
         ))
@@ -180,7 +189,7 @@ impl FirestoreDb {
             .with_backend(BACKEND)
             .with_operation("connect")
         })?;
-        Self::open(client, options).await
+        Self::open_with_mode(client, options, mode).await
     }
 
     /// Opens an existing client. A database whose agno collections are all empty is new:
@@ -188,6 +197,17 @@ impl FirestoreDb {
     /// [`FirestoreOptions::stamp_new_database`] is off). An existing unstamped database is
     /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
     pub async fn open(client: firestore::FirestoreDb, options: FirestoreOptions) -> Result<Self> {
+        Self::open_with_mode(client, options, OpenMode::CreateMissing).await
+    }
+
+    /// [`FirestoreDb::open`] in `mode`. With [`OpenMode::Existing`] nothing is written (no
+    /// stamp, whatever [`FirestoreOptions::stamp_new_database`] says): a database where
+    /// none of agno's collections holds a document is `NotFound`.
+    pub async fn open_with_mode(
+        client: firestore::FirestoreDb,
+        options: FirestoreOptions,
+        mode: OpenMode,
+    ) -> Result<Self> {
         let lease = agno_storage_core::lease::check_lease(options.migration_lock_lease)
             .map_err(|e| e.with_backend(BACKEND))?;
         let me = FirestoreDb {
@@ -197,6 +217,16 @@ impl FirestoreDb {
                 lock_lease: lease,
             }),
         };
+        if !mode.creates() {
+            if !agno_storage_doc::holds_agno_docs(&me).await? {
+                return Err(OpenMode::no_database(
+                    format!("Firestore {}", me.inner.client.get_database_path()),
+                    "none of agno's collections holds a document",
+                )
+                .with_backend(BACKEND));
+            }
+            return Ok(me);
+        }
         if options.stamp_new_database {
             agno_storage_doc::stamp_new_database(&me).await?;
         }

@@ -117,3 +117,66 @@ async fn mysql_reads_see_a_schema_change_made_elsewhere() {
     .await;
     run(format!("DROP DATABASE IF EXISTS `{database}`")).await;
 }
+
+/// `OpenMode::Existing` on a schema that does not exist: `NotFound`, and no schema, table,
+/// index or stamp appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_existing_mode_creates_nothing() {
+    let Ok(url) = std::env::var("AGNO_TEST_POSTGRES_URL") else {
+        assert!(!common::ci(), "CI=true needs AGNO_TEST_POSTGRES_URL");
+        eprintln!("skipped: AGNO_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = unique("existing_mode");
+    let err = SqlDb::connect_postgres_with_mode(
+        &url,
+        &schema,
+        TableNames::default(),
+        agno_storage_core::OpenMode::Existing,
+    )
+    .await
+    .expect_err("no agno tables");
+    assert_eq!(err.kind(), agno_storage_core::ErrorKind::NotFound, "{err}");
+    let bare = sqlx::PgPool::connect(&url).await.expect("bare pool");
+    let (schemas, tables): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = $1), \
+         (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = $1)",
+    )
+    .bind(&schema)
+    .fetch_one(&bare)
+    .await
+    .expect("catalog");
+    assert_eq!((schemas, tables), (0, 0), "nothing created in {schema}");
+}
+
+/// `OpenMode::Existing` on a database that does not exist: `NotFound`, and no database or
+/// table appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_existing_mode_creates_nothing() {
+    let Ok(url) = std::env::var("AGNO_TEST_MYSQL_URL") else {
+        assert!(!common::ci(), "CI=true needs AGNO_TEST_MYSQL_URL");
+        eprintln!("skipped: AGNO_TEST_MYSQL_URL is not set");
+        return;
+    };
+    let database = unique("existing_mode");
+    let err = SqlDb::connect_mysql_with_mode(
+        &url,
+        &database,
+        TableNames::default(),
+        agno_storage_core::OpenMode::Existing,
+    )
+    .await
+    .expect_err("no agno tables");
+    assert_eq!(err.kind(), agno_storage_core::ErrorKind::NotFound, "{err}");
+    let bare = sqlx::MySqlPool::connect(&url).await.expect("bare pool");
+    let (schemas, tables): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?), \
+         (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ?)",
+    )
+    .bind(&database)
+    .bind(&database)
+    .fetch_one(&bare)
+    .await
+    .expect("catalog");
+    assert_eq!((schemas, tables), (0, 0), "nothing created in {database}");
+}

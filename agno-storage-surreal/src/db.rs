@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::TableType;
-use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result};
 use agno_storage_doc::Collection;
 use surrealdb::engine::any::Any;
 use surrealdb::Surreal;
@@ -280,7 +280,26 @@ impl SurrealDb {
     /// database, then [`SurrealDb::open`]s it. `InvalidInput` (before connecting) when
     /// [`SurrealOptions::migration_lock_lease`] is under one second.
     pub async fn connect(url: &str, options: SurrealOptions) -> Result<Self> {
+        Self::connect_with_mode(url, options, OpenMode::CreateMissing).await
+    }
+
+    /// [`SurrealDb::connect`] in `mode` (see [`SurrealDb::open_with_mode`]). With
+    /// [`OpenMode::Existing`] a `surrealkv://PATH` that does not exist is `NotFound` before
+    /// connecting (connecting would create it).
+    pub async fn connect_with_mode(
+        url: &str,
+        options: SurrealOptions,
+        mode: OpenMode,
+    ) -> Result<Self> {
         check_lease(options.migration_lock_lease)?;
+        if let Some(path) = url.strip_prefix("surrealkv://").filter(|_| !mode.creates()) {
+            if !std::path::Path::new(path).exists() {
+                return Err(
+                    OpenMode::no_database(path, "the SurrealKV store does not exist")
+                        .with_backend(BACKEND),
+                );
+            }
+        }
         let client = surrealdb::engine::any::connect(url.to_owned())
             .await
             .map_err(|e| {
@@ -305,7 +324,7 @@ impl SurrealDb {
             .use_db(options.database.clone())
             .await
             .map_err(|e| db_err("use namespace and database", e))?;
-        Self::open(client, options).await
+        Self::open_with_mode(client, options, mode).await
     }
 
     /// Opens a connected client (namespace and database already selected): defines agno's
@@ -317,6 +336,17 @@ impl SurrealDb {
     /// `InvalidInput` when a table name is not a plain identifier or
     /// [`SurrealOptions::migration_lock_lease`] is under one second.
     pub async fn open(client: Surreal<Any>, options: SurrealOptions) -> Result<Self> {
+        Self::open_with_mode(client, options, OpenMode::CreateMissing).await
+    }
+
+    /// [`SurrealDb::open`] in `mode`. With [`OpenMode::Existing`] nothing is defined or
+    /// written (no table, index or stamp, whatever [`SurrealOptions::stamp_new_database`]
+    /// says): a database where none of agno's tables holds a record is `NotFound`.
+    pub async fn open_with_mode(
+        client: Surreal<Any>,
+        options: SurrealOptions,
+        mode: OpenMode,
+    ) -> Result<Self> {
         check_lease(options.migration_lock_lease)?;
         for t in options.names.all() {
             check_ident(t)?;
@@ -328,6 +358,19 @@ impl SurrealDb {
                 lock_lease: options.migration_lock_lease,
             }),
         };
+        if !mode.creates() {
+            if !agno_storage_doc::holds_agno_docs(&me).await? {
+                return Err(OpenMode::no_database(
+                    format!(
+                        "SurrealDB namespace `{}` database `{}`",
+                        options.namespace, options.database
+                    ),
+                    "none of agno's tables holds a record",
+                )
+                .with_backend(BACKEND));
+            }
+            return Ok(me);
+        }
         me.run("define tables", &me.inner.names.schema(), Vec::new())
             .await?;
         if options.stamp_new_database {
