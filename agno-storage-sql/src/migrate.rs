@@ -11,7 +11,7 @@ use agno_storage_core::{
 };
 
 use crate::dialect::Dialect;
-use crate::schema::{spec, Tbl};
+use crate::schema::{migration_added_columns, spec, Tbl};
 #[cfg(feature = "sqlite")]
 use crate::store::quote_literal;
 use crate::store::SqlStore;
@@ -132,11 +132,11 @@ impl MigrationStep for AddColumnsStep {
         };
         let ddl = s.ddl();
         let mut changed = false;
-        for column in spec(t)
-            .columns
-            .iter()
-            .filter(|c| !existing.iter().any(|e| e == c.name))
-        {
+        // Only the columns agno 3 (and 2.3.0) added: a table lacking any other is damaged,
+        // which `SqlStore::check` reports; the migration does not paper over it.
+        for column in spec(t).columns.iter().filter(|c| {
+            migration_added_columns(t).contains(&c.name) && !existing.iter().any(|e| e == c.name)
+        }) {
             let def = ddl.column_def(&crate::schema::Column {
                 not_null: false,
                 ..*column

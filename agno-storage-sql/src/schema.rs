@@ -473,6 +473,30 @@ pub(crate) fn spec(t: Tbl) -> &'static TableSpec {
     }
 }
 
+/// The columns of `t` that a table created by an older agno lacks and the migration adds
+/// (agno 3.0.0's `user_id` and schedule provenance columns, 2.3.0's memory `created_at` and
+/// `feedback`): a table missing only these has a migration pending. Every other column of
+/// [`spec`] exists in every agno release that has the table, so a table missing one is
+/// damaged (or was made outside agno), and no migration repairs it.
+pub(crate) fn migration_added_columns(t: Tbl) -> &'static [&'static str] {
+    match t {
+        Tbl::Memories => &["created_at", "feedback"],
+        Tbl::Metrics | Tbl::Evals | Tbl::Knowledge | Tbl::ScheduleRuns => &["user_id"],
+        Tbl::Schedules => &[
+            "user_id",
+            "managed_by",
+            "target_type",
+            "target_id",
+            "created_by_run_id",
+            "created_by_session_id",
+            "updated_by_run_id",
+            "updated_by_session_id",
+            "disabled_reason",
+        ],
+        Tbl::Sessions | Tbl::Runs | Tbl::Learnings | Tbl::Jobs | Tbl::Versions => &[],
+    }
+}
+
 /// What agno's MySQLDb does differently, and what MySQL lacks.
 #[cfg(feature = "mysql")]
 #[derive(Default)]

@@ -149,8 +149,8 @@ impl Queue {
 }
 
 /// A queued call. `run` gets the connection (or the error that kept the batch from
-/// starting), reports whether it succeeded, and returns how to deliver its outcome once the
-/// batch has committed.
+/// starting), reports how it failed (`None`: it succeeded), and returns how to deliver its
+/// outcome once the batch has committed.
 struct Job {
     writes: bool,
     /// Several statements that must commit together (a `transaction()` call).
@@ -159,10 +159,66 @@ struct Job {
 }
 
 /// A job's work: runs on the connection (or sees why the batch could not start).
-type Run = Box<dyn FnOnce(std::result::Result<&Conn, &rusqlite::Error>) -> (bool, Delivery) + Send>;
+type Run = Box<
+    dyn FnOnce(std::result::Result<&Conn, &rusqlite::Error>) -> (Option<Failure>, Delivery) + Send,
+>;
 
-/// Sends a job's result, or the batch's commit error, to its caller.
-type Delivery = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+/// Sends a job's result, or why its batch failed (which a call that failed itself does not
+/// need: it keeps its own error), to its caller.
+type Delivery = Box<dyn FnOnce(Option<&Failure>) + Send>;
+
+/// Why a call, or the batch it ran in, failed: what its callers are told.
+struct Failure {
+    kind: ErrorKind,
+    temporary: bool,
+    message: String,
+}
+
+impl Failure {
+    fn of(e: &Error) -> Self {
+        Failure {
+            kind: e.kind(),
+            temporary: e.is_temporary(),
+            message: e.message().to_owned(),
+        }
+    }
+
+    /// The `COMMIT` of a batch failed.
+    fn commit(e: &rusqlite::Error) -> Self {
+        let (kind, temporary) = classify_batch(e);
+        Failure {
+            kind,
+            temporary,
+            message: format!("SQLite commit failed: {e}"),
+        }
+    }
+
+    /// What the other calls of a batch are told when this call's failure rolled back the
+    /// batch's whole transaction: a fault of the database (a full disk, an I/O error) keeps
+    /// its kind, so every caller sees one kind for one fault; a fault of the call itself is
+    /// none of theirs, and they may retry at once.
+    fn for_batch(&self) -> Self {
+        let (kind, temporary) = match self.kind {
+            ErrorKind::Unavailable | ErrorKind::Unexpected => (self.kind, self.temporary),
+            _ => (ErrorKind::Unavailable, true),
+        };
+        Failure {
+            kind,
+            temporary,
+            message: format!(
+                "SQLite rolled back the transaction this call shared with others (group \
+                 commit), so nothing of it was written, because one of them failed: {}",
+                self.message
+            ),
+        }
+    }
+
+    fn error(&self) -> Error {
+        Error::new(self.kind, self.message.clone())
+            .with_backend(BACKEND)
+            .set_temporary(self.temporary)
+    }
+}
 
 /// At most this many calls share one transaction.
 const MAX_BATCH: usize = 256;
@@ -320,24 +376,46 @@ impl Shared {
             }
             return writes;
         }
-        if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-            for job in batch {
-                let (_, deliver) = (job.run)(Err(&e));
-                deliver(None);
-            }
-            return writes;
-        }
+        let mut begin_error = control(conn, "BEGIN IMMEDIATE").err();
         let deadline = Instant::now() + self.commit_delay();
         let mut deliveries = Vec::with_capacity(batch.len().max(expected));
+        let mut taken = 0;
         let mut jobs = batch;
         loop {
             for job in jobs {
-                deliveries.push(run_in_transaction(conn, job));
+                taken += 1;
+                if let Some(e) = &begin_error {
+                    let (_, deliver) = (job.run)(Err(e));
+                    deliver(None);
+                    continue;
+                }
+                let (failure, deliver) = run_in_transaction(conn, job);
+                deliveries.push(deliver);
+                if conn.is_autocommit() {
+                    // The call's error rolled back the whole transaction (SQLite does on a
+                    // full disk or an I/O error): its calls so far are told now, and the
+                    // calls after it get a transaction of their own (they must not run in
+                    // autocommit and be told the COMMIT failed after all).
+                    let cause = match failure {
+                        Some(failure) => failure.for_batch(),
+                        None => Failure {
+                            kind: ErrorKind::Unavailable,
+                            temporary: true,
+                            message: "SQLite rolled back the transaction this call shared \
+                                      with others (group commit); nothing of it was written"
+                                .into(),
+                        },
+                    };
+                    for deliver in deliveries.drain(..) {
+                        deliver(Some(&cause));
+                    }
+                    begin_error = control(conn, "BEGIN IMMEDIATE").err();
+                }
             }
-            if writes >= expected || deliveries.len() >= MAX_BATCH {
+            if begin_error.is_some() || writes >= expected || taken >= MAX_BATCH {
                 break;
             }
-            match self.arrivals(Some(deadline), MAX_BATCH - deliveries.len()) {
+            match self.arrivals(Some(deadline), MAX_BATCH - taken) {
                 Some(more) => {
                     writes += more.iter().filter(|j| j.writes).count();
                     jobs = more;
@@ -345,40 +423,45 @@ impl Shared {
                 None => break,
             }
         }
+        if begin_error.is_some() {
+            // Every call was answered; no transaction is open.
+            return writes;
+        }
         let started = Instant::now();
         let committed = control(conn, "COMMIT");
         let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.commit_micros.store(took, Ordering::Relaxed);
-        if committed.is_err() {
+        let failure = committed.as_ref().err().map(Failure::commit);
+        if committed.is_err() && !conn.is_autocommit() {
             let _ = control(conn, "ROLLBACK");
         }
         for deliver in deliveries {
-            deliver(committed.as_ref().err());
+            deliver(failure.as_ref());
         }
         writes
     }
 }
 
 /// Runs one call inside the batch's open transaction and returns how to answer it.
-fn run_in_transaction(conn: &Conn, job: Job) -> Delivery {
+fn run_in_transaction(conn: &Conn, job: Job) -> (Option<Failure>, Delivery) {
     if !job.atomic {
         // One statement: a failing statement undoes only itself (SQLite's statement
-        // journal), and an error that rolls back the whole transaction fails the commit,
-        // which every caller of the batch is then told. No savepoint needed.
-        return (job.run)(Ok(conn)).1;
+        // journal); an error that rolls back the whole transaction is seen by the caller
+        // (`Shared::run_batch`), which tells every call of the batch. No savepoint needed.
+        return (job.run)(Ok(conn));
     }
     let opened = control(conn, "SAVEPOINT agno_call");
-    let (ok, deliver) = match &opened {
+    let (failure, deliver) = match &opened {
         Ok(()) => (job.run)(Ok(conn)),
         Err(e) => (job.run)(Err(e)),
     };
-    if opened.is_ok() {
-        if !ok {
+    if opened.is_ok() && !conn.is_autocommit() {
+        if failure.is_some() {
             let _ = control(conn, "ROLLBACK TO agno_call");
         }
         let _ = control(conn, "RELEASE agno_call");
     }
-    deliver
+    (failure, deliver)
 }
 
 /// Whether this thread is a worker (or blocking-pool) thread of a multi-thread tokio
@@ -396,8 +479,16 @@ fn on_runtime_worker() -> bool {
         )
 }
 
-pub(crate) fn map_err(e: rusqlite::Error) -> Error {
-    let (kind, temporary) = match &e {
+/// The kind of a SQLite error and whether retrying at once may help ([`Error::is_temporary`]).
+///
+/// A full disk or database (`SQLITE_FULL`: the file system is out of space, or the file
+/// reached `PRAGMA max_page_count`) is [`ErrorKind::Unavailable`], *not* temporary: the
+/// database refuses writes until an operator frees space, so an immediate retry fails the
+/// same way, but the fault is the environment's, not the call's, and the same call succeeds
+/// once space is freed. It is this kind whether the write ran alone or inside a group
+/// commit, where the whole batch is told (`Shared::run_batch`).
+fn classify(e: &rusqlite::Error) -> (ErrorKind, bool) {
+    match e {
         rusqlite::Error::SqliteFailure(f, _) => match (f.code, f.extended_code) {
             (ErrorCode::ConstraintViolation, 1555 | 2067) => (ErrorKind::AlreadyExists, false),
             (ErrorCode::ConstraintViolation, 787) => (ErrorKind::NotFound, false),
@@ -405,13 +496,31 @@ pub(crate) fn map_err(e: rusqlite::Error) -> Error {
             (ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked, _) => {
                 (ErrorKind::Unavailable, true)
             }
-            (ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly, _) => {
-                (ErrorKind::Unavailable, false)
-            }
+            (
+                ErrorCode::CannotOpen
+                | ErrorCode::PermissionDenied
+                | ErrorCode::ReadOnly
+                | ErrorCode::DiskFull,
+                _,
+            ) => (ErrorKind::Unavailable, false),
             _ => (ErrorKind::Unexpected, false),
         },
         _ => (ErrorKind::Unexpected, false),
-    };
+    }
+}
+
+/// How a batch-level failure (`BEGIN` or `COMMIT` of a group commit) is classified: as
+/// [`classify`] says when it knows the cause, else as a retryable `Unavailable` (the call
+/// itself did not fail, its batch did).
+fn classify_batch(e: &rusqlite::Error) -> (ErrorKind, bool) {
+    match classify(e) {
+        (ErrorKind::Unexpected, _) => (ErrorKind::Unavailable, true),
+        known => known,
+    }
+}
+
+pub(crate) fn map_err(e: rusqlite::Error) -> Error {
+    let (kind, temporary) = classify(&e);
     Error::new(kind, e.to_string())
         .with_backend(BACKEND)
         .set_temporary(temporary)
@@ -867,30 +976,30 @@ impl SqliteExecutor {
     ) -> Result<T> {
         let (reply, answer) = tokio::sync::oneshot::channel::<Result<T>>();
         let run = Box::new(
-            move |conn: std::result::Result<&Conn, &rusqlite::Error>| -> (bool, Delivery) {
+            move |conn: std::result::Result<&Conn, &rusqlite::Error>| -> (Option<Failure>, Delivery) {
                 let outcome = match conn {
                     Ok(conn) => f(conn).map_err(map_err),
-                    Err(e) => Err(Error::new(
-                        ErrorKind::Unavailable,
-                        format!("SQLite could not start a write transaction: {e}"),
-                    )
-                    .with_backend(BACKEND)
-                    .set_temporary(true)),
-                };
-                let ok = outcome.is_ok();
-                let deliver: Delivery = Box::new(move |commit_error: Option<&rusqlite::Error>| {
-                    let result = match commit_error {
-                        Some(e) => Err(Error::new(
-                            ErrorKind::Unavailable,
-                            format!("SQLite commit failed: {e}"),
+                    Err(e) => {
+                        let (kind, temporary) = classify_batch(e);
+                        Err(Error::new(
+                            kind,
+                            format!("SQLite could not start a write transaction: {e}"),
                         )
                         .with_backend(BACKEND)
-                        .set_temporary(true)),
-                        None => outcome,
+                        .set_temporary(temporary))
+                    }
+                };
+                let failure = outcome.as_ref().err().map(Failure::of);
+                let deliver: Delivery = Box::new(move |batch: Option<&Failure>| {
+                    let result = match (batch, outcome) {
+                        // The batch failed after this call succeeded: nothing of it was
+                        // written. A call that failed itself keeps its own error.
+                        (Some(batch), Ok(_)) => Err(batch.error()),
+                        (_, outcome) => outcome,
                     };
                     let _ = reply.send(result);
                 });
-                (ok, deliver)
+                (failure, deliver)
             },
         );
         {
@@ -1056,5 +1165,88 @@ impl Executor for SqliteExecutor {
             .with_backend(BACKEND)
         })?;
         Ok(Box::new(ReleasedOnDrop(file)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inserts rows of ~3 KB through `exec` until a write fails, and returns that failure.
+    async fn fill(exec: Arc<SqliteExecutor>, atomic: bool) -> Error {
+        for _ in 0..10_000 {
+            let params = vec![SqlValue::text("x".repeat(3_000))];
+            let sql = "INSERT INTO t (body) VALUES (?)";
+            let outcome = if atomic {
+                exec.transaction(vec![(sql.to_owned(), params)])
+                    .await
+                    .map(|_| ())
+            } else {
+                exec.execute(sql, params).await.map(|_| ())
+            };
+            if let Err(e) = outcome {
+                return e;
+            }
+        }
+        Error::new(ErrorKind::Unexpected, "the database never filled up")
+    }
+
+    async fn raise_limit(exec: &SqliteExecutor, pages: i64) {
+        let rows = exec
+            .query("PRAGMA page_count", vec![])
+            .await
+            .expect("page count");
+        let count = rows[0].i64("page_count").expect("page_count");
+        exec.query(
+            &format!("PRAGMA max_page_count = {}", count + pages),
+            vec![],
+        )
+        .await
+        .expect("max_page_count");
+    }
+
+    /// A full database (`SQLITE_FULL`, here from `PRAGMA max_page_count`) is one kind, with
+    /// one retry flag, for a lone writer (autocommit), a lone multi-statement call, and
+    /// concurrent writers sharing group commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_database_is_one_kind_alone_and_in_a_group_commit() {
+        let dir = std::env::temp_dir().join("agno-storage-tests");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(format!("full_{}.db", uuid::Uuid::new_v4().simple()));
+        let exec =
+            Arc::new(SqliteExecutor::open_with_mode(&path, OpenMode::CreateMissing).expect("open"));
+        exec.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)", vec![])
+            .await
+            .expect("table");
+
+        let mut failures = Vec::new();
+        raise_limit(&exec, 16).await;
+        failures.push(("lone writer", fill(exec.clone(), false).await));
+        raise_limit(&exec, 16).await;
+        failures.push(("lone transaction", fill(exec.clone(), true).await));
+        // Several rounds: which writer meets the full disk, and whether SQLite rolls back
+        // a whole group's transaction or one statement, varies from run to run.
+        for _ in 0..4 {
+            raise_limit(&exec, 96).await;
+            let writers: Vec<_> = (0..8)
+                .map(|i| tokio::spawn(fill(exec.clone(), i % 2 == 1)))
+                .collect();
+            for writer in writers {
+                failures.push(("concurrent writer", writer.await.expect("writer task")));
+            }
+        }
+        for (who, e) in &failures {
+            assert_eq!(
+                (e.kind(), e.is_temporary()),
+                (ErrorKind::Unavailable, false),
+                "{who}: {}",
+                e.message()
+            );
+            assert!(e.message().contains("full"), "{who}: {}", e.message());
+        }
+        drop(exec);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }

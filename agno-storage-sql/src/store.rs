@@ -99,13 +99,61 @@ impl SqlStore {
         }
         let invalid = self.invalid.lock().unwrap_or_else(|p| p.into_inner());
         match invalid.get(&t) {
-            Some(missing) => Err(Error::migration_required(
-                &self.table_ref(t),
-                format!("it lacks the columns {missing:?} that agno 3 added"),
-            )
-            .with_backend(self.dialect.name())),
+            Some(missing) => Err(self.missing_columns_error(t, missing)),
             None => Ok(()),
         }
+    }
+
+    /// Why `t` cannot be used while it lacks `missing`: `MigrationRequired` when only
+    /// columns the migration adds are missing; otherwise `SchemaMismatch`, naming the columns
+    /// every agno release creates (damage no migration repairs) and how to repair them.
+    fn missing_columns_error(&self, t: Tbl, missing: &[String]) -> Error {
+        let added = crate::schema::migration_added_columns(t);
+        let (pending, damaged): (Vec<&String>, Vec<&String>) =
+            missing.iter().partition(|c| added.contains(&c.as_str()));
+        let table = self.table_ref(t);
+        if damaged.is_empty() {
+            return Error::migration_required(
+                &table,
+                format!(
+                    "it lacks the columns {pending:?} that agno 3 added, which the migration adds"
+                ),
+            )
+            .with_backend(self.dialect.name());
+        }
+        let ddl = self.ddl();
+        let repairs: Vec<String> = damaged
+            .iter()
+            .filter_map(|name| spec(t).columns.iter().find(|c| c.name == name.as_str()))
+            .map(|c| {
+                let def = ddl.column_def(&crate::schema::Column {
+                    not_null: false,
+                    ..*c
+                });
+                format!("ALTER TABLE {} ADD COLUMN {def}", self.t(t))
+            })
+            .collect();
+        let also = if pending.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " It also lacks {pending:?}, which agno 3 added: once the others are repaired, \
+                 `agno-storage migrate <URL>` (`MigrationManager::new(db).up()`) adds those."
+            )
+        };
+        Error::new(
+            ErrorKind::SchemaMismatch,
+            format!(
+                "Table {table} has an invalid schema: it lacks the columns {damaged:?}, which every \
+                 agno release that has this table creates, so it is not an agno table of any \
+                 version (damaged, or made outside agno). This is not a pending migration: no \
+                 migration adds these columns, and `agno-storage migrate` will not repair it. \
+                 Add them back as agno declares them ({}), or recreate the table or restore it \
+                 from a backup.{also}",
+                repairs.join("; ")
+            ),
+        )
+        .with_backend(self.dialect.name())
     }
 
     /// Whether `t` was found missing by [`SqlStore::open_existing`].
