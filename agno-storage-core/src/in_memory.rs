@@ -689,7 +689,7 @@ impl KnowledgeStore for InMemoryDb {
                         doc.insert(k, v);
                     }
                 }
-                serde_json::from_value(doc)
+                crate::json::from_value(doc)
                     .map_err(|e| Error::serialization("knowledge content", e))?
             }
             None => content,

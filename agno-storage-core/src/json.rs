@@ -237,6 +237,66 @@ pub fn check_depth(field: &str, value: &Value, max: usize) -> crate::Result<()> 
     )))
 }
 
+/// A copy of `value` made without recursion. `Value::clone` recurses once per level, and
+/// with ordered maps a value nested [`MAX_DEPTH`] levels overflows a 2 MiB stack in a debug
+/// build; stores copy user JSON with this instead.
+pub fn clone_deep(value: &Value) -> Value {
+    /// A container being copied: the rest of its children, and what is copied so far.
+    enum Open<'a> {
+        Array(std::slice::Iter<'a, Value>, Vec<Value>),
+        Object(
+            serde_json::map::Iter<'a>,
+            serde_json::Map<String, Value>,
+            String,
+        ),
+    }
+    let mut open: Vec<Open<'_>> = Vec::new();
+    let mut next = value;
+    loop {
+        let mut done = match next {
+            Value::Array(items) => {
+                open.push(Open::Array(items.iter(), Vec::with_capacity(items.len())));
+                None
+            }
+            Value::Object(map) => {
+                let copy = serde_json::Map::with_capacity(map.len());
+                open.push(Open::Object(map.iter(), copy, String::new()));
+                None
+            }
+            scalar => Some(scalar.clone()),
+        };
+        // Hand finished values to their parents until a container has a child left.
+        loop {
+            let Some(top) = open.last_mut() else {
+                return done.unwrap_or(Value::Null);
+            };
+            if let Some(value) = done.take() {
+                match top {
+                    Open::Array(_, items) => items.push(value),
+                    Open::Object(_, map, key) => {
+                        map.insert(std::mem::take(key), value);
+                    }
+                }
+            }
+            let child = match top {
+                Open::Array(rest, _) => rest.next(),
+                Open::Object(rest, _, key) => rest.next().map(|(k, v)| {
+                    key.clone_from(k);
+                    v
+                }),
+            };
+            if let Some(child) = child {
+                next = child;
+                break;
+            }
+            done = open.pop().map(|finished| match finished {
+                Open::Array(_, items) => Value::Array(items),
+                Open::Object(_, map, _) => Value::Object(map),
+            });
+        }
+    }
+}
+
 /// Drops `value` without recursion: a value nested deeper than the stack allows can be
 /// refused without its drop overflowing the stack.
 pub fn drop_deep(value: Value) {
@@ -263,6 +323,12 @@ pub fn from_slice<T: serde::de::DeserializeOwned>(text: &[u8]) -> serde_json::Re
     let value = T::deserialize(serde_stacker::Deserializer::new(&mut de))?;
     de.end()?;
     Ok(value)
+}
+
+/// Deserializes `T` from a [`Value`] nested up to any depth without overflowing the stack
+/// (`serde_json::from_value` recurses once per level on the caller's stack).
+pub fn from_value<T: serde::de::DeserializeOwned>(value: Value) -> serde_json::Result<T> {
+    T::deserialize(serde_stacker::Deserializer::new(value))
 }
 
 /// Parses JSON text into a [`Value`], as `serde_json::from_slice` does, but nested up to
@@ -376,9 +442,13 @@ mod tests {
             assert_eq!(depth(&value), MAX_DEPTH);
             assert_eq!(to_python_json(&value), text);
             assert_eq!(
-                serde_json::to_string(&value.clone()).expect("encodes"),
+                serde_json::to_string(&clone_deep(&value)).expect("encodes"),
                 text
             );
+            let object = r#"{"a": 1, "b": [true, null, {"c": "d", "e": []}], "f": {}}"#;
+            let object = parse_value(object.as_bytes()).expect("parses");
+            assert_eq!(clone_deep(&object), object);
+            assert_eq!(clone_deep(&Value::from(3)), Value::from(3));
             let err = parse_value(nested(MAX_DEPTH + 1).as_bytes()).expect_err("too deep");
             assert!(err.to_string().contains("deeper than 1000"), "{err}");
             from_str::<serde::de::IgnoredAny>(&nested(100_000)).expect("skipped at any depth");

@@ -305,7 +305,7 @@ impl ScheduleUpdate {
             }
             map.insert("updated_at".into(), Value::from(now));
         }
-        serde_json::from_value(doc).map_err(|e| {
+        crate::json::from_value(doc).map_err(|e| {
             Error::invalid_input(format!("update_schedule: a column has the wrong type: {e}"))
         })
     }

@@ -262,7 +262,7 @@ fn encode_err(backend: &'static str, what: &str, e: impl std::fmt::Display) -> E
 }
 
 fn decode<T: DeserializeOwned>(backend: &'static str, fields: Fields, what: &str) -> Result<T> {
-    serde_json::from_value(Value::Object(fields)).map_err(|e| {
+    agno_storage_core::json::from_value(Value::Object(fields)).map_err(|e| {
         Error::new(
             ErrorKind::Serialization,
             format!("cannot decode {what}: {e}"),

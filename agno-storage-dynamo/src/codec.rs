@@ -109,7 +109,7 @@ pub(crate) fn record_item<T: Serialize>(record: &T, what: &str) -> Result<Item> 
 
 /// A JSON object as a record.
 pub(crate) fn from_json<T: DeserializeOwned>(map: Map<String, Value>, what: &str) -> Result<T> {
-    serde_json::from_value(Value::Object(map))
+    agno_storage_core::json::from_value(Value::Object(map))
         .map_err(|e| Error::serialization(what, e).with_backend(BACKEND))
 }
 

@@ -44,7 +44,7 @@ pub(crate) fn position(rows: &[Value], key: &str, id: &str) -> Option<usize> {
 /// Decodes `row` into `T` with serde, naming the table and row on failure.
 pub(crate) fn from_row<T: DeserializeOwned>(table: Table, key: &str, row: Value) -> Result<T> {
     let id = text(&row, key).unwrap_or("?").to_owned();
-    serde_json::from_value(row).map_err(|e| {
+    agno_storage_core::json::from_value(row).map_err(|e| {
         Error::new(
             ErrorKind::Serialization,
             format!(

@@ -105,7 +105,7 @@ impl KnowledgeStore for KvStore {
                             doc.insert(k, v);
                         }
                     }
-                    let merged: KnowledgeContent = serde_json::from_value(doc)
+                    let merged: KnowledgeContent = agno_storage_core::json::from_value(doc)
                         .map_err(|e| Error::serialization("knowledge content", e))?;
                     let entries = self.knowledge_entries(&stored);
                     (merged, entries)

@@ -252,9 +252,10 @@ impl MongoDb {
     pub fn agno_db(&self) -> AgnoDb {
         let me = Arc::new(self.clone());
         AgnoDb::builder(BACKEND)
-            // BSON documents nest at most 100 levels, the document itself and the field
-            // holding the value included.
-            .max_json_depth(98)
+            // BSON documents nest at most 100 levels; the driver's BSON reader recurses once
+            // per level, and on a 2 MiB worker stack in a debug build 98 levels overflow it
+            // (measured by the nesting case) and 64 do not.
+            .max_json_depth(64)
             .sessions(me.clone())
             .runs(me.clone())
             .memories(me.clone())

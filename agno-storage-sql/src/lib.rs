@@ -217,7 +217,14 @@ impl SqlDb {
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
         let s = self.store.clone();
-        AgnoDb::builder(s.dialect.name())
+        let mut builder = AgnoDb::builder(s.dialect.name());
+        if let Some(max) = s.dialect.max_id_chars() {
+            builder = builder.max_id_chars(max);
+        }
+        if let Some(max) = s.exec.max_json_depth() {
+            builder = builder.max_json_depth(max);
+        }
+        builder
             .sessions(s.clone())
             .runs(s.clone())
             .memories(s.clone())

@@ -130,17 +130,29 @@ fn bind(args: &mut PgArguments, v: SqlValue) -> Result<()> {
 /// PostgreSQL text cannot hold NUL; inside JSON values agno strips it
 /// (`sanitize_postgres_strings`), and so does this adapter: a JSON string written with NUL
 /// reads back without it. Identifiers never get here with NUL (core refuses them).
-fn strip_nul(v: Value) -> Value {
-    match v {
-        Value::String(s) if s.contains('\0') => Value::String(s.replace('\0', "")),
-        Value::Array(items) => Value::Array(items.into_iter().map(strip_nul).collect()),
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (k.replace('\0', ""), strip_nul(v)))
-                .collect(),
-        ),
-        other => other,
+fn strip_nul(mut v: Value) -> Value {
+    // Without recursion: a value may be nested `json::MAX_DEPTH` levels.
+    {
+        let mut pending: Vec<&mut Value> = vec![&mut v];
+        while let Some(value) = pending.pop() {
+            match value {
+                Value::String(s) => s.retain(|c| c != '\0'),
+                Value::Array(items) => pending.extend(items.iter_mut()),
+                Value::Object(map) => {
+                    if map.keys().any(|k| k.contains('\0')) {
+                        let entries = std::mem::take(map);
+                        *map = entries
+                            .into_iter()
+                            .map(|(k, v)| (k.replace('\0', ""), v))
+                            .collect();
+                    }
+                    pending.extend(map.values_mut());
+                }
+                _ => {}
+            }
+        }
     }
+    v
 }
 
 /// Decodes a result's rows, column names taken once. Decoding parses JSON cells, so it runs

@@ -43,7 +43,7 @@ impl SqlValue {
     pub(crate) fn json_for(dialect: Dialect, v: &Value) -> Self {
         match dialect {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => SqlValue::Json(Some(v.clone())),
+            Dialect::Postgres => SqlValue::Json(Some(agno_storage_core::json::clone_deep(v))),
             #[allow(unreachable_patterns)]
             _ => SqlValue::Text(Some(to_python_json(v))),
         }

@@ -536,8 +536,8 @@ impl DocBackend for SurrealDb {
     const MAX_ID_CHARS: Option<usize> = None;
     /// SurrealDB's engine recurses once per level of a value it stores (its own
     /// `MAX_COMPUTATION_DEPTH` is 120); measured on a 2 MiB runtime worker stack in a debug
-    /// build, 100 levels overflow it and 64 do not.
-    const MAX_JSON_DEPTH: Option<usize> = Some(64);
+    /// build, 64 levels of objects overflow it and 32 do not.
+    const MAX_JSON_DEPTH: Option<usize> = Some(32);
     const ITEM: &'static str = "record";
     const SCHEDULE_NAME_GUARDS: bool = false;
 

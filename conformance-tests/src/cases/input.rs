@@ -372,11 +372,12 @@ pub(crate) async fn identifiers_at_and_over_the_maximum(ctx: &Ctx) -> CaseResult
     ensure_eq(runs.total, 1, "runs after the refused writes")
 }
 
-/// `[[[...]]]` nested `levels` deep (an empty list at the bottom).
+/// `{"d": {"d": ...}}` nested `levels` deep (an empty object at the bottom). Objects, not
+/// lists: Firestore cannot hold a list directly inside a list, whatever the depth.
 fn nested(levels: usize) -> Value {
-    let mut value = Value::Array(Vec::new());
+    let mut value = Value::Object(serde_json::Map::new());
     for _ in 1..levels {
-        value = Value::Array(vec![value]);
+        value = Value::Object(serde_json::Map::from_iter([("d".to_owned(), value)]));
     }
     value
 }
@@ -398,7 +399,7 @@ async fn json_nesting(db: AgnoDb) -> CaseResult {
     let s = session(SessionType::Agent, Some("deep"));
     db.sessions()?.upsert_session(s.clone()).await?;
 
-    // run_data is an object (one level) holding `limit - 1` levels of lists.
+    // run_data is an object (one level) holding `limit - 1` levels of objects.
     let mut deep = run_row(&s, &uid("r"), "COMPLETED");
     deep.run_data["deep"] = nested(limit - 1);
     db.runs()?.upsert_run(deep.clone()).await?;
