@@ -82,7 +82,7 @@ impl JsonDb {
                 }
             }
         }
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
+        let fs = crate::files::local_store(&dir).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
                 format!("cannot open the directory {}: {e}", dir.display()),

@@ -284,6 +284,44 @@ impl Files {
     }
 }
 
+/// Whether local directories opened from now on sync their writes (see
+/// [`crate::set_local_fsync`]).
+#[cfg(feature = "fs")]
+static LOCAL_FSYNC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+#[cfg(feature = "fs")]
+pub(crate) fn set_local_fsync(enabled: bool) {
+    LOCAL_FSYNC.store(enabled, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The object store of a local directory. With fsync on (the default), `LocalFileSystem`
+/// writes each table to a staging file, `fsync`s it, renames it into place and `fsync`s the
+/// directory before the put returns, so an acknowledged write survives a power cut as far as
+/// the file system honours `fsync` (on Unix; Windows cannot sync a directory). The lock
+/// files need no sync: they are empty and only their `flock` matters, which a crash releases.
+#[cfg(feature = "fs")]
+pub(crate) fn local_store(
+    dir: &std::path::Path,
+) -> object_store::Result<object_store::local::LocalFileSystem> {
+    let fsync = LOCAL_FSYNC.load(std::sync::atomic::Ordering::Relaxed);
+    if fsync {
+        // The directory may have just been created: make its entry in the parent durable
+        // too (the puts sync the directory itself). Best effort: a parent that cannot be
+        // opened (no read permission) only loses this for a directory made moments ago.
+        #[cfg(unix)]
+        {
+            let parent = dir
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if let Ok(parent) = std::fs::File::open(parent) {
+                let _ = parent.sync_all();
+            }
+        }
+    }
+    Ok(object_store::local::LocalFileSystem::new_with_prefix(dir)?.with_fsync(fsync))
+}
+
 /// Rows as agno writes a table: `json.dump(rows, indent=2)` with ASCII escapes.
 fn payload(rows: &[Value]) -> PutPayload {
     PutPayload::from(list_to_python_json_with(rows, PythonJson { ensure_ascii: true, indent: Some(2) }).into_bytes())

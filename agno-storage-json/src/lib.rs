@@ -40,6 +40,18 @@
 //! Migrations hold `.agno_migrations.lock` on a directory; on object stores concurrent
 //! migrations are safe without a lock (the copy never overwrites a stored run).
 //!
+//! **Durability.** A write is acknowledged only once it is durable as far as the store
+//! promises. On a local directory the new file is `fsync`ed, renamed into place and its
+//! directory `fsync`ed before the call returns (object_store's `LocalFileSystem::with_fsync`),
+//! so an acknowledged write survives a power cut where the file system and disk honour
+//! `fsync` (Unix; on Windows a directory cannot be synced). `set_local_fsync(false)` trades
+//! that for speed (see `BENCHMARKS.md` for the cost). On GCS and S3 a put returns success
+//! only after the service has stored the whole object redundantly (GCS across zones, S3
+//! Standard across at least three availability zones), and both give strong
+//! read-after-write consistency: any later read, from anywhere, sees the acknowledged
+//! version, and a conditional put is checked against it. An S3-compatible server gives
+//! whatever it implements. The in-memory store keeps nothing past the process.
+//!
 //! # Features
 //!
 //! Nothing is compiled by default.
@@ -83,3 +95,14 @@ with_a_store! {
 
 #[cfg(feature = "fs")]
 mod lockfile;
+
+/// Whether local directories opened after this call (`JsonDb::open_local`) `fsync` every
+/// write before acknowledging it; on by default. Turning it off makes writes faster and
+/// leaves an acknowledged write safe from a crash of the process (files are still replaced
+/// by an atomic rename) but not from a power cut or a kernel crash, which can leave the
+/// previous file, or on some file systems an empty one. agno's own `JsonDb` never syncs.
+/// Process-wide; meant for tests, benchmarks and scratch directories.
+#[cfg(feature = "fs")]
+pub fn set_local_fsync(enabled: bool) {
+    files::set_local_fsync(enabled);
+}
