@@ -26,7 +26,10 @@ pub enum ErrorKind {
     MigrationRequired,
     /// Stored data could not be encoded or decoded.
     Serialization,
-    /// The backend could not be reached or refused service; retrying may help.
+    /// The backend could not be reached or refused service; retrying may help. When it
+    /// needs an operator first (a full disk, a read-only file, missing permissions) the
+    /// error is not [`Error::is_temporary`]: the same call fails again until that is fixed,
+    /// whether it ran alone or batched with others.
     Unavailable,
     /// Anything else the backend reported.
     Unexpected,

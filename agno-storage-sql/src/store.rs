@@ -112,27 +112,37 @@ impl SqlStore {
         let (pending, damaged): (Vec<&String>, Vec<&String>) =
             missing.iter().partition(|c| added.contains(&c.as_str()));
         let table = self.table_ref(t);
+        // `ALTER TABLE … ADD COLUMN …` for each column, as agno declares it (nullable, as
+        // the migration adds columns to a table that has rows).
+        let ddl = self.ddl();
+        let repair = |columns: &[&String]| -> String {
+            columns
+                .iter()
+                .filter_map(|name| spec(t).columns.iter().find(|c| c.name == name.as_str()))
+                .map(|c| {
+                    let def = ddl.column_def(&crate::schema::Column {
+                        not_null: false,
+                        ..*c
+                    });
+                    format!("ALTER TABLE {} ADD COLUMN {def}", self.t(t))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         if damaged.is_empty() {
             return Error::migration_required(
                 &table,
                 format!(
-                    "it lacks the columns {pending:?} that agno 3 added, which the migration adds"
+                    "it lacks the columns {pending:?} that agno 3 added, which the migration \
+                     adds (if `agno-storage status` already shows this table at 3.0.0, they \
+                     were dropped after its migration, which will not run again: add them \
+                     back with {})",
+                    repair(&pending)
                 ),
             )
             .with_backend(self.dialect.name());
         }
-        let ddl = self.ddl();
-        let repairs: Vec<String> = damaged
-            .iter()
-            .filter_map(|name| spec(t).columns.iter().find(|c| c.name == name.as_str()))
-            .map(|c| {
-                let def = ddl.column_def(&crate::schema::Column {
-                    not_null: false,
-                    ..*c
-                });
-                format!("ALTER TABLE {} ADD COLUMN {def}", self.t(t))
-            })
-            .collect();
+        let repairs = repair(&damaged);
         let also = if pending.is_empty() {
             String::new()
         } else {
@@ -150,7 +160,7 @@ impl SqlStore {
                  migration adds these columns, and `agno-storage migrate` will not repair it. \
                  Add them back as agno declares them ({}), or recreate the table or restore it \
                  from a backup.{also}",
-                repairs.join("; ")
+                repairs
             ),
         )
         .with_backend(self.dialect.name())
