@@ -9,6 +9,8 @@ TARGET is `sqlite:PATH`, `postgres:URL#SCHEMA` or `mysql:URL#DATABASE`. Commands
     create-v3   (agno 3.1.10) create every table the adapter has
     migrate-v3  (agno 3.1.10) MigrationManager(db).up()
     dump-v3     (agno 3.1.10) print everything agno reads back, as JSON on stdout
+    write-surrogates  (agno 3.1.10) a session whose middle run holds a lone surrogate
+    read-surrogates   (agno 3.1.10) print that session's name and run contents, as JSON
 """
 
 import asyncio
@@ -109,6 +111,31 @@ def write_v3(db):
                                      topics=["interop"], created_at=1710000100))
 
 
+def write_surrogates(db):
+    """A session of three runs; the middle one carries a lone surrogate, as a file name
+    decoded with `surrogateescape` does (agno stores it as the `\\udce9` escape)."""
+    from agno.run.agent import RunOutput
+    from agno.run.base import RunStatus
+    from agno.session.agent import AgentSession
+
+    db.upsert_session(AgentSession(session_id="sur-s1", agent_id="agent-py", user_id="dave",
+                                   session_data={"session_name": "Surrogates"}, created_at=1720000000))
+    names = ["plain.txt", b"caf\xe9.txt".decode("utf-8", "surrogateescape"), "also plain.txt"]
+    for i, name in enumerate(names):
+        run = RunOutput(run_id=f"sur-r{i}", agent_id="agent-py", session_id="sur-s1", user_id="dave",
+                        content=name, status=RunStatus.completed, created_at=1720000000 + i)
+        db.upsert_run(run, session_id="sur-s1", user_id="dave", run_index=i)
+
+
+def read_surrogates(db):
+    """The contents of session sur-s1's runs, as agno reads them, with Python's escapes."""
+    from agno.db.base import SessionType
+
+    session = db.get_session(session_id="sur-s1", session_type=SessionType.AGENT, user_id="dave")
+    print(json.dumps({"session_name": (session.session_data or {}).get("session_name"),
+                      "contents": [run.content for run in session.runs or []]}))
+
+
 def create_v3(db):
     db._create_all_tables()
 
@@ -170,7 +197,8 @@ def declare_mysql_tables(db):
             db._store_resolved_table(table_type, name, db._create_table(name, table_type))
 
 
-COMMANDS = {"write-v2": write_v2, "write-v3": write_v3, "create-v3": create_v3, "migrate-v3": migrate_v3, "dump-v3": dump_v3}
+COMMANDS = {"write-v2": write_v2, "write-v3": write_v3, "write-surrogates": write_surrogates,
+            "read-surrogates": read_surrogates, "create-v3": create_v3, "migrate-v3": migrate_v3, "dump-v3": dump_v3}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in COMMANDS:

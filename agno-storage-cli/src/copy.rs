@@ -17,7 +17,7 @@ use std::time::Instant;
 use agno_storage_core::{
     AgnoDb, EnqueueRejection, ErrorKind, EvalQuery, JobQuery, JobStatus, KnowledgeQuery,
     LearningQuery, MemoryQuery, MetricsQuery, Page, Pagination, RunQuery, SessionQuery, Sort,
-    SortOrder,
+    SortOrder, Unreadable,
 };
 use futures::stream::{self, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -69,6 +69,9 @@ pub struct Tally {
     pub skipped: u64,
     /// Why records or the whole domain were skipped.
     pub note: Option<String>,
+    /// Source records that could not be decoded, so were not copied (see
+    /// [`Page::unreadable`]); the copy reports them and fails after copying the rest.
+    pub unreadable: Vec<Unreadable>,
 }
 
 impl Tally {
@@ -78,6 +81,7 @@ impl Tally {
             copied: 0,
             skipped: 0,
             note: None,
+            unreadable: Vec::new(),
         }
     }
 
@@ -121,7 +125,24 @@ pub async fn run(src_url: &BackendUrl, dst_url: &BackendUrl) -> Result<String, E
         }
         out.push('\n');
     }
-    Ok(out)
+    let unreadable: Vec<String> = tallies
+        .iter()
+        .flat_map(|t| {
+            t.unreadable
+                .iter()
+                .map(move |u| format!("{} {} ({})", t.domain, u.id, u.error))
+        })
+        .collect();
+    if unreadable.is_empty() {
+        return Ok(out);
+    }
+    print!("{out}");
+    Err(Error::new(format!(
+        "copy incomplete: {} source record(s) could not be read and were not copied, \
+         everything else was: {}",
+        unreadable.len(),
+        unreadable.join("; ")
+    )))
 }
 
 /// A bar on stderr; hidden when stderr is not a terminal.
@@ -147,7 +168,8 @@ fn track<T>(bar: &ProgressBar, pager: &mut Pager, page: &Page<T>) {
     if pager.page == 1 {
         bar.inc_length(page.total);
     }
-    pager.saw(page.items.len(), page.total);
+    // Unreadable rows fill their places in the page too.
+    pager.saw(page.items.len() + page.unreadable.len(), page.total);
 }
 
 /// Whether `e` says the destination already holds the record.
@@ -177,6 +199,27 @@ pub async fn copy_all(
             )),
         }
     };
+    // A domain whose table the source lacks (it was opened without creating any) has
+    // nothing to copy: skipped with the source's reason instead of failing the copy.
+    let mut absent = std::collections::HashMap::new();
+    for domain in [
+        "sessions",
+        "runs",
+        "memories",
+        "metrics",
+        "evals",
+        "knowledge",
+        "schedules",
+        "learnings",
+        "jobs",
+    ] {
+        if s.has(domain) && d.has(domain) {
+            if let Some(why) = source_lacks_table(src, domain).await? {
+                absent.insert(domain, why);
+            }
+        }
+    }
+    let lacks = |domain: &str| lacks(domain).or_else(|| absent.get(domain).cloned());
     let mut tallies = Vec::new();
 
     let sessions_ok = lacks("sessions");
@@ -225,6 +268,88 @@ pub async fn copy_all(
     Ok(tallies)
 }
 
+/// `Some(why)` when reading `domain` from the source answers `NotFound`: its table does
+/// not exist in a database opened without creating tables.
+async fn source_lacks_table(src: &AgnoDb, domain: &str) -> Result<Option<String>, Error> {
+    let one = Pagination::limit(1);
+    let read = match domain {
+        "sessions" => src
+            .sessions()?
+            .get_sessions(SessionQuery {
+                pagination: one,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "runs" => src
+            .runs()?
+            .get_runs(RunQuery {
+                pagination: one,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "memories" => src
+            .memories()?
+            .get_memories(MemoryQuery {
+                pagination: one,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "metrics" => src
+            .metrics()?
+            .get_metrics(MetricsQuery::default())
+            .await
+            .map(drop),
+        "evals" => src
+            .evals()?
+            .get_eval_runs(EvalQuery {
+                pagination: one,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "knowledge" => src
+            .knowledge()?
+            .get_knowledge_contents(KnowledgeQuery {
+                pagination: one,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "schedules" => src
+            .schedules()?
+            .get_schedules(None, None, one)
+            .await
+            .map(drop),
+        "learnings" => src
+            .learnings()?
+            .list_learnings(LearningQuery {
+                pagination: one,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        _ => src
+            .jobs()?
+            .list_jobs(JobQuery {
+                pagination: one,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+    };
+    match read {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Some(format!(
+            "skipped: the source has none ({})",
+            e.message()
+        ))),
+        Err(e) => Err(e.into()),
+        Ok(()) => Ok(None),
+    }
+}
+
 /// Records of one page written at once: concurrent writes share commits (SQLite's group
 /// commit) and connections (a server's pool), where one at a time each waits for its own.
 const WRITES_IN_FLIGHT: usize = 16;
@@ -254,8 +379,10 @@ async fn copy_pages<T>(
     bar.set_message(domain);
     let mut pager = Pager::new();
     while let Some(pagination) = pager.next_page() {
-        let page = read(pagination).await?;
+        let mut page = read(pagination).await?;
         track(bar, &mut pager, &page);
+        tally.skipped += page.unreadable.len() as u64;
+        tally.unreadable.append(&mut page.unreadable);
         let mut writes = stream::iter(page.items)
             .map(|record| write(record))
             .buffer_unordered(in_flight.max(1));

@@ -454,3 +454,53 @@ fn read_only_commands_work_on_an_existing_database_and_keep_its_files() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run the source holds but this code cannot decode (here a lone surrogate, which agno
+/// writes for file names decoded with `surrogateescape`) is not silently dropped by `copy`:
+/// everything else is copied, the summary is printed, and the command fails naming the run.
+#[test]
+fn copy_names_an_unreadable_source_run_and_fails_after_copying_the_rest() {
+    let dir = temp_dir();
+    let src = dir.join("src.db");
+    let src_url = format!("sqlite://{}", src.display());
+    let demo = agno_storage(&["demo", &src_url]);
+    assert!(demo.status.success(), "stderr: {}", stderr(&demo));
+    // Python's sqlite3 module: the test needs no SQLite client of its own.
+    let edit = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys\n\
+             c = sqlite3.connect(sys.argv[1])\n\
+             (run_id,) = c.execute('SELECT run_id FROM agno_runs ORDER BY run_id LIMIT 1').fetchone()\n\
+             c.execute(\"UPDATE agno_runs SET run_data = replace(run_data, '\\\"run_id\\\"', '\\\"file\\\": \\\"caf\\\\udce9.txt\\\", \\\"run_id\\\"') WHERE run_id = ?\", (run_id,))\n\
+             c.commit()\n\
+             print(run_id)",
+        ])
+        .arg(&src)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        edit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&edit.stderr)
+    );
+    let bad_run = String::from_utf8_lossy(&edit.stdout).trim().to_owned();
+
+    let dst_url = format!("sqlite://{}", dir.join("dst.db").display());
+    let output = agno_storage(&["copy", &src_url, &dst_url]);
+    assert_eq!(output.status.code(), Some(1), "stderr: {}", stderr(&output));
+    let err = stderr(&output);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("runs {bad_run}")), "{err}");
+    assert!(err.contains("surrogate"), "{err}");
+    let out = stdout(&output);
+    let runs = out
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("runs "))
+        .map(|rest| rest.split_whitespace().collect::<Vec<_>>());
+    assert_eq!(
+        runs.as_deref(),
+        Some(&["6", "(1", "skipped)"][..]),
+        "the demo's other runs are copied: {out}"
+    );
+}

@@ -331,6 +331,11 @@ pub fn from_value<T: serde::de::DeserializeOwned>(value: Value) -> serde_json::R
     T::deserialize(serde_stacker::Deserializer::new(value))
 }
 
+/// [`from_value`] from a borrowed value, without copying it.
+pub fn from_ref<T: serde::de::DeserializeOwned>(value: &Value) -> serde_json::Result<T> {
+    T::deserialize(serde_stacker::Deserializer::new(value))
+}
+
 /// Parses JSON text into a [`Value`], as `serde_json::from_slice` does, but nested up to
 /// [`MAX_DEPTH`] levels on any stack (deeper text is an error, not a crash), and builds
 /// each object with its final capacity: serde_json's own visitor grows every map from

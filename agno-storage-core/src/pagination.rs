@@ -84,10 +84,11 @@ pub struct Page<T> {
     pub items: Vec<T>,
     /// How many rows matched the filters in total.
     pub total: u64,
-    /// Rows of this page that matched but could not be decoded (stored JSON this code
-    /// cannot represent, such as a lone surrogate, or malformed text): named here instead
-    /// of failing the whole call, so one bad row never hides its neighbours. Always empty
-    /// for stores that cannot hold such rows.
+    /// Rows the call selected but could not decode (stored JSON this code cannot
+    /// represent, such as a lone surrogate, or malformed text): named here instead of
+    /// failing the whole call, so one bad row never hides its neighbours. SQL stores name
+    /// those in the page's place; stores that filter in memory name every one the query's
+    /// index reached that the caller may see. Always empty where no such row can be stored.
     pub unreadable: Vec<Unreadable>,
 }
 

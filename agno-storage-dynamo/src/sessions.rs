@@ -10,18 +10,18 @@
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::legacy::{
     decode_legacy_runs, last_context_runs, legacy_runs_list, merge_runs, InsertedRuns,
-    LegacyRunsStore, LegacySessionRuns,
+    LegacyRunsStore, LegacySessionRuns, SessionRun,
 };
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Error,
-    ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, Session, SessionQuery, SessionRead,
-    SessionStore,
+    ErrorKind, Page, Result, RunJson, RunQuery, RunRecord, RunStore, Session, SessionQuery,
+    SessionRead, SessionStore, Unreadable,
 };
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 
-use crate::codec::{self, from_item, from_json, n, nv, record, record_item, s, sv, Item};
+use crate::codec::{self, from_item, from_json, n, nv, record_item, s, sv, Item};
 use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
@@ -44,8 +44,34 @@ pub(crate) fn decode_session(item: &Item) -> Result<(Session, Option<Value>)> {
     Ok((from_json(map, "a session")?, legacy))
 }
 
+/// A run item as a record. `run_data` is JSON text agno writes with Python's `json`; text
+/// this code cannot decode (e.g. a lone surrogate) is a `Serialization` error for this run,
+/// never a string in its place.
 fn decode_run(item: &Item) -> Result<RunRecord> {
-    record(item, &["run_data"], "a run")
+    let mut map = from_item(item, &[]);
+    if let Some(AttributeValue::S(text)) = item.get("run_data") {
+        let data = agno_storage_core::json::from_str::<Value>(text).map_err(|e| {
+            let id = s(item, "run_id").unwrap_or_default();
+            Error::serialization(format_args!("run {id}'s run_data"), e)
+                .with_backend(codec::BACKEND)
+        })?;
+        map.insert("run_data".to_owned(), data);
+    }
+    from_json(map, "a run")
+}
+
+/// A run item as a session read merges it: `run_data` handed over as its stored text,
+/// unparsed (see [`RunJson`]), so a run this code cannot decode does not fail the read.
+fn session_run(item: &Item) -> Result<SessionRun> {
+    match (item.get("run_data"), s(item, "run_id")) {
+        (Some(AttributeValue::S(text)), Some(run_id)) => Ok(SessionRun {
+            run_id: run_id.to_owned(),
+            run_index: n(item, "run_index"),
+            created_at: n(item, "created_at").unwrap_or_default(),
+            run: RunJson::from_stored_text(text.clone())?,
+        }),
+        _ => decode_run(item).map(SessionRun::from),
+    }
 }
 
 /// The meta item holding the next free `run_index` of `session_id` in the runs table `runs`
@@ -61,11 +87,11 @@ impl DynamoDb {
         self.query_index(Tbl::Runs, "session_id", session_id).await
     }
 
-    async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
+    async fn session_runs(&self, session_id: &str) -> Result<Vec<SessionRun>> {
         self.session_run_items(session_id)
             .await?
             .iter()
-            .map(decode_run)
+            .map(session_run)
             .collect()
     }
 
@@ -358,13 +384,23 @@ impl RunStore for DynamoDb {
             None => self.scan(Tbl::Runs).await?,
         };
         let mut rows = Vec::new();
+        let mut unreadable = Vec::new();
         for item in &items {
-            let r = decode_run(item)?;
-            if query.matches(&r) {
-                rows.push(r);
+            match decode_run(item) {
+                Ok(r) if query.matches(&r) => rows.push(r),
+                Ok(_) => {}
+                // Named only to a caller who may see the run (its owner, or unscoped).
+                Err(e) if visible_to(s(item, "user_id"), query.user_id.as_deref()) => unreadable
+                    .push(Unreadable {
+                        id: s(item, "run_id").unwrap_or_default().to_owned(),
+                        error: e.to_string(),
+                    }),
+                Err(_) => {}
             }
         }
-        query.page(rows)
+        let mut page = query.page(rows)?;
+        page.unreadable = unreadable;
+        Ok(page)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

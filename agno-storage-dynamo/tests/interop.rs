@@ -377,3 +377,75 @@ fn v2_tables_migrate_like_agno() {
         );
     }
 }
+
+/// The stored `run_data` text of `run_id`, as agno's driver reads the item.
+fn stored_run_text(raw: &Value, run_id: &str) -> String {
+    raw["agno_runs"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["run_id"]["S"] == run_id))
+        .and_then(|item| item["run_data"]["S"].as_str())
+        .unwrap_or_else(|| panic!("run {run_id} is stored: {raw}"))
+        .to_owned()
+}
+
+/// agno writes a lone surrogate (`"caf\udce9.txt"`) into one run of a session. Our
+/// session read hands every run over, that one as its stored text byte for byte;
+/// `get_runs` lists the other two and names the third as unreadable; renaming the session
+/// leaves the run's item untouched, and agno still reads it back.
+#[test]
+fn lone_surrogates_agno_writes_are_kept_byte_identical() {
+    let Some((url, python)) = setup() else { return };
+    let p = prefix();
+    agno(&python, "write-surrogates", &url, &p);
+    let stored = stored_run_text(&raw(&python, &url, &p), "sur-r1");
+    assert!(stored.contains(r"caf\udce9.txt"), "{stored}");
+    runtime().block_on(async {
+        let db = open(&url, &p).await.agno_db();
+        let session = db
+            .sessions()
+            .unwrap()
+            .get_session("sur-s1", SessionRead::for_user("dave"))
+            .await
+            .expect("the session reads")
+            .expect("the session exists");
+        let runs = session.runs.expect("runs");
+        assert_eq!(runs.len(), 3);
+        assert_eq!(runs[1].json_text().expect("well-formed JSON"), stored);
+        assert!(
+            runs[1].to_value().is_err(),
+            "a Rust string holds no lone surrogate"
+        );
+        assert_eq!(
+            runs[2].to_value().expect("plain")["content"],
+            "also plain.txt"
+        );
+        let page = db
+            .runs()
+            .unwrap()
+            .get_runs(agno_storage_core::RunQuery {
+                session_id: Some("sur-s1".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("one unreadable run does not fail the list");
+        let ids: Vec<_> = page.items.iter().map(|r| r.run_id.as_str()).collect();
+        assert_eq!(ids, ["sur-r0", "sur-r2"]);
+        assert_eq!(page.unreadable.len(), 1, "{:?}", page.unreadable);
+        assert_eq!(page.unreadable[0].id, "sur-r1");
+        db.sessions()
+            .unwrap()
+            .rename_session("sur-s1", "Renamed in Rust", Some("dave"))
+            .await
+            .expect("rename")
+            .expect("the session exists");
+    });
+    assert_eq!(
+        stored_run_text(&raw(&python, &url, &p), "sur-r1"),
+        stored,
+        "byte-identical after an update"
+    );
+    assert_eq!(
+        agno(&python, "read-surrogates", &url, &p).trim(),
+        r#"{"session_name": "Renamed in Rust", "contents": ["plain.txt", "caf\udce9.txt", "also plain.txt"]}"#
+    );
+}

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::files::Table;
+use crate::files::{undecodable, undecodable_error, undecodable_field, Table};
 
 /// A record stored as one row of one table.
 pub(crate) trait Doc: Sized {
@@ -36,15 +36,30 @@ pub(crate) fn text<'a>(row: &'a Value, key: &str) -> Option<&'a str> {
     row.get(key).and_then(Value::as_str)
 }
 
-/// The index of the first row whose `key` is `id`.
+/// The index of the first row whose `key` is `id` (a row kept undecoded included).
 pub(crate) fn position(rows: &[Value], key: &str, id: &str) -> Option<usize> {
-    rows.iter().position(|r| text(r, key) == Some(id))
+    rows.iter().position(|r| {
+        text(r, key) == Some(id)
+            || (undecodable(r).is_some() && undecodable_field(r, key).as_deref() == Some(id))
+    })
 }
 
 /// Decodes `row` into `T` with serde, naming the table and row on failure.
-pub(crate) fn from_row<T: DeserializeOwned>(table: Table, key: &str, row: Value) -> Result<T> {
-    let id = text(&row, key).unwrap_or("?").to_owned();
-    agno_storage_core::json::from_value(row).map_err(|e| {
+pub(crate) fn from_row<T: DeserializeOwned>(table: Table, key: &str, row: &Value) -> Result<T> {
+    if let Some(stored) = undecodable(row) {
+        let id = undecodable_field(row, key).unwrap_or_else(|| "?".to_owned());
+        return Err(Error::new(
+            ErrorKind::Serialization,
+            format!(
+                "the row {key}={id:?} of {} holds JSON this crate cannot decode ({}); it is \
+                 kept as stored, and agno reads it",
+                table.file_name(),
+                undecodable_error(stored)
+            ),
+        ));
+    }
+    let id = text(row, key).unwrap_or("?").to_owned();
+    agno_storage_core::json::from_ref(row).map_err(|e| {
         Error::new(
             ErrorKind::Serialization,
             format!(

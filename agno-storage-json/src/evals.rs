@@ -32,7 +32,7 @@ impl Doc for EvalRun {
     const KEY: &'static str = "run_id";
 
     fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::Evals, Self::KEY, row.clone())
+        from_row(Table::Evals, Self::KEY, row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {

@@ -25,7 +25,7 @@ use object_store::{
 };
 use serde_json::Value;
 
-use agno_storage_core::json::{list_to_python_json_with, PythonJson};
+use agno_storage_core::json::{list_to_python_json_with, to_python_json_with, PythonJson};
 
 /// The table files this crate reads and writes, named as agno 3.1.10 names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -322,18 +322,89 @@ pub(crate) fn local_store(
     Ok(object_store::local::LocalFileSystem::new_with_prefix(dir)?.with_fsync(fsync))
 }
 
-/// Rows as agno writes a table: `json.dump(rows, indent=2)` with ASCII escapes.
+/// The one key of a row kept as the text it was stored as, because this crate cannot
+/// decode it (agno writes lone surrogates, e.g. file names decoded with `surrogateescape`,
+/// which no Rust string holds). It starts with NUL, which no key this crate writes holds.
+const UNDECODABLE: &str = "\u{0}agno-storage: undecodable row";
+
+/// The stored text of a row this crate could not decode, kept verbatim: reads name it,
+/// and rewriting the table writes it back byte for byte.
+pub(crate) fn undecodable(row: &Value) -> Option<&str> {
+    match row {
+        Value::Object(map) if map.len() == 1 => map.get(UNDECODABLE)?.as_str(),
+        _ => None,
+    }
+}
+
+/// The raw JSON text of field `key` of an undecodable row, when it has one.
+pub(crate) fn undecodable_raw_field(row: &Value, key: &str) -> Option<String> {
+    let fields: HashMap<String, Box<serde_json::value::RawValue>> =
+        serde_json::from_str(undecodable(row)?).ok()?;
+    Some(fields.get(key)?.get().to_owned())
+}
+
+/// The string field `key` of an undecodable row, when it is a string this crate can read.
+pub(crate) fn undecodable_field(row: &Value, key: &str) -> Option<String> {
+    serde_json::from_str(&undecodable_raw_field(row, key)?).ok()
+}
+
+/// Why an undecodable row's text cannot be decoded.
+pub(crate) fn undecodable_error(text: &str) -> String {
+    match agno_storage_core::json::from_str::<Value>(text) {
+        Err(e) => e.to_string(),
+        Ok(_) => "no error".to_owned(),
+    }
+}
+
+/// Rows as agno writes a table: `json.dump(rows, indent=2)` with ASCII escapes; a row kept
+/// undecoded is written back as the text it was read as, at the same place.
 fn payload(rows: &[Value]) -> PutPayload {
-    PutPayload::from(list_to_python_json_with(rows, PythonJson { ensure_ascii: true, indent: Some(2) }).into_bytes())
+    let options = PythonJson {
+        ensure_ascii: true,
+        indent: Some(2),
+    };
+    if !rows.iter().any(|row| undecodable(row).is_some()) {
+        return PutPayload::from(list_to_python_json_with(rows, options).into_bytes());
+    }
+    let mut out = String::from("[");
+    for (i, row) in rows.iter().enumerate() {
+        out.push_str(if i == 0 { "\n  " } else { ",\n  " });
+        match undecodable(row) {
+            Some(text) => out.push_str(text),
+            // JSON text holds no raw newline but those of the layout: indent each line.
+            None => out.push_str(&to_python_json_with(row, options).replace('\n', "\n  ")),
+        }
+    }
+    out.push_str("\n]");
+    PutPayload::from(out.into_bytes())
 }
 
 fn parse_table(table: Table, bytes: &[u8]) -> Result<Vec<Value>> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
     }
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Array(rows)) => Ok(rows),
-        Ok(_) => Err(Error::new(
+    if let Ok(Value::Array(rows)) = agno_storage_core::json::from_slice::<Value>(bytes) {
+        return Ok(rows);
+    }
+    // Then each row separately, so one this crate cannot decode is kept as its text (see
+    // [`undecodable`]) instead of failing the table. Splitting the array recurses into
+    // nothing (serde_json skips raw values iteratively).
+    let is_array = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    de.disable_recursion_limit();
+    let raw = <Vec<Box<serde_json::value::RawValue>> as serde::Deserialize>::deserialize(&mut de)
+        .and_then(|rows| de.end().map(|()| rows));
+    match raw {
+        Ok(rows) => Ok(rows
+            .into_iter()
+            .map(|row| {
+                agno_storage_core::json::from_str::<Value>(row.get()).unwrap_or_else(|_| {
+                    let text = Value::String(row.get().to_owned());
+                    Value::Object(serde_json::Map::from_iter([(UNDECODABLE.to_owned(), text)]))
+                })
+            })
+            .collect()),
+        Err(_) if !is_array => Err(Error::new(
             ErrorKind::Serialization,
             format!(
                 "{} is not a JSON array of records; repair or move the file",

@@ -20,7 +20,7 @@ impl Doc for Job {
     const KEY: &'static str = "id";
 
     fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::Jobs, Self::KEY, row.clone())
+        from_row(Table::Jobs, Self::KEY, row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {

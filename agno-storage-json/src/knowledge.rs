@@ -32,7 +32,7 @@ impl Doc for KnowledgeContent {
     const KEY: &'static str = "id";
 
     fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::Knowledge, Self::KEY, row.clone())
+        from_row(Table::Knowledge, Self::KEY, row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {
@@ -61,7 +61,7 @@ impl KnowledgeStore for JsonStore {
                         for (k, v) in fields(&content)?.into_iter().filter(|(_, v)| !v.is_null()) {
                             doc.insert(k, v);
                         }
-                        from_row(Table::Knowledge, "id", Value::Object(doc))?
+                        from_row(Table::Knowledge, "id", &Value::Object(doc))?
                     }
                     None => content.clone(),
                 };

@@ -16,7 +16,7 @@ impl Doc for Learning {
     const KEY: &'static str = "learning_id";
 
     fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::Learnings, Self::KEY, row.clone())
+        from_row(Table::Learnings, Self::KEY, row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {

@@ -32,9 +32,9 @@ impl Doc for UserMemory {
     const KEY: &'static str = "memory_id";
 
     fn decode(row: &Value) -> Result<Self> {
-        let mut row = row.clone();
+        let mut row = agno_storage_core::json::clone_deep(row);
         normalize_timestamps(&mut row, &["created_at", "updated_at"]);
-        from_row(Table::Memories, Self::KEY, row)
+        from_row(Table::Memories, Self::KEY, &row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {

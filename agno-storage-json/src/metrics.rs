@@ -37,7 +37,7 @@ impl Doc for MetricsRecord {
     const KEY: &'static str = "id";
 
     fn decode(row: &Value) -> Result<Self> {
-        let mut record: MetricsRecord = from_row(Table::Metrics, Self::KEY, row.clone())?;
+        let mut record: MetricsRecord = from_row(Table::Metrics, Self::KEY, row)?;
         record.user_id = MetricsRecord::user_from_stored(record.user_id);
         Ok(record)
     }

@@ -5,13 +5,15 @@ use std::collections::HashSet;
 use agno_storage_core::legacy::legacy_runs_list;
 use agno_storage_core::run::{RunQuery, RunRecord, RunStore};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by,
-    Page, Result,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Page, Result,
+    Unreadable,
 };
 use serde_json::Value;
 
-use crate::doc::{decode_all, fields, find, from_row, put, shape, text, Doc, Nulls};
-use crate::files::{Step, Table};
+use crate::doc::{fields, find, from_row, put, shape, text, Doc, Nulls};
+use crate::files::{
+    undecodable, undecodable_error, undecodable_field, undecodable_raw_field, Step, Table,
+};
 use crate::sessions::session_owner;
 use crate::store::JsonStore;
 
@@ -36,7 +38,7 @@ impl Doc for RunRecord {
     const KEY: &'static str = "run_id";
 
     fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::Runs, Self::KEY, row.clone())
+        from_row(Table::Runs, Self::KEY, row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {
@@ -70,10 +72,18 @@ impl RunStore for JsonStore {
                         Ok(Step::Write(stored))
                     }
                     None => {
+                        let sid = Some(run.session_id.as_str());
                         let next_index = rows
                             .iter()
-                            .filter(|r| text(r, "session_id") == Some(run.session_id.as_str()))
-                            .filter_map(|r| r.get("run_index").and_then(Value::as_i64))
+                            .filter_map(|r| match undecodable(r) {
+                                None => (text(r, "session_id") == sid)
+                                    .then(|| r.get("run_index").and_then(Value::as_i64))
+                                    .flatten(),
+                                // A row kept undecoded still holds its place in the session.
+                                Some(_) => (undecodable_field(r, "session_id").as_deref() == sid)
+                                    .then(|| undecodable_raw_field(r, "run_index")?.parse().ok())
+                                    .flatten(),
+                            })
                             .max()
                             .map_or(0, |m| m + 1);
                         run.run_index = run.run_index.or(Some(next_index));
@@ -95,11 +105,31 @@ impl RunStore for JsonStore {
 
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
         query.pagination.validate()?;
-        let rows: Vec<RunRecord> = decode_all::<RunRecord>(&self.files.load(Table::Runs).await?)?
-            .into_iter()
-            .filter(|r| query.matches(r))
-            .collect();
-        query.page(rows)
+        let (mut runs, mut unreadable) = (Vec::new(), Vec::new());
+        for row in &self.files.load(Table::Runs).await? {
+            let Some(stored) = undecodable(row) else {
+                let run = RunRecord::decode(row)?;
+                if query.matches(&run) {
+                    runs.push(run);
+                }
+                continue;
+            };
+            // Named when it may match: in the session asked for, visible to the caller.
+            let field = |key| undecodable_field(row, key);
+            let in_session = query
+                .session_id
+                .as_ref()
+                .is_none_or(|s| field("session_id").as_ref() == Some(s));
+            if in_session && visible_to(field("user_id").as_deref(), query.user_id.as_deref()) {
+                unreadable.push(Unreadable {
+                    id: field("run_id").unwrap_or_default(),
+                    error: undecodable_error(stored),
+                });
+            }
+        }
+        let mut page = query.page(runs)?;
+        page.unreadable = unreadable;
+        Ok(page)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

@@ -17,7 +17,7 @@ impl Doc for Schedule {
     const KEY: &'static str = "id";
 
     fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::Schedules, Self::KEY, row.clone())
+        from_row(Table::Schedules, Self::KEY, row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {
@@ -30,7 +30,7 @@ impl Doc for ScheduleRun {
     const KEY: &'static str = "id";
 
     fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::ScheduleRuns, Self::KEY, row.clone())
+        from_row(Table::ScheduleRuns, Self::KEY, row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {

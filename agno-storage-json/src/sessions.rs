@@ -4,16 +4,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use agno_storage_core::legacy::{last_context_runs, merge_runs};
+use agno_storage_core::legacy::{last_context_runs, merge_runs, SessionRun};
 use agno_storage_core::session::{Session, SessionQuery, SessionRead, SessionStore, SessionType};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by,
-    Page, Result, RunRecord,
+    Page, Result, RunJson, RunRecord,
 };
 use serde_json::Value;
 
 use crate::doc::{fields, find, from_row, position, put, shape, text, Doc, Nulls};
-use crate::files::{Step, Table};
+use crate::files::{undecodable, undecodable_field, undecodable_raw_field, Step, Table};
 use crate::store::JsonStore;
 
 const AGENT_KEYS: &[&str] = &[
@@ -61,7 +61,7 @@ impl Doc for Session {
     const KEY: &'static str = "session_id";
 
     fn decode(row: &Value) -> Result<Self> {
-        let mut row = row.clone();
+        let mut row = agno_storage_core::json::clone_deep(row);
         if let Some(map) = row.as_object_mut() {
             // The legacy blob is not the record's `runs` (those are merged on read).
             map.remove("runs");
@@ -71,7 +71,7 @@ impl Doc for Session {
                 map.insert("created_at".into(), fallback.unwrap_or(Value::from(0)));
             }
         }
-        from_row(Table::Sessions, Self::KEY, row)
+        from_row(Table::Sessions, Self::KEY, &row)
     }
 
     fn encode(&self, existing: Option<&Value>) -> Result<Value> {
@@ -91,20 +91,41 @@ pub(crate) fn legacy_blob(row: &Value) -> Option<&Value> {
     row.get("runs")
 }
 
-/// Run rows grouped by session, from the runs file.
+/// Run rows grouped by session, from the runs file. A row this crate cannot decode is
+/// handed over as its stored `run_data` text (see [`RunJson`]), so it does not fail the read.
 fn runs_by_session(
     rows: &[Value],
     wanted: &HashSet<&str>,
-) -> Result<HashMap<String, Vec<RunRecord>>> {
-    let mut grouped: HashMap<String, Vec<RunRecord>> = HashMap::new();
+) -> Result<HashMap<String, Vec<SessionRun>>> {
+    let mut grouped: HashMap<String, Vec<SessionRun>> = HashMap::new();
     for row in rows {
-        let Some(sid) = text(row, "session_id").filter(|s| wanted.contains(s)) else {
-            continue;
+        let run = if undecodable(row).is_some() {
+            let field = |key| undecodable_field(row, key);
+            let number = |key| undecodable_raw_field(row, key).and_then(|n| n.parse().ok());
+            let (Some(sid), Some(run_id), Some(data)) = (
+                field("session_id"),
+                field("run_id"),
+                undecodable_raw_field(row, "run_data"),
+            ) else {
+                continue;
+            };
+            if !wanted.contains(sid.as_str()) {
+                continue;
+            }
+            let run = SessionRun {
+                run_id,
+                run_index: number("run_index"),
+                created_at: number("created_at").unwrap_or_default(),
+                run: RunJson::from_stored_text(data)?,
+            };
+            (sid, run)
+        } else {
+            let Some(sid) = text(row, "session_id").filter(|s| wanted.contains(s)) else {
+                continue;
+            };
+            (sid.to_owned(), SessionRun::from(RunRecord::decode(row)?))
         };
-        grouped
-            .entry(sid.to_owned())
-            .or_default()
-            .push(RunRecord::decode(row)?);
+        grouped.entry(run.0).or_default().push(run.1);
     }
     Ok(grouped)
 }

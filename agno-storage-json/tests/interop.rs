@@ -157,3 +157,85 @@ fn we_read_what_agno_writes() {
     );
     assert_eq!(d["sessions"][0]["runs"].as_array().map(Vec::len), Some(2));
 }
+
+/// agno writes a lone surrogate (`"caf\udce9.txt"`) into one run of a session. Our session
+/// read hands every run over, that one as its stored text; `get_runs` lists the other two
+/// and names the third as unreadable; a run we append rewrites the runs file with agno's
+/// rows byte for byte (the undecodable one as it was read), and agno reads all four back.
+#[test]
+fn lone_surrogates_agno_writes_are_kept_byte_identical() {
+    let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
+        return;
+    };
+    let dir = common::scratch_dir("surrogates");
+    agno(&v3, "write-surrogates", &dir);
+    let runs_file = dir.join("agno_runs.json");
+    let before = std::fs::read_to_string(&runs_file).expect("agno wrote its runs file");
+    assert!(before.contains(r"caf\udce9.txt"), "{before}");
+    runtime().block_on(async {
+        let db = open(&dir).await;
+        let session = db
+            .sessions()
+            .unwrap()
+            .get_session("sur-s1", SessionRead::for_user("dave"))
+            .await
+            .expect("the session reads")
+            .expect("the session exists");
+        let runs = session.runs.expect("runs");
+        assert_eq!(runs.len(), 3);
+        let text = runs[1].json_text().expect("well-formed JSON").into_owned();
+        assert!(
+            text.contains(r"caf\udce9.txt") && before.contains(&text),
+            "{text}"
+        );
+        assert!(
+            runs[1].to_value().is_err(),
+            "a Rust string holds no lone surrogate"
+        );
+        assert_eq!(
+            runs[2].to_value().expect("plain")["content"],
+            "also plain.txt"
+        );
+        let page = db
+            .runs()
+            .unwrap()
+            .get_runs(agno_storage_core::RunQuery {
+                session_id: Some("sur-s1".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("one unreadable run does not fail the list");
+        let ids: Vec<_> = page.items.iter().map(|r| r.run_id.as_str()).collect();
+        assert_eq!(ids, ["sur-r0", "sur-r2"]);
+        assert_eq!(page.unreadable.len(), 1, "{:?}", page.unreadable);
+        assert_eq!(page.unreadable[0].id, "sur-r1");
+        let err = db
+            .runs()
+            .unwrap()
+            .get_run("sur-r1", Some("dave"))
+            .await
+            .expect_err("the run is named, not missing");
+        assert_eq!(err.kind(), agno_storage_core::ErrorKind::Serialization);
+        let run = agno_storage_core::RunRecord::from_run_data(
+            "sur-s1",
+            Some("dave".into()),
+            serde_json::json!({"run_id": "sur-r3", "agent_id": "agent-py", "content": "from Rust"}),
+        )
+        .expect("a run");
+        db.runs().unwrap().upsert_run(run).await.expect("append");
+    });
+    let after = std::fs::read_to_string(&runs_file).expect("the runs file");
+    let kept = before
+        .trim_end()
+        .strip_suffix(']')
+        .expect("a JSON list")
+        .trim_end();
+    assert!(
+        after.starts_with(kept),
+        "agno's rows must be rewritten byte for byte:\n{after}"
+    );
+    assert_eq!(
+        agno(&v3, "read-surrogates", &dir).trim(),
+        r#"{"session_name": "Surrogates", "contents": ["plain.txt", "caf\udce9.txt", "also plain.txt", "from Rust"]}"#
+    );
+}

@@ -330,3 +330,90 @@ fn mysql_tables_match_agno() {
         }
     });
 }
+
+/// The stored `run_data` text of `run_id`, read past our adapter.
+fn stored_run_text(path: &Path, run_id: &str) -> String {
+    let conn = rusqlite::Connection::open(path).expect("open the file");
+    conn.query_row(
+        "SELECT run_data FROM agno_runs WHERE run_id = ?1",
+        [run_id],
+        |row| row.get(0),
+    )
+    .expect("the run is stored")
+}
+
+/// agno writes a lone surrogate (`"caf\udce9.txt"`, a file name decoded with
+/// `surrogateescape`) into one run of a session. Our session read hands every run over,
+/// that one as its stored text byte for byte; `get_runs` lists the two others and names
+/// the third as unreadable instead of failing; updating the session leaves the run's text
+/// untouched, and agno still reads it back.
+#[test]
+fn sqlite_lone_surrogates_agno_writes_are_kept_byte_identical() {
+    let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
+        return;
+    };
+    let path = temp_db("surrogates");
+    let target = Target::Sqlite(path.clone());
+    agno(&v3, "write-surrogates", &target.for_python());
+    let stored = stored_run_text(&path, "sur-r1");
+    assert!(stored.contains(r"caf\udce9.txt"), "{stored}");
+    runtime().block_on(async {
+        let db = target.open().await;
+        let session = db
+            .sessions()
+            .unwrap()
+            .get_session("sur-s1", SessionRead::for_user("dave"))
+            .await
+            .expect("the session reads")
+            .expect("the session exists");
+        let runs = session.runs.expect("runs");
+        assert_eq!(runs.len(), 3);
+        assert_eq!(runs[1].json_text().expect("well-formed JSON"), stored);
+        let err = runs[1]
+            .to_value()
+            .expect_err("a Rust string holds no lone surrogate");
+        assert_eq!(err.kind(), agno_storage_core::ErrorKind::Serialization);
+        assert_eq!(
+            runs[2].to_value().expect("plain")["content"],
+            "also plain.txt"
+        );
+
+        let page = db
+            .runs()
+            .unwrap()
+            .get_runs(agno_storage_core::RunQuery {
+                session_id: Some("sur-s1".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("one unreadable run does not fail the list");
+        let ids: Vec<_> = page.items.iter().map(|r| r.run_id.as_str()).collect();
+        assert_eq!(ids, ["sur-r0", "sur-r2"]);
+        assert_eq!(page.unreadable.len(), 1);
+        assert_eq!(page.unreadable[0].id, "sur-r1");
+        assert!(
+            page.unreadable[0].error.contains("surrogate"),
+            "{}",
+            page.unreadable[0].error
+        );
+
+        db.sessions()
+            .unwrap()
+            .rename_session("sur-s1", "Renamed in Rust", Some("dave"))
+            .await
+            .expect("rename")
+            .expect("the session exists");
+    });
+    assert_eq!(
+        stored_run_text(&path, "sur-r1"),
+        stored,
+        "byte-identical after an update"
+    );
+    // Printed by Python's json.dumps, which writes the lone surrogate as the escape it
+    // read (and which serde_json, like Rust strings, cannot decode).
+    let read = agno(&v3, "read-surrogates", &target.for_python());
+    assert_eq!(
+        read.trim(),
+        r#"{"session_name": "Renamed in Rust", "contents": ["plain.txt", "caf\udce9.txt", "also plain.txt"]}"#
+    );
+}
