@@ -440,6 +440,46 @@ impl Executor for PgExecutor {
 mod tests {
     use super::*;
 
+    /// SQLSTATE 54000 from a value too long for its B-tree index (what a 10,000-character
+    /// session id met before core capped ids) is `InvalidInput`, naming the problem.
+    #[tokio::test]
+    async fn a_value_too_long_for_its_index_is_invalid_input() {
+        let Ok(url) = std::env::var("AGNO_TEST_POSTGRES_URL") else {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(!ci, "CI=true needs AGNO_TEST_POSTGRES_URL");
+            eprintln!("skipped: AGNO_TEST_POSTGRES_URL is not set");
+            return;
+        };
+        let mut conn = PgConnection::connect(&url).await.expect("connect");
+        sqlx::query("CREATE TEMP TABLE long_keys (k VARCHAR PRIMARY KEY)")
+            .execute(&mut conn)
+            .await
+            .expect("temp table");
+        // Not compressible, so the server cannot squeeze it under the index limit.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let key: String = (0..10_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(state % 36) as usize])
+            })
+            .collect();
+        let err = sqlx::query("INSERT INTO long_keys (k) VALUES ($1)")
+            .bind(key)
+            .execute(&mut conn)
+            .await
+            .expect_err("too long for the index");
+        let err = map_err(err);
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{}", err.message());
+        assert!(!err.is_temporary());
+        assert!(
+            err.message().contains("too long for its index"),
+            "{}",
+            err.message()
+        );
+    }
+
     #[test]
     fn numbers_placeholders_outside_quotes() {
         assert_eq!(
