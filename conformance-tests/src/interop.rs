@@ -278,3 +278,69 @@ pub async fn read_agno_fixture(db: &AgnoDb) -> UserMemory {
     assert_eq!(m.topics, Some(vec!["interop".to_owned()]));
     m
 }
+
+/// What a driver's `read-surrogates` prints after `write-surrogates`, with the session's
+/// name and any runs appended after the three agno wrote.
+pub fn agno_surrogate_read_back(session_name: &str, appended: &[&str]) -> String {
+    let mut contents = vec![
+        r#""plain.txt""#.to_owned(),
+        r#""caf\udce9.txt""#.to_owned(),
+        r#""also plain.txt""#.to_owned(),
+    ];
+    contents.extend(appended.iter().map(|c| format!("{c:?}")));
+    format!(
+        r#"{{"session_name": "{session_name}", "contents": [{}]}}"#,
+        contents.join(", ")
+    )
+}
+
+/// Checks what an adapter reads of the session a driver's `write-surrogates` command wrote
+/// through agno 3.1.10 (three runs of `dave`'s `sur-s1`, the middle one holding the lone
+/// surrogate `"caf\udce9.txt"`): the session read hands over all three, the middle one as
+/// stored text holding agno's escape (its value is a `Serialization` error, for that run
+/// alone); `get_runs` lists the other two and names `sur-r1` in `unreadable`. Returns the
+/// middle run's text, for the caller to compare with what is stored.
+///
+/// # Panics
+///
+/// On the first difference, or when a read fails.
+pub async fn assert_surrogate_reads(db: &AgnoDb) -> String {
+    let session = db
+        .sessions()
+        .unwrap()
+        .get_session("sur-s1", SessionRead::for_user("dave"))
+        .await
+        .expect("one undecodable run does not fail the session read")
+        .expect("the session exists");
+    let runs = session.runs.expect("runs");
+    assert_eq!(runs.len(), 3);
+    let text = runs[1].json_text().expect("well-formed JSON").into_owned();
+    assert!(text.contains(r"caf\udce9.txt"), "{text}");
+    let err = runs[1]
+        .to_value()
+        .expect_err("a Rust string holds no lone surrogate");
+    assert_eq!(err.kind(), agno_storage_core::ErrorKind::Serialization);
+    assert_eq!(
+        runs[2].to_value().expect("plain")["content"],
+        "also plain.txt"
+    );
+    let page = db
+        .runs()
+        .unwrap()
+        .get_runs(agno_storage_core::RunQuery {
+            session_id: Some("sur-s1".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("one unreadable run does not fail the list");
+    let ids: Vec<_> = page.items.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["sur-r0", "sur-r2"]);
+    assert_eq!(page.unreadable.len(), 1, "{:?}", page.unreadable);
+    assert_eq!(page.unreadable[0].id, "sur-r1");
+    assert!(
+        page.unreadable[0].error.contains("surrogate"),
+        "{}",
+        page.unreadable[0].error
+    );
+    text
+}
