@@ -23,13 +23,48 @@ pub async fn run(url: &BackendUrl, json: bool) -> Result<String, Error> {
     let db = target::open_existing(url).await?;
     let migrations = db.migrations()?;
     let mut rows = Vec::new();
+    let mut damaged = Vec::new();
     for table in migrations.tables() {
         let version = migrations
             .versions()
             .get_schema_version(&table.name)
             .await?;
+        if let Some(damage) = migrations.damage(&table) {
+            damaged.push((table.name.clone(), damage.message().to_owned()));
+        }
         rows.push((table, version));
     }
+    let out = report(url, db.backend(), &rows, &damaged, json)?;
+    match damaged.first() {
+        None => Ok(out),
+        // The versions are printed; the damage, which no migration repairs, fails the command.
+        Some((_, first)) => {
+            print!("{out}");
+            Err(Error::new(format!(
+                "{} table(s) damaged, which `migrate` does not repair: {first}",
+                damaged.len()
+            )))
+        }
+    }
+}
+
+/// The status as text or JSON.
+fn report(
+    url: &BackendUrl,
+    backend: &str,
+    rows: &[(
+        agno_storage_core::migration::TableRef,
+        Option<agno_storage_core::SchemaVersion>,
+    )],
+    damaged: &[(String, String)],
+    json: bool,
+) -> Result<String, Error> {
+    let damage_of = |name: &str| {
+        damaged
+            .iter()
+            .find(|(table, _)| table == name)
+            .map(|(_, message)| message.clone())
+    };
     if json {
         let array: Vec<Value> = rows
             .iter()
@@ -38,6 +73,7 @@ pub async fn run(url: &BackendUrl, json: bool) -> Result<String, Error> {
                     "table": table.name,
                     "table_type": table_type_name(table.table_type),
                     "version": version.map(|v| v.to_string()),
+                    "damage": damage_of(&table.name),
                 })
             })
             .collect();
@@ -45,13 +81,18 @@ pub async fn run(url: &BackendUrl, json: bool) -> Result<String, Error> {
             .map_err(|e| Error::new(format!("cannot encode the status as JSON: {e}")))?;
         return Ok(text + "\n");
     }
-    let mut out = format!("Schema versions of {url} ({}):\n", db.backend());
+    let mut out = format!("Schema versions of {url} ({backend}):\n");
     let width = rows.iter().map(|(t, _)| t.name.len()).max().unwrap_or(0);
-    for (table, version) in &rows {
+    for (table, version) in rows {
         let version = version.map_or_else(|| "unstamped".to_owned(), |v| v.to_string());
+        let damage = if damage_of(&table.name).is_some() {
+            "  DAMAGED (see the error)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "  {:width$}  {:14}  {version}",
+            "  {:width$}  {:14}  {version}{damage}",
             table.name,
             table_type_name(table.table_type)
         );

@@ -504,3 +504,53 @@ fn copy_names_an_unreadable_source_run_and_fails_after_copying_the_rest() {
         "the demo's other runs are copied: {out}"
     );
 }
+
+/// A table that lacks a column every agno release creates is damage, not a pending
+/// migration: `status` prints the versions, marks the table and fails naming the repair;
+/// `migrate` refuses instead of saying there is nothing to migrate.
+#[test]
+fn status_and_migrate_report_a_damaged_table() {
+    let dir = temp_dir();
+    let db = dir.join("damaged.db");
+    let url = format!("sqlite://{}", db.display());
+    let demo = agno_storage(&["demo", &url]);
+    assert!(demo.status.success(), "stderr: {}", stderr(&demo));
+    let drop_column = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys\n\
+             c = sqlite3.connect(sys.argv[1])\n\
+             c.execute('ALTER TABLE agno_sessions DROP COLUMN session_data')\n\
+             c.commit()",
+        ])
+        .arg(&db)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        drop_column.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drop_column.stderr)
+    );
+
+    let status = agno_storage(&["status", &url]);
+    assert_eq!(status.status.code(), Some(1), "stderr: {}", stderr(&status));
+    let out = stdout(&status);
+    let sessions_line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("agno_sessions "))
+        .unwrap_or_else(|| panic!("no agno_sessions line in {out}"));
+    assert!(sessions_line.contains("DAMAGED"), "{out}");
+    let err = stderr(&status);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("session_data") && err.contains("ADD COLUMN"),
+        "{err}"
+    );
+
+    let migrate = agno_storage(&["migrate", &url]);
+    let err = one_error_line(&migrate);
+    assert!(
+        err.contains("session_data") && !err.contains("Nothing to migrate"),
+        "{err}"
+    );
+}

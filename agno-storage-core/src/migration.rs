@@ -231,6 +231,14 @@ pub trait MigrationTarget: Send + Sync {
     fn steps(&self) -> Vec<Arc<dyn MigrationStep>>;
     /// Serializes concurrent migrations (across processes where the backend allows).
     async fn lock(&self) -> Result<MigrationLock>;
+    /// Damage found in `table` that no migration repairs (a column every agno release
+    /// creates is missing): a `SchemaMismatch` naming it and the repair. `None` when the
+    /// table is sound, or the backend cannot tell. [`MigrationManager::up`] refuses to run
+    /// (or report "nothing to migrate") over it, and the CLI's `status` reports it.
+    fn damage(&self, table: &TableRef) -> Option<Error> {
+        let _ = table;
+        None
+    }
 }
 
 /// One step that ran.
@@ -389,6 +397,16 @@ impl<'a> MigrationManager<'a> {
 
     async fn up_locked(&self, report: &mut MigrationReport) -> Result<()> {
         let steps = self.ordered_steps();
+        // Damage first: migrating around it, or calling the database current, would only
+        // send the caller back and forth between `migrate` and the damaged table's error.
+        if let Some(damage) = self
+            .target
+            .tables()
+            .iter()
+            .find_map(|t| self.target.damage(t))
+        {
+            return Err(damage);
+        }
         for table in self.target.tables() {
             let from = self
                 .current(&table)

@@ -97,6 +97,10 @@ impl MigrationTarget for SqlMigrations {
     async fn lock(&self) -> Result<MigrationLock> {
         self.store.exec.migration_lock().await
     }
+
+    fn damage(&self, table: &TableRef) -> Option<Error> {
+        self.store.damage(tbl(table.table_type))
+    }
 }
 
 /// 3.0.0 for memories, evals, knowledge, schedules and schedule runs: adds the columns agno 3

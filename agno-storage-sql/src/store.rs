@@ -107,6 +107,14 @@ impl SqlStore {
     /// Why `t` cannot be used while it lacks `missing`: `MigrationRequired` when only
     /// columns the migration adds are missing; otherwise `SchemaMismatch`, naming the columns
     /// every agno release creates (damage no migration repairs) and how to repair them.
+    /// The `SchemaMismatch` of a table that lacks columns no migration adds (damage, not a
+    /// pending migration), if it does.
+    pub(crate) fn damage(&self, t: Tbl) -> Option<Error> {
+        let invalid = self.invalid.lock().unwrap_or_else(|p| p.into_inner());
+        let error = self.missing_columns_error(t, invalid.get(&t)?);
+        (error.kind() == ErrorKind::SchemaMismatch).then_some(error)
+    }
+
     fn missing_columns_error(&self, t: Tbl, missing: &[String]) -> Error {
         let added = crate::schema::migration_added_columns(t);
         let (pending, damaged): (Vec<&String>, Vec<&String>) =

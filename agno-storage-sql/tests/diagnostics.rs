@@ -61,11 +61,13 @@ where
         .await
         .expect_err("reads too");
     assert_damage(&err, table);
-    // The migration has nothing for it: the table stays damaged and says so.
-    MigrationManager::new(db.migrations().unwrap())
+    // The migration does not repair it, and says so rather than "nothing to migrate".
+    let failure = MigrationManager::new(db.migrations().unwrap())
         .up()
         .await
-        .expect("the migration runs");
+        .expect_err("the migration refuses a damaged table");
+    assert_damage(&failure.error, table);
+    assert!(failure.report.stamped.is_empty(), "{:?}", failure.report);
     let db = open().await;
     let err = db
         .sessions()
