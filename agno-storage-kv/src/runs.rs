@@ -9,7 +9,7 @@ use agno_storage_core::legacy::legacy_runs_list;
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Error,
     ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, RunType, SchemaVersion,
-    SchemaVersionStore, TableType,
+    SchemaVersionStore, TableType, Unreadable,
 };
 use serde_json::Value;
 
@@ -22,6 +22,13 @@ pub(crate) const TABLE: &str = "runs";
 /// The `user_id` of a stored session.
 fn session_owner(key: &str, raw: &str) -> Result<Option<String>> {
     Ok(text(&decode_object(key, raw)?, "user_id"))
+}
+
+/// The `user_id` of a stored run that may not decode whole, read without its other fields.
+fn owner_of(raw: &str) -> Option<String> {
+    let fields: std::collections::HashMap<String, Box<serde_json::value::RawValue>> =
+        serde_json::from_str(raw).ok()?;
+    serde_json::from_str(fields.get("user_id")?.get()).ok()
 }
 
 pub(crate) fn decode(key: &str, raw: &str) -> Result<RunRecord> {
@@ -268,14 +275,25 @@ impl RunStore for KvStore {
             (None, Some(u)) => self.runs_of_user(u),
             (None, None) => self.runs_all(),
         };
-        let mut rows = Vec::new();
+        let (mut rows, mut unreadable) = (Vec::new(), Vec::new());
         for (id, raw) in self.load_index(TABLE, &base, "-inf", "+inf").await? {
-            let r = decode(&self.key(TABLE, &id), &raw)?;
-            if query.matches(&r) {
-                rows.push(r);
+            match decode(&self.key(TABLE, &id), &raw) {
+                Ok(r) if query.matches(&r) => rows.push(r),
+                Ok(_) => {}
+                // A record this code cannot decode is named, not fatal to the list, to a
+                // caller who may see it (its owner as far as it can be read, or unscoped).
+                Err(e) if visible_to(owner_of(&raw).as_deref(), query.user_id.as_deref()) => {
+                    unreadable.push(Unreadable {
+                        id,
+                        error: e.to_string(),
+                    })
+                }
+                Err(_) => {}
             }
         }
-        query.page(rows)
+        let mut page = query.page(rows)?;
+        page.unreadable = unreadable;
+        Ok(page)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

@@ -520,3 +520,56 @@ fn racing_writers_never_overwrite_each_other() {
         assert_eq!(stats.total, 1, "one user has memories: {stats:?}");
     });
 }
+
+/// A stored run this code cannot decode (another writer's malformed JSON, or a lone
+/// surrogate escape) does not fail `get_runs`: the others are listed and it is named, to
+/// its owner and to unscoped callers only.
+#[test]
+fn an_undecodable_run_is_named_not_fatal() {
+    each_server("undecodable", |url, prefix, mut conn| async move {
+        let db = connect(&url, &prefix, true).await.agno_db();
+        let s = Session::new("u-s1", SessionType::Agent, "a").with_user("erin");
+        db.sessions().unwrap().upsert_session(s).await.unwrap();
+        for id in ["u-r0", "u-r1"] {
+            let run = agno_storage_core::RunRecord::from_run_data(
+                "u-s1",
+                Some("erin".into()),
+                serde_json::json!({"run_id": id, "agent_id": "a", "content": id}),
+            )
+            .unwrap();
+            db.runs().unwrap().upsert_run(run).await.unwrap();
+        }
+        let key = format!("{prefix}:runs:u-r1");
+        let stored = get(&mut conn, &key).await.expect("the run is stored");
+        let broken = stored.replace("\"content\": \"u-r1\"", "\"content\": \"caf\\udce9\"");
+        assert_ne!(broken, stored);
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(&broken)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+        let query = |user: Option<&str>| RunQuery {
+            session_id: Some("u-s1".into()),
+            user_id: user.map(str::to_owned),
+            ..Default::default()
+        };
+        for user in [Some("erin"), None] {
+            let page = db.runs().unwrap().get_runs(query(user)).await.unwrap();
+            let ids: Vec<&str> = page.items.iter().map(|r| r.run_id.as_str()).collect();
+            assert_eq!(ids, ["u-r0"]);
+            assert_eq!(page.unreadable.len(), 1, "{:?}", page.unreadable);
+            assert_eq!(page.unreadable[0].id, "u-r1");
+        }
+        let other = db
+            .runs()
+            .unwrap()
+            .get_runs(query(Some("mallory")))
+            .await
+            .unwrap();
+        assert!(
+            other.items.is_empty() && other.unreadable.is_empty(),
+            "{other:?}"
+        );
+    });
+}
