@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use agno_storage_core::legacy::copy_legacy_runs;
 use agno_storage_core::{
-    AgnoDb, ErrorKind, MemoryQuery, MigrationTarget, RunQuery, RunRecord, Session, SessionQuery,
-    SessionRead, SessionType, UserMemory,
+    AgnoDb, ErrorKind, MemoryQuery, MigrationTarget, OpenMode, RunQuery, RunRecord, Session,
+    SessionQuery, SessionRead, SessionType, UserMemory,
 };
 use agno_storage_dynamo::aws_sdk_dynamodb::types::AttributeValue;
+use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
 use serde_json::json;
 
@@ -501,5 +502,195 @@ fn a_holder_that_lost_its_lock_reports_it() {
         assert!(!lock_held(&store).await, "resurrected");
         let err = held.release().await.expect_err("the loss is reported");
         assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    });
+}
+
+/// The options of the tables named `{prefix}agno_…` on DynamoDB Local.
+fn options_with_prefix(url: &str, prefix: &str) -> DynamoOptions {
+    DynamoOptions {
+        endpoint: Some(url.to_owned()),
+        credentials: Some(StaticCredentials {
+            access_key_id: "test".into(),
+            secret_access_key: "test".into(),
+        }),
+        tables: TableNames::with_prefix(prefix),
+        ..Default::default()
+    }
+}
+
+/// A client of its own for DynamoDB Local (static test credentials).
+fn bare_client(url: &str) -> Client {
+    use agno_storage_dynamo::aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    let conf = agno_storage_dynamo::aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .build();
+    Client::from_conf(conf)
+}
+
+/// The tables whose names start with `prefix` (every page of ListTables), sorted.
+async fn tables_with_prefix(client: &Client, prefix: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut start: Option<String> = None;
+    loop {
+        let out = client
+            .list_tables()
+            .set_exclusive_start_table_name(start.take())
+            .send()
+            .await
+            .expect("ListTables");
+        names.extend(
+            out.table_names()
+                .iter()
+                .filter(|t| t.starts_with(prefix))
+                .cloned(),
+        );
+        match out.last_evaluated_table_name() {
+            Some(next) => start = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    names.sort();
+    names
+}
+
+/// One item, its attributes in name order.
+type Item = std::collections::BTreeMap<String, AttributeValue>;
+
+/// Every table under `prefix` with its items (a full Scan each, in a stable order): two equal
+/// snapshots mean nothing was created, written or deleted in between.
+async fn snapshot(client: &Client, prefix: &str) -> Vec<(String, Vec<Item>)> {
+    let mut out = Vec::new();
+    for table in tables_with_prefix(client, prefix).await {
+        let mut items: Vec<Item> = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = client
+                .scan()
+                .table_name(&table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .expect("Scan");
+            items.extend(
+                page.items()
+                    .iter()
+                    .map(|i| i.clone().into_iter().collect::<Item>()),
+            );
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        items.sort_by_key(|i| format!("{i:?}"));
+        out.push((table, items));
+    }
+    out
+}
+
+/// `OpenMode::Existing` on a table prefix without agno's tables is `NotFound` naming what is
+/// missing and creates no table (ListTables); on tables a normal open created and one session
+/// was written to, it opens, reads the session back, and writes nothing (no table, no item).
+#[test]
+fn existing_mode_creates_nothing() {
+    let Some(url) = url() else { return };
+    runtime().block_on(async {
+        let prefix = format!(
+            "agno_ct_{}_{}_existing_",
+            agno_storage_core::now_epoch_seconds(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let err =
+            DynamoDb::connect_with_mode(options_with_prefix(&url, &prefix), OpenMode::Existing)
+                .await
+                .expect_err("a prefix without tables is no agno database");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert!(!err.is_temporary(), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("none of agno's tables exists"),
+            "names what is missing: {msg}"
+        );
+        assert!(
+            msg.contains(&prefix) || msg.contains(&format!("{prefix}agno_sessions")),
+            "names the table prefix: {msg}"
+        );
+        assert!(
+            msg.contains("agno-storage migrate") || msg.contains("OpenMode::CreateMissing"),
+            "names the fix: {msg}"
+        );
+        let client = bare_client(&url);
+        assert_eq!(
+            tables_with_prefix(&client, &prefix).await,
+            Vec::<String>::new(),
+            "no table under {prefix}"
+        );
+
+        let created = DynamoDb::connect(options_with_prefix(&url, &prefix))
+            .await
+            .expect("connect");
+
+        let agno = created.agno_db();
+        agno.sessions()
+            .unwrap()
+            .upsert_session(Session::new("x-s1", SessionType::Agent, "a").with_user("alice"))
+            .await
+            .unwrap();
+        agno.runs()
+            .unwrap()
+            .upsert_run(run("x-s1", "alice", "x-r1"))
+            .await
+            .unwrap();
+        drop((agno, created));
+        let before = snapshot(&client, &prefix).await;
+        assert!(
+            before
+                .iter()
+                .any(|(t, _)| t == &format!("{prefix}agno_sessions")),
+            "{before:?}"
+        );
+
+        let existing =
+            DynamoDb::connect_with_mode(options_with_prefix(&url, &prefix), OpenMode::Existing)
+                .await
+                .expect("existing tables open")
+                .agno_db();
+        let session = existing
+            .sessions()
+            .unwrap()
+            .get_session("x-s1", SessionRead::for_user("alice"))
+            .await
+            .unwrap()
+            .expect("the session is read back");
+        assert_eq!(session.agent_id.as_deref(), Some("a"));
+        let runs = session.runs.unwrap_or_default();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].run_id().as_deref(), Some("x-r1"));
+        let listed = existing
+            .sessions()
+            .unwrap()
+            .get_sessions(SessionQuery {
+                user_id: Some("alice".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.total, 1);
+        assert_eq!(
+            snapshot(&client, &prefix).await,
+            before,
+            "the Existing-mode open and reads wrote nothing"
+        );
+        for table in tables_with_prefix(&client, &prefix).await {
+            client
+                .delete_table()
+                .table_name(&table)
+                .send()
+                .await
+                .expect("DeleteTable");
+        }
     });
 }

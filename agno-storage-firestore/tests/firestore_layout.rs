@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use agno_storage_core::metrics::MetricsRecord;
 use agno_storage_core::{
-    ErrorKind, MetricsStore, MigrationTarget, RunRecord, RunStore, Session, SessionRead,
-    SessionStore, SessionType,
+    ErrorKind, MetricsStore, MigrationTarget, OpenMode, RunRecord, RunStore, Session, SessionQuery,
+    SessionRead, SessionStore, SessionType,
 };
 use agno_storage_firestore::firestore::gcloud_sdk::google::firestore::v1::{value, Document};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
@@ -403,4 +403,133 @@ async fn a_holder_that_lost_its_lock_reports_it() {
     assert!(lock_doc(&store).await.is_none(), "resurrected");
     let err = held.release().await.expect_err("the loss is reported");
     assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+}
+
+/// Every collection at the root of `client`'s database with its documents (by name, with
+/// their create and update times): two equal snapshots mean nothing was created, written or
+/// deleted in between.
+async fn snapshot(
+    client: &agno_storage_firestore::firestore::FirestoreDb,
+) -> Vec<(String, Vec<Document>)> {
+    use futures::StreamExt;
+    let mut ids: Vec<String> = client
+        .fluent()
+        .list()
+        .collections()
+        .stream_all_with_errors()
+        .await
+        .expect("list collection ids")
+        .map(|r| r.expect("collection id"))
+        .collect()
+        .await;
+    ids.sort();
+    let mut out = Vec::new();
+    for id in ids {
+        let mut documents: Vec<Document> = client
+            .fluent()
+            .list()
+            .from(&id)
+            .stream_all_with_errors()
+            .await
+            .expect("list documents")
+            .map(|r| r.expect("document"))
+            .collect()
+            .await;
+        documents.sort_by(|a, b| a.name.cmp(&b.name));
+        out.push((id, documents));
+    }
+    out
+}
+
+/// `OpenMode::Existing` on a project without agno's documents is `NotFound` naming the
+/// database and writes nothing (no stamp, though `stamp_new_database` asks for one, no
+/// collection); on a project a normal open stamped and one session was written to, it opens,
+/// reads the session back, and writes nothing.
+#[tokio::test]
+async fn existing_mode_creates_nothing() {
+    let Some(project) = lock_project().map(|p| p.replace("agno-lock-", "agno-existing-")) else {
+        return;
+    };
+    let err =
+        FirestoreDb::connect_with_mode(&project, FirestoreOptions::default(), OpenMode::Existing)
+            .await
+            .expect_err("an empty project is no agno database");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(!err.is_temporary(), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("projects/{project}/"))
+            && msg.contains("none of agno's collections holds a document"),
+        "names the database and what is missing: {msg}"
+    );
+    assert!(
+        msg.contains("agno-storage migrate") || msg.contains("OpenMode::CreateMissing"),
+        "names the fix: {msg}"
+    );
+    let client = agno_storage_firestore::firestore::FirestoreDb::with_options(
+        agno_storage_firestore::firestore::FirestoreDbOptions::new(project.clone()),
+    )
+    .await
+    .expect("client");
+    assert!(snapshot(&client).await.is_empty(), "nothing in {project}");
+
+    let db = FirestoreDb::connect(&project, FirestoreOptions::default())
+        .await
+        .expect("connect")
+        .agno_db();
+    db.sessions()
+        .unwrap()
+        .upsert_session(Session::new("x-s1", SessionType::Agent, "a").with_user("alice"))
+        .await
+        .expect("session");
+    db.runs()
+        .unwrap()
+        .upsert_run(
+            RunRecord::from_run_data(
+                "x-s1",
+                Some("alice".into()),
+                json!({"run_id": "x-r1", "agent_id": "a", "status": "COMPLETED", "content": "hi"}),
+            )
+            .expect("run row"),
+        )
+        .await
+        .expect("run");
+    drop(db);
+    let before = snapshot(&client).await;
+    assert!(
+        before.iter().any(|(c, _)| c == "agno_schema_versions"),
+        "{before:?}"
+    );
+
+    let db =
+        FirestoreDb::connect_with_mode(&project, FirestoreOptions::default(), OpenMode::Existing)
+            .await
+            .expect("an existing database opens")
+            .agno_db();
+    let session = db
+        .sessions()
+        .unwrap()
+        .get_session("x-s1", SessionRead::for_user("alice"))
+        .await
+        .expect("read")
+        .expect("the session is read back");
+    assert_eq!(session.agent_id.as_deref(), Some("a"));
+    let runs = session.runs.unwrap_or_default();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run_id().as_deref(), Some("x-r1"));
+    let listed = db
+        .sessions()
+        .unwrap()
+        .get_sessions(SessionQuery {
+            user_id: Some("alice".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(listed.total, 1);
+    assert_eq!(
+        snapshot(&client).await,
+        before,
+        "the Existing-mode open and reads wrote nothing"
+    );
 }

@@ -9,8 +9,8 @@ use std::future::Future;
 
 use agno_storage_core::metrics::calculate_metrics;
 use agno_storage_core::{
-    MetricsQuery, MigrationManager, Pagination, RunQuery, SchemaVersion, Session, SessionQuery,
-    SessionRead, SessionType, TableType,
+    ErrorKind, MetricsQuery, MigrationManager, OpenMode, Pagination, RunQuery, RunRecord,
+    SchemaVersion, Session, SessionQuery, SessionRead, SessionType, TableType,
 };
 use agno_storage_kv::{KvDb, KvOptions};
 use serde_json::json;
@@ -570,6 +570,125 @@ fn an_undecodable_run_is_named_not_fatal() {
         assert!(
             other.items.is_empty() && other.unreadable.is_empty(),
             "{other:?}"
+        );
+    });
+}
+
+/// Every key under `prefix:` with its `DUMP` (type, value and encoding): two equal snapshots
+/// mean nothing under the prefix was written, created or deleted in between.
+async fn snapshot(
+    conn: &mut redis::aio::ConnectionManager,
+    prefix: &str,
+) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut keys = std::collections::BTreeSet::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .expect("SCAN");
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let mut dumped = std::collections::BTreeMap::new();
+    for key in keys {
+        let value: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .expect("DUMP");
+        dumped.insert(key, value);
+    }
+    dumped
+}
+
+/// `OpenMode::Existing` on an empty prefix is `NotFound` naming the prefix and writes no key
+/// (not even a stamp, though `stamp_new` asks for one); on a prefix a normal open created and
+/// one session was written under, it opens, reads the session back, and writes nothing.
+#[test]
+fn existing_mode_creates_nothing() {
+    each_server("existing", |url, prefix, mut conn| async move {
+        let options = || KvOptions {
+            prefix: prefix.clone(),
+            stamp_new: true,
+        };
+        let err = KvDb::connect_with_mode(&url, options(), OpenMode::Existing)
+            .await
+            .expect_err("an empty prefix is no agno database");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert!(!err.is_temporary(), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("`{prefix}:`")) && msg.contains("no key lives under it"),
+            "names the prefix and what is missing: {msg}"
+        );
+        assert!(
+            msg.contains("agno-storage migrate") || msg.contains("OpenMode::CreateMissing"),
+            "names the fix: {msg}"
+        );
+        assert!(
+            snapshot(&mut conn, &prefix).await.is_empty(),
+            "no key under {prefix}:"
+        );
+
+        let db = connect(&url, &prefix, true).await.agno_db();
+        db.sessions()
+            .unwrap()
+            .upsert_session(Session::new("x-s1", SessionType::Agent, "a").with_user("alice"))
+            .await
+            .unwrap();
+        let run = RunRecord::from_run_data(
+            "x-s1",
+            Some("alice".into()),
+            json!({"run_id": "x-r1", "agent_id": "a", "status": "COMPLETED", "content": "hi"}),
+        )
+        .unwrap();
+        db.runs().unwrap().upsert_run(run).await.unwrap();
+        drop(db);
+        let before = snapshot(&mut conn, &prefix).await;
+        assert!(
+            before.contains_key(&format!("{prefix}:agno_schema_versions:agno_sessions")),
+            "{:?}",
+            before.keys()
+        );
+
+        let db = KvDb::connect_with_mode(&url, options(), OpenMode::Existing)
+            .await
+            .expect("an existing prefix opens")
+            .agno_db();
+        let session = db
+            .sessions()
+            .unwrap()
+            .get_session("x-s1", SessionRead::for_user("alice"))
+            .await
+            .unwrap()
+            .expect("the session is read back");
+        assert_eq!(session.agent_id.as_deref(), Some("a"));
+        let runs = session.runs.unwrap_or_default();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].run_id().as_deref(), Some("x-r1"));
+        let listed = db
+            .sessions()
+            .unwrap()
+            .get_sessions(SessionQuery {
+                user_id: Some("alice".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.total, 1);
+        assert_eq!(
+            snapshot(&mut conn, &prefix).await,
+            before,
+            "the Existing-mode open and reads wrote nothing"
         );
     });
 }

@@ -6,8 +6,9 @@
 use std::time::{Duration, Instant};
 
 use agno_storage_core::{
-    now_epoch_seconds, ErrorKind, MigrationManager, MigrationTarget, Pagination, Schedule,
-    SchemaVersion, SchemaVersionStore,
+    now_epoch_seconds, ErrorKind, MigrationManager, MigrationTarget, OpenMode, Pagination,
+    RunRecord, Schedule, SchemaVersion, SchemaVersionStore, Session, SessionQuery, SessionRead,
+    SessionType,
 };
 use agno_storage_mongo::mongodb::bson::{doc, Document};
 use agno_storage_mongo::mongodb::{Client, Database};
@@ -266,5 +267,106 @@ fn a_holder_that_lost_its_lock_reports_it() {
         let err = held.release().await.expect_err("the loss is reported");
         assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
         store.database().drop().await.expect("drop");
+    });
+}
+
+/// Every collection of `db` with its indexes and its documents (ordered by `_id`): two equal
+/// snapshots mean nothing in the database was created, written or dropped in between.
+async fn snapshot(db: &Database) -> Vec<(String, Vec<(String, bool)>, Vec<Document>)> {
+    let mut names = db.list_collection_names().await.expect("listCollections");
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let mut docs: Vec<Document> = futures::TryStreamExt::try_collect(
+            db.collection::<Document>(&name)
+                .find(doc! {})
+                .await
+                .expect("find"),
+        )
+        .await
+        .expect("documents");
+        docs.sort_by_key(|d| format!("{:?}", d.get("_id")));
+        let mut idx = indexes(db, &name).await;
+        idx.sort();
+        out.push((name, idx, docs));
+    }
+    out
+}
+
+/// `OpenMode::Existing` on a database without agno's collections is `NotFound` naming the
+/// database and creates nothing (no collection, index or stamp); on a database a normal
+/// open created and one session was written to, it opens, reads the session back, and
+/// writes nothing.
+#[test]
+fn existing_mode_creates_nothing() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let db = fresh(&url, "existing").await;
+        let name = db.name().to_owned();
+        let err = MongoDb::connect_with_mode(&url, &name, CollectionNames::default(), OpenMode::Existing)
+            .await
+            .expect_err("an empty database is no agno database");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert!(!err.is_temporary(), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("`{name}`")) && msg.contains("none of agno's collections exists"),
+            "names the database and what is missing: {msg}"
+        );
+        assert!(
+            msg.contains("agno-storage migrate") || msg.contains("OpenMode::CreateMissing"),
+            "names the fix: {msg}"
+        );
+        assert!(snapshot(&db).await.is_empty(), "no collection in {name}");
+        let client = Client::with_uri_str(&url).await.expect("client");
+        let databases = client.list_database_names().await.expect("listDatabases");
+        assert!(!databases.contains(&name), "{name} was created: {databases:?}");
+
+        let store = MongoDb::open(db.clone(), CollectionNames::default()).await.expect("open");
+        let agno = store.agno_db();
+        agno.sessions()
+            .unwrap()
+            .upsert_session(Session::new("x-s1", SessionType::Agent, "a").with_user("alice"))
+            .await
+            .unwrap();
+        let run = RunRecord::from_run_data(
+            "x-s1",
+            Some("alice".into()),
+            serde_json::json!({"run_id": "x-r1", "agent_id": "a", "status": "COMPLETED", "content": "hi"}),
+        )
+        .unwrap();
+        agno.runs().unwrap().upsert_run(run).await.unwrap();
+        drop((agno, store));
+        let before = snapshot(&db).await;
+        assert!(before.iter().any(|(c, _, _)| c == "agno_schema_versions"), "{before:?}");
+
+        let existing =
+            MongoDb::connect_with_mode(&url, &name, CollectionNames::default(), OpenMode::Existing)
+                .await
+                .expect("an existing database opens")
+                .agno_db();
+        let session = existing
+            .sessions()
+            .unwrap()
+            .get_session("x-s1", SessionRead::for_user("alice"))
+            .await
+            .unwrap()
+            .expect("the session is read back");
+        assert_eq!(session.agent_id.as_deref(), Some("a"));
+        let runs = session.runs.unwrap_or_default();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].run_id().as_deref(), Some("x-r1"));
+        let listed = existing
+            .sessions()
+            .unwrap()
+            .get_sessions(SessionQuery {
+                user_id: Some("alice".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.total, 1);
+        assert_eq!(snapshot(&db).await, before, "the Existing-mode open and reads wrote nothing");
+        db.drop().await.expect("drop");
     });
 }

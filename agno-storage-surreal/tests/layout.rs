@@ -2,9 +2,12 @@
 //! links, `datetime` timestamps and the schema-version records.
 
 use agno_storage_core::{
-    KnowledgeContent, MetricsRecord, RunRecord, Session, SessionType, UserMemory,
+    AgnoDb, Error, ErrorKind, KnowledgeContent, MetricsRecord, OpenMode, RunRecord, Session,
+    SessionQuery, SessionRead, SessionType, UserMemory,
 };
+use agno_storage_surreal::surrealdb::engine::any::Any;
 use agno_storage_surreal::surrealdb::types::{RecordId, RecordIdKey, Value};
+use agno_storage_surreal::surrealdb::Surreal;
 use agno_storage_surreal::{SurrealDb, SurrealOptions};
 use serde_json::json;
 
@@ -214,4 +217,230 @@ async fn run_index_counter_is_seeded_once_and_raised_by_explicit_indexes() {
     assert_eq!(b.run_index, Some(10), "raised past the explicit index");
     let c = runs.upsert_run(run("r-c", None)).await.unwrap();
     assert_eq!(c.run_index, Some(11));
+}
+
+/// The first result of `sql` on `client`.
+async fn query(client: &Surreal<Any>, sql: &str) -> Value {
+    let mut response = client.query(sql).await.expect(sql);
+    response.take::<Value>(0).expect(sql)
+}
+
+/// The names of the object `info`'s field `what` (`tables` of `INFO FOR DB`, …).
+fn names_in(info: &Value, what: &str) -> Vec<String> {
+    match field(info, what) {
+        Value::Object(o) => o.keys().cloned().collect(),
+        other => panic!("{what} is not an object: {other:?}"),
+    }
+}
+
+/// The current database's definitions (`INFO FOR DB`) and every record of each of its tables:
+/// two equal snapshots mean nothing was defined, written or removed in between.
+async fn snapshot(client: &Surreal<Any>) -> (Value, Vec<(String, Value)>) {
+    let info = query(client, "INFO FOR DB").await;
+    let mut records = Vec::new();
+    for table in names_in(&info, "tables") {
+        let rows = query(client, &format!("SELECT * FROM `{table}` ORDER BY id")).await;
+        records.push((table, rows));
+    }
+    (info, records)
+}
+
+/// Writes agent session `x-s1` of alice with run `x-r1`.
+async fn write_session(db: &AgnoDb) {
+    db.sessions()
+        .unwrap()
+        .upsert_session(Session::new("x-s1", SessionType::Agent, "a").with_user("alice"))
+        .await
+        .expect("session");
+    let run = RunRecord::from_run_data(
+        "x-s1",
+        Some("alice".into()),
+        json!({"run_id": "x-r1", "agent_id": "a", "status": "COMPLETED", "content": "hi"}),
+    )
+    .expect("run row");
+    db.runs().unwrap().upsert_run(run).await.expect("run");
+}
+
+/// Reads session `x-s1` back (with its run) and lists alice's sessions.
+async fn read_session(db: &AgnoDb) {
+    let session = db
+        .sessions()
+        .unwrap()
+        .get_session("x-s1", SessionRead::for_user("alice"))
+        .await
+        .expect("read")
+        .expect("the session is read back");
+    assert_eq!(session.agent_id.as_deref(), Some("a"));
+    let runs = session.runs.unwrap_or_default();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run_id().as_deref(), Some("x-r1"));
+    let listed = db
+        .sessions()
+        .unwrap()
+        .get_sessions(SessionQuery {
+            user_id: Some("alice".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(listed.total, 1);
+}
+
+/// The checks on an `OpenMode::Existing` open that found no agno database.
+fn assert_no_database(err: &Error, names: &[&str], missing: &str) {
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(!err.is_temporary(), "{err}");
+    let msg = err.to_string();
+    assert!(
+        names.iter().all(|n| msg.contains(n)) && msg.contains(missing),
+        "names {names:?} and what is missing ({missing}): {msg}"
+    );
+    assert!(
+        msg.contains("agno-storage migrate") || msg.contains("OpenMode::CreateMissing"),
+        "names the fix: {msg}"
+    );
+}
+
+/// `OpenMode::Existing` on an empty `mem://` database is `NotFound` naming the namespace and
+/// database and defines nothing (`INFO FOR DB` lists no table), though `stamp_new_database`
+/// is on; after a normal open and one session it opens, reads the session back, and writes
+/// nothing.
+#[tokio::test]
+async fn existing_mode_creates_nothing_in_memory() {
+    let options = || SurrealOptions::new("existing_ns", "existing_db");
+    let err = SurrealDb::connect_with_mode("mem://", options(), OpenMode::Existing)
+        .await
+        .expect_err("a new mem:// database is no agno database");
+    let names = ["`existing_ns`", "`existing_db`"];
+    assert_no_database(&err, &names, "none of agno's tables holds a record");
+
+    let client = agno_storage_surreal::surrealdb::engine::any::connect("mem://")
+        .await
+        .expect("mem://");
+    client
+        .use_ns("existing_ns")
+        .use_db("existing_db")
+        .await
+        .expect("use");
+    let err = SurrealDb::open_with_mode(client.clone(), options(), OpenMode::Existing)
+        .await
+        .expect_err("an empty database is no agno database");
+    assert_no_database(&err, &names, "none of agno's tables holds a record");
+    let info = query(&client, "INFO FOR DB").await;
+    assert_eq!(names_in(&info, "tables"), Vec::<String>::new(), "{info:?}");
+
+    let created = SurrealDb::open(client.clone(), options())
+        .await
+        .expect("open");
+    write_session(&created.agno_db()).await;
+    drop(created);
+    let before = snapshot(&client).await;
+    assert!(
+        names_in(&before.0, "tables").contains(&"agno_schema_versions".to_owned()),
+        "{before:?}"
+    );
+
+    let existing = SurrealDb::open_with_mode(client.clone(), options(), OpenMode::Existing)
+        .await
+        .expect("an existing database opens");
+    read_session(&existing.agno_db()).await;
+    assert_eq!(
+        snapshot(&client).await,
+        before,
+        "the Existing-mode open and reads wrote nothing"
+    );
+}
+
+/// Opens `url` in `mode`, retrying while a handle dropped a moment ago still holds the
+/// SurrealKV directory.
+#[cfg(feature = "surrealkv")]
+async fn open_kv(
+    url: &str,
+    options: SurrealOptions,
+    mode: OpenMode,
+) -> agno_storage_core::Result<SurrealDb> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match SurrealDb::connect_with_mode(url, options.clone(), mode).await {
+            Err(e) if e.to_string().contains("locked") && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The namespaces of the store (`INFO FOR ROOT`) and the databases of the current namespace
+/// (`INFO FOR NS`).
+#[cfg(feature = "surrealkv")]
+async fn namespaces_and_databases(client: &Surreal<Any>) -> (Vec<String>, Vec<String>) {
+    let root = query(client, "INFO FOR ROOT").await;
+    let ns = query(client, "INFO FOR NS").await;
+    (names_in(&root, "namespaces"), names_in(&ns, "databases"))
+}
+
+/// `OpenMode::Existing` on a `surrealkv://PATH` that does not exist is `NotFound` naming the
+/// path, and the path still does not exist; on a store a normal open created and one
+/// session was written to, an Existing open of another namespace and database is `NotFound`
+/// and defines neither, and an Existing open of the written one reads the session back and
+/// writes nothing.
+#[cfg(feature = "surrealkv")]
+#[tokio::test]
+async fn existing_mode_creates_nothing_in_surrealkv() {
+    let dir = std::env::temp_dir().join(format!(
+        "agno-surreal-existing-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let path = dir.display().to_string();
+    let url = format!("surrealkv://{path}");
+    let options = || SurrealOptions::new("existing_ns", "existing_db");
+    let err = open_kv(&url, options(), OpenMode::Existing)
+        .await
+        .expect_err("a missing store is no agno database");
+    assert_no_database(&err, &[path.as_str()], "does not exist");
+    assert!(!dir.exists(), "{path} was created");
+
+    let created = open_kv(&url, options(), OpenMode::CreateMissing)
+        .await
+        .expect("create the store");
+    write_session(&created.agno_db()).await;
+    let before = snapshot(created.client()).await;
+    let before_spaces = namespaces_and_databases(created.client()).await;
+    assert!(
+        names_in(&before.0, "tables").contains(&"agno_schema_versions".to_owned()),
+        "{before:?}"
+    );
+    drop(created);
+
+    let err = open_kv(
+        &url,
+        SurrealOptions::new("other_ns", "other_db"),
+        OpenMode::Existing,
+    )
+    .await
+    .expect_err("an empty database of an existing store is no agno database");
+    assert_no_database(
+        &err,
+        &["`other_ns`", "`other_db`"],
+        "none of agno's tables holds a record",
+    );
+    drop(err);
+
+    let existing = open_kv(&url, options(), OpenMode::Existing)
+        .await
+        .expect("an existing store opens");
+    read_session(&existing.agno_db()).await;
+    assert_eq!(
+        snapshot(existing.client()).await,
+        before,
+        "the Existing-mode open and reads wrote nothing"
+    );
+    assert_eq!(
+        namespaces_and_databases(existing.client()).await,
+        before_spaces,
+        "no namespace or database was defined"
+    );
+    drop(existing);
+    let _ = std::fs::remove_dir_all(&dir);
 }
