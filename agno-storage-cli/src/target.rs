@@ -315,10 +315,15 @@ pub async fn open_existing(url: &BackendUrl) -> Result<AgnoDb, Error> {
 /// missing or is not an agno database gets the fix appended.
 fn open_error(url: &BackendUrl, mode: OpenMode, e: agno_storage_core::Error) -> Error {
     match (mode, e.kind()) {
-        (OpenMode::Existing, ErrorKind::NotFound) => Error::new(format!(
-            "{}; check the URL, or create the database with `agno-storage migrate {url}`",
-            e.message()
-        )),
+        (OpenMode::Existing, ErrorKind::NotFound) => {
+            let fix =
+                format!("check the URL, or create the database with `agno-storage migrate {url}`");
+            let message = e.message();
+            Error::new(match message.contains(OpenMode::NO_DATABASE_FIX) {
+                true => message.replace(OpenMode::NO_DATABASE_FIX, &fix),
+                false => format!("{message}; {fix}"),
+            })
+        }
         (OpenMode::Existing, ErrorKind::SchemaMismatch) => Error::new(format!(
             "{}; check the URL: it must name an agno database",
             e.message()

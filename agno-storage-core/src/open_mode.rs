@@ -40,13 +40,21 @@ impl OpenMode {
         self == OpenMode::CreateMissing
     }
 
+    /// The fix an [`OpenMode::no_database`] error names, at the end of its message; a
+    /// front end may replace it with its own words (the CLI names the URL).
+    pub const NO_DATABASE_FIX: &'static str = "check the location, or create the database \
+        with `agno-storage migrate <URL>` (or open it with `OpenMode::CreateMissing`)";
+
     /// The error of an [`OpenMode::Existing`] open that found no agno database:
     /// [`ErrorKind::NotFound`], not temporary, with the message
-    /// `no agno database at {location}: {why}`.
+    /// `no agno database at {location}: {why}; {NO_DATABASE_FIX}`.
     pub fn no_database(location: impl fmt::Display, why: impl fmt::Display) -> Error {
         Error::new(
             ErrorKind::NotFound,
-            format!("no agno database at {location}: {why}"),
+            format!(
+                "no agno database at {location}: {why}; {}",
+                Self::NO_DATABASE_FIX
+            ),
         )
         .set_temporary(false)
     }

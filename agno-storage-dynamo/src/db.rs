@@ -492,7 +492,10 @@ impl DynamoDb {
             if fresh && !others.iter().any(|t| existing.contains(t.as_str())) {
                 return Err(OpenMode::no_database(
                     "DynamoDB",
-                    "none of agno's tables exists under these table names",
+                    format!(
+                        "none of agno's tables exists under these table names ({}, {}, …)",
+                        me.inner.names.sessions, me.inner.names.runs
+                    ),
                 )
                 .with_backend(BACKEND));
             }

@@ -319,6 +319,29 @@ impl SurrealDb {
                 .await
                 .map_err(|e| db_err("sign in", e))?;
         }
+        if !mode.creates() {
+            // Selecting a namespace or database that does not exist defines it: look first.
+            let missing = |what: &str| {
+                OpenMode::no_database(
+                    format!(
+                        "SurrealDB namespace `{}` database `{}`",
+                        options.namespace, options.database
+                    ),
+                    format!("none of agno's tables holds a record (the {what} does not exist)"),
+                )
+                .with_backend(BACKEND)
+            };
+            if !defines(&client, "INFO FOR ROOT", "namespaces", &options.namespace).await? {
+                return Err(missing("namespace"));
+            }
+            client
+                .use_ns(options.namespace.clone())
+                .await
+                .map_err(|e| db_err("use namespace", e))?;
+            if !defines(&client, "INFO FOR NS", "databases", &options.database).await? {
+                return Err(missing("database"));
+            }
+        }
         client
             .use_ns(options.namespace.clone())
             .use_db(options.database.clone())
@@ -398,4 +421,19 @@ impl SurrealDb {
     pub fn agno_db(&self) -> AgnoDb {
         agno_storage_doc::agno_db(self)
     }
+}
+
+/// Whether `info` (`INFO FOR ROOT`, `INFO FOR NS`) lists `name` among its `what`.
+async fn defines(client: &Surreal<Any>, info: &str, what: &str, name: &str) -> Result<bool> {
+    let mut response = client
+        .query(info.to_owned())
+        .await
+        .map_err(|e| db_err("inspect", e))?;
+    let listed: surrealdb::types::Value = response.take(0).map_err(|e| db_err("inspect", e))?;
+    Ok(match &listed {
+        surrealdb::types::Value::Object(o) => {
+            matches!(o.get(what), Some(surrealdb::types::Value::Object(names)) if names.get(name).is_some())
+        }
+        _ => false,
+    })
 }

@@ -677,9 +677,18 @@ impl DocBackend for SurrealDb {
         self.query_limit(table, eq, None).await
     }
 
-    /// Whether `table` holds any record.
+    /// Whether `table` holds any record; false for a table the database does not define
+    /// (SurrealDB 3 refuses to select from one, and a database opened without creating
+    /// anything may lack agno's tables).
     async fn any_doc(&self, table: &str) -> Result<bool> {
-        Ok(!self.query_limit(table, &[], Some(1)).await?.is_empty())
+        let info = self.run("list tables", "INFO FOR DB", Vec::new()).await?;
+        let defined = match info.first() {
+            Some(SValue::Object(db)) => {
+                matches!(db.get("tables"), Some(SValue::Object(tables)) if tables.get(table).is_some())
+            }
+            _ => false,
+        };
+        Ok(defined && !self.query_limit(table, &[], Some(1)).await?.is_empty())
     }
 
     /// agno's record id: `{date}|{user_id}`, `""` for the shared bucket
