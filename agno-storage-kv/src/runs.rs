@@ -5,12 +5,13 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use agno_storage_core::legacy::legacy_runs_list;
+use agno_storage_core::legacy::{legacy_runs_list, SessionRun};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Error,
-    ErrorKind, Page, Result, RunQuery, RunRecord, RunStore, RunType, SchemaVersion,
+    ErrorKind, Page, Result, RunJson, RunQuery, RunRecord, RunStore, RunType, SchemaVersion,
     SchemaVersionStore, TableType, Unreadable,
 };
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::cas::{Cas, Entry, Outcome};
@@ -24,11 +25,42 @@ fn session_owner(key: &str, raw: &str) -> Result<Option<String>> {
     Ok(text(&decode_object(key, raw)?, "user_id"))
 }
 
+/// The top-level fields of a stored run, each as its JSON text: readable when the run does
+/// not decode whole (a lone surrogate escape somewhere in `run_data`).
+fn raw_fields(raw: &str) -> Option<std::collections::HashMap<String, Box<RawValue>>> {
+    serde_json::from_str(raw).ok()
+}
+
 /// The `user_id` of a stored run that may not decode whole, read without its other fields.
 fn owner_of(raw: &str) -> Option<String> {
-    let fields: std::collections::HashMap<String, Box<serde_json::value::RawValue>> =
-        serde_json::from_str(raw).ok()?;
-    serde_json::from_str(fields.get("user_id")?.get()).ok()
+    serde_json::from_str(raw_fields(raw)?.get("user_id")?.get()).ok()
+}
+
+/// A stored run as a session read merges it. One that does not decode whole is handed over
+/// with its `run_data` as the stored text (see [`RunJson`]), so it does not fail the read.
+fn session_run(key: &str, raw: &str) -> Result<SessionRun> {
+    let error = match decode(key, raw) {
+        Ok(run) => return Ok(SessionRun::from(run)),
+        Err(e) => e,
+    };
+    let Some(fields) = raw_fields(raw) else {
+        return Err(error);
+    };
+    let (Some(run_id), Some(data)) = (
+        fields
+            .get("run_id")
+            .and_then(|v| serde_json::from_str(v.get()).ok()),
+        fields.get("run_data"),
+    ) else {
+        return Err(error);
+    };
+    let number = |name: &str| fields.get(name).and_then(|v| v.get().parse().ok());
+    Ok(SessionRun {
+        run_id,
+        run_index: number("run_index"),
+        created_at: number("created_at").unwrap_or_default(),
+        run: RunJson::from_stored_text(data.get().to_owned())?,
+    })
 }
 
 pub(crate) fn decode(key: &str, raw: &str) -> Result<RunRecord> {
@@ -111,7 +143,7 @@ impl KvStore {
     pub(crate) async fn runs_of_sessions(
         &self,
         session_ids: &[&str],
-    ) -> Result<Vec<Vec<RunRecord>>> {
+    ) -> Result<Vec<Vec<SessionRun>>> {
         if session_ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -128,7 +160,7 @@ impl KvStore {
             let mut runs = Vec::with_capacity(run_ids.len());
             for _ in run_ids {
                 if let (Some(key), Some(Some(raw))) = (keys.next(), values.next()) {
-                    runs.push(decode(&key, &raw)?);
+                    runs.push(session_run(&key, &raw)?);
                 }
             }
             out.push(runs);

@@ -4,11 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use agno_storage_core::legacy::{last_context_runs, merge_runs};
+use agno_storage_core::legacy::{last_context_runs, merge_runs, SessionRun};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, validate_sort, visible_to, writable_by,
-    Error, Page, Result, RunRecord, Session, SessionQuery, SessionRead, SessionStore, SessionType,
-    SortOrder,
+    Error, Page, Result, Session, SessionQuery, SessionRead, SessionStore, SessionType, SortOrder,
 };
 use serde_json::{Map, Value};
 
@@ -236,7 +235,7 @@ impl KvStore {
     }
 }
 
-fn with_runs(stored: Stored, runs: Vec<RunRecord>, runs_limit: Option<usize>) -> Session {
+fn with_runs(stored: Stored, runs: Vec<SessionRun>, runs_limit: Option<usize>) -> Session {
     let mut session = stored.session;
     let merged = merge_runs(stored.legacy.as_ref(), runs);
     session.runs = Some(match runs_limit {

@@ -571,6 +571,19 @@ fn an_undecodable_run_is_named_not_fatal() {
             other.items.is_empty() && other.unreadable.is_empty(),
             "{other:?}"
         );
+        // The session read hands the run over as its stored run_data text.
+        let session = db
+            .sessions()
+            .unwrap()
+            .get_session("u-s1", agno_storage_core::SessionRead::for_user("erin"))
+            .await
+            .expect("one undecodable run does not fail the session read")
+            .expect("the session");
+        let runs = session.runs.expect("runs");
+        assert_eq!(runs.len(), 2);
+        assert!(runs[1].to_value().is_err());
+        let text = runs[1].json_text().expect("well-formed JSON");
+        assert!(text.contains("caf\\udce9"), "{text}");
     });
 }
 
