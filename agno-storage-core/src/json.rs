@@ -342,30 +342,44 @@ pub fn from_ref<T: serde::de::DeserializeOwned>(value: &Value) -> serde_json::Re
 /// empty, reallocating and rehashing it on the way, which was the largest single cost of
 /// reading many runs.
 pub fn parse_value(text: &[u8]) -> serde_json::Result<Value> {
+    parse_value_within(text, MAX_DEPTH)
+}
+
+/// [`parse_value`] with another nesting limit: `max_depth` levels (a list of stored values,
+/// such as a legacy runs blob, holds one level more than each value).
+pub fn parse_value_within(text: &[u8], max_depth: usize) -> serde_json::Result<Value> {
     use serde::de::DeserializeSeed;
     let mut de = serde_json::Deserializer::from_slice(text);
     de.disable_recursion_limit();
-    let value = ValueSeed { depth: 0 }.deserialize(serde_stacker::Deserializer::new(&mut de))?;
+    let seed = ValueSeed {
+        depth: 0,
+        max: max_depth,
+    };
+    let value = seed.deserialize(serde_stacker::Deserializer::new(&mut de))?;
     de.end()?;
     Ok(value)
 }
 
-/// Builds a [`Value`] at nesting level `depth` (see [`parse_value`]).
+/// Builds a [`Value`] at nesting level `depth`, refusing levels past `max` (see
+/// [`parse_value`]).
 #[derive(Clone, Copy)]
 struct ValueSeed {
     depth: usize,
+    max: usize,
 }
 
 impl ValueSeed {
-    /// The seed of a nested value, or an error past [`MAX_DEPTH`].
+    /// The seed of a nested value, or an error past the limit.
     fn nested<E: serde::de::Error>(self) -> Result<ValueSeed, E> {
-        if self.depth >= MAX_DEPTH {
+        if self.depth >= self.max {
             return Err(E::custom(format_args!(
-                "JSON nested deeper than {MAX_DEPTH} levels"
+                "JSON nested deeper than {} levels",
+                self.max
             )));
         }
         Ok(ValueSeed {
             depth: self.depth + 1,
+            ..self
         })
     }
 }

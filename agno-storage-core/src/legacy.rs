@@ -14,8 +14,8 @@ use crate::run_json::RunJson;
 /// `null` both decode to `None`.
 pub fn decode_legacy_json(text: Option<&str>) -> Result<Option<Value>> {
     let Some(text) = text else { return Ok(None) };
-    let first: Value =
-        crate::json::from_str(text).map_err(|e| Error::serialization("a JSON column", e))?;
+    let first = crate::json::parse_value(text.as_bytes())
+        .map_err(|e| Error::serialization("a JSON column", e))?;
     Ok(unwrap_double_encoded(first))
 }
 
@@ -23,7 +23,7 @@ pub fn decode_legacy_json(text: Option<&str>) -> Result<Option<Value>> {
 pub fn unwrap_double_encoded(value: Value) -> Option<Value> {
     match value {
         Value::Null => None,
-        Value::String(inner) => match crate::json::from_str::<Value>(&inner) {
+        Value::String(inner) => match crate::json::parse_value(inner.as_bytes()) {
             Ok(Value::Null) => None,
             Ok(decoded @ (Value::Object(_) | Value::Array(_))) => Some(decoded),
             _ => Some(Value::String(inner)),
@@ -38,7 +38,8 @@ pub fn unwrap_double_encoded(value: Value) -> Option<Value> {
 pub fn decode_legacy_runs(blob: Option<&Value>) -> std::result::Result<Vec<Value>, String> {
     /// Decodes an encoded blob, taking the parsed array without copying it.
     fn decode_text(text: &str, depth: u8) -> std::result::Result<Vec<Value>, String> {
-        match crate::json::from_str::<Value>(text) {
+        // A list of runs, each nested up to the limit.
+        match crate::json::parse_value_within(text.as_bytes(), crate::json::MAX_DEPTH + 1) {
             Ok(Value::Array(items)) => Ok(items),
             Ok(Value::String(inner)) if depth < 1 => decode_text(&inner, depth + 1),
             Ok(other) => decode(&other, 2),

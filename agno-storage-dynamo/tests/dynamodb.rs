@@ -14,7 +14,7 @@ use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
 use common::{client, create_legacy_sessions, Writer};
 use conformance_tests::servers::{self, Backend};
-use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, RawRunWriter, RawRunsDb};
 
 const PREFIX: &str = "agno_ct_";
 
@@ -64,6 +64,21 @@ impl Harness for Dynamo {
         Ok(DynamoDb::open(client, self.names()).await?.agno_db())
     }
 
+    fn writes_raw_runs(&self) -> bool {
+        true
+    }
+
+    async fn open_with_raw_runs(&self, _case: &str) -> Result<RawRunsDb> {
+        let client = self.client().await.clone();
+        let names = self.names();
+        let table = names.runs.clone();
+        let db = DynamoDb::open(client.clone(), names).await?.agno_db();
+        Ok(RawRunsDb {
+            db,
+            writer: Arc::new(RawRuns { client, table }),
+        })
+    }
+
     async fn open_legacy(&self, _case: &str) -> Result<LegacyDb> {
         let client = self.client().await.clone();
         let names = self.names();
@@ -74,6 +89,47 @@ impl Harness for Dynamo {
             db: store.agno_db(),
             writer: Arc::new(Writer { client, table }),
         })
+    }
+}
+
+/// Rewrites run items of one runs table past the adapter.
+struct RawRuns {
+    client: Client,
+    table: String,
+}
+
+#[async_trait]
+impl RawRunWriter for RawRuns {
+    /// A lone surrogate escape in the run's `run_data` text, as agno's `DynamoDb` writes one.
+    async fn make_undecodable(&self, run_id: &str) -> Result<()> {
+        use agno_storage_dynamo::aws_sdk_dynamodb::types::AttributeValue;
+        let err = |e: String| agno_storage_core::Error::invalid_input(e);
+        let key = AttributeValue::S(run_id.to_owned());
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("run_id", key.clone())
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        let Some(AttributeValue::S(data)) = item.item().and_then(|i| i.get("run_data")) else {
+            return Err(err(format!("run {run_id} has no run_data text")));
+        };
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("run_id", key)
+            .update_expression("SET run_data = :d")
+            .expression_attribute_values(
+                ":d",
+                AttributeValue::S(data.replace("output of", r"caf\udce9")),
+            )
+            .send()
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        Ok(())
     }
 }
 

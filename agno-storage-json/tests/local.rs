@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result};
 use agno_storage_json::JsonDb;
-use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
+use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, RawRunWriter, RawRunsDb};
 
 struct Local;
 
@@ -36,6 +36,19 @@ impl Harness for Local {
             .agno_db())
     }
 
+    fn writes_raw_runs(&self) -> bool {
+        true
+    }
+
+    async fn open_with_raw_runs(&self, case: &str) -> Result<RawRunsDb> {
+        let dir = common::scratch_dir(case);
+        let db = JsonDb::open_local(&dir).await?.agno_db();
+        Ok(RawRunsDb {
+            db,
+            writer: Arc::new(RawRuns(dir)),
+        })
+    }
+
     async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
         let dir = common::scratch_dir(case);
         for table in common::LEGACY_TABLES {
@@ -47,6 +60,22 @@ impl Harness for Local {
             db: db.agno_db(),
             writer: Arc::new(common::Writer(db)),
         })
+    }
+}
+
+/// Rewrites the runs file of one directory past the adapter.
+struct RawRuns(std::path::PathBuf);
+
+#[async_trait]
+impl RawRunWriter for RawRuns {
+    /// A lone surrogate escape in the run's row, as agno's `JsonDb` writes one.
+    async fn make_undecodable(&self, run_id: &str) -> Result<()> {
+        let path = self.0.join("agno_runs.json");
+        let io = |e: std::io::Error| agno_storage_core::Error::invalid_input(e.to_string());
+        let text = std::fs::read_to_string(&path).map_err(io)?;
+        let content = format!("\"content\": \"output of {run_id}\"");
+        let broken = format!("\"content\": \"caf\\udce9 {run_id}\"");
+        std::fs::write(&path, text.replace(&content, &broken)).map_err(io)
     }
 }
 

@@ -222,11 +222,12 @@ async fn decode_rows(rows: Vec<PgRow>) -> Result<Vec<Row>> {
     }
 }
 
-/// A JSON or JSONB cell, parsed straight from the driver's buffer.
-fn json_cell(row: &PgRow, i: usize) -> Result<Option<Value>> {
+/// A JSON or JSONB cell, parsed straight from the driver's buffer; text this code cannot
+/// decode (nested past `json::MAX_DEPTH`) arrives as text, for the caller to name.
+fn json_cell(row: &PgRow, i: usize) -> Result<SqlValue> {
     let raw = row.try_get_raw(i).map_err(map_err)?;
     if raw.is_null() {
-        return Ok(None);
+        return Ok(SqlValue::Json(None));
     }
     let bad = |what: String| {
         let column = row.columns().get(i).map_or("?", |c| c.name());
@@ -245,7 +246,13 @@ fn json_cell(row: &PgRow, i: usize) -> Result<Option<Value>> {
         },
         _ => bytes,
     };
-    parse_value(text).map(Some).map_err(|e| bad(e.to_string()))
+    Ok(match parse_value(text) {
+        Ok(value) => SqlValue::Json(Some(value)),
+        Err(_) => match std::str::from_utf8(text) {
+            Ok(text) => SqlValue::Text(Some(text.to_owned())),
+            Err(e) => return Err(bad(e.to_string())),
+        },
+    })
 }
 
 fn decode(row: &PgRow, columns: &Arc<[String]>) -> Result<Row> {
@@ -271,7 +278,7 @@ fn decode(row: &PgRow, columns: &Arc<[String]>) -> Result<Row> {
                     .map_err(map_err)?
                     .map(f64::from),
             ),
-            "JSON" | "JSONB" => SqlValue::Json(json_cell(row, i)?),
+            "JSON" | "JSONB" => json_cell(row, i)?,
             "DATE" => SqlValue::Date(row.try_get::<Option<NaiveDate>, _>(i).map_err(map_err)?),
             "VOID" => SqlValue::Text(None),
             _ => SqlValue::Text(row.try_get::<Option<String>, _>(i).map_err(map_err)?),

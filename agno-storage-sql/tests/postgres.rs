@@ -11,7 +11,7 @@ use std::sync::Arc;
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_sql::{SqlDb, TableNames};
 use conformance_tests::servers::{self, Backend};
-use conformance_tests::{async_trait, Harness, LegacyDb};
+use conformance_tests::{async_trait, Harness, LegacyDb, RawRunWriter, RawRunsDb};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -59,6 +59,22 @@ impl Harness for Postgres {
                 .await?
                 .agno_db(),
         )
+    }
+
+    fn writes_raw_runs(&self) -> bool {
+        true
+    }
+
+    async fn open_with_raw_runs(&self, case: &str) -> Result<RawRunsDb> {
+        let schema = Self::schema(case);
+        let db = SqlDb::connect_postgres(&self.url, &schema, TableNames::default())
+            .await?
+            .agno_db();
+        let pool = self.pool().await?;
+        Ok(RawRunsDb {
+            db,
+            writer: Arc::new(PgRaw { pool, schema }),
+        })
     }
 
     async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
@@ -132,4 +148,29 @@ fn main() -> ExitCode {
     let code = conformance_tests::main(Postgres { url });
     servers::stop_all();
     code
+}
+
+/// Rewrites runs of one schema past the adapter.
+struct PgRaw {
+    pool: PgPool,
+    schema: String,
+}
+
+#[async_trait]
+impl RawRunWriter for PgRaw {
+    /// JSONB holds no lone surrogate: the run's content becomes a value nested 1,001
+    /// levels deep, which PostgreSQL stores and this code refuses to decode.
+    async fn make_undecodable(&self, run_id: &str) -> Result<()> {
+        let deep = format!("{{\"content\": {}{}}}", "[".repeat(1001), "]".repeat(1001));
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE \"{}\".agno_runs SET run_data = $1::jsonb WHERE run_id = $2",
+            self.schema
+        )))
+        .bind(deep)
+        .bind(run_id)
+        .execute(&self.pool)
+        .await
+        .map_err(pg_err)?;
+        Ok(())
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::{AgnoDb, Capabilities, Error, ErrorKind, Result, Session};
 use agno_storage_sql::{SqlDb, TableNames};
-use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
+use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter, RawRunWriter, RawRunsDb};
 use serde_json::Value;
 
 struct Sqlite {
@@ -105,6 +105,35 @@ impl Harness for Sqlite {
             db,
             writer: Arc::new(Writer { path }),
         })
+    }
+
+    fn writes_raw_runs(&self) -> bool {
+        true
+    }
+
+    async fn open_with_raw_runs(&self, case: &str) -> Result<RawRunsDb> {
+        let path = self.path(case);
+        let db = SqlDb::open_sqlite(&path, TableNames::default())
+            .await?
+            .agno_db();
+        Ok(RawRunsDb {
+            db,
+            writer: Arc::new(Writer { path }),
+        })
+    }
+}
+
+#[async_trait]
+impl RawRunWriter for Writer {
+    /// A lone surrogate escape in the run's JSON text, as agno writes one.
+    async fn make_undecodable(&self, run_id: &str) -> Result<()> {
+        let conn = rusqlite::Connection::open(&self.path).map_err(sqlite_err)?;
+        conn.execute(
+            "UPDATE agno_runs SET run_data = replace(run_data, 'output of', ?1) WHERE run_id = ?2",
+            [r"caf\udce9", run_id],
+        )
+        .map_err(sqlite_err)?;
+        Ok(())
     }
 }
 

@@ -66,6 +66,26 @@ pub struct LegacyDb {
     pub writer: Arc<dyn LegacyWriter>,
 }
 
+/// Rewrites stored runs past the adapter, as another writer would, for the case that one
+/// run this code cannot decode never hides its neighbours.
+#[async_trait]
+pub trait RawRunWriter: Send + Sync {
+    /// Rewrites the stored `run_data` of `run_id` (written through the adapter, its dict
+    /// holding `"content": "output of {run_id}"`) into JSON this code cannot decode: where
+    /// the backend keeps JSON as text, that content with a lone surrogate escape
+    /// (`"caf\udce9 {run_id}"`, as agno writes file names decoded with `surrogateescape`);
+    /// elsewhere, a value nested deeper than `agno_storage_core::json::MAX_DEPTH`.
+    async fn make_undecodable(&self, run_id: &str) -> Result<()>;
+}
+
+/// A fresh database and a way to rewrite its runs past the adapter.
+pub struct RawRunsDb {
+    /// The handle the case writes and reads.
+    pub db: AgnoDb,
+    /// Rewrites runs of the same database.
+    pub writer: Arc<dyn RawRunWriter>,
+}
+
 /// The size of the job stress case: the trial is 2,000 jobs and 8 workers; a
 /// harness whose server is slow (an emulator) may lower the job count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +127,19 @@ pub trait Harness: Send + Sync + 'static {
     /// The size of the job stress case on this backend (2,000 jobs, 8 workers by default).
     fn job_stress(&self) -> JobStress {
         JobStress::default()
+    }
+
+    /// A fresh, isolated database and a [`RawRunWriter`] on it, when
+    /// [`Harness::writes_raw_runs`]; the cases that need it (requirement `raw_runs`) are
+    /// ignored otherwise.
+    async fn open_with_raw_runs(&self, case: &str) -> Result<RawRunsDb> {
+        let _ = case;
+        Err(Error::unsupported("this harness", "open_with_raw_runs"))
+    }
+
+    /// Whether [`Harness::open_with_raw_runs`] is provided.
+    fn writes_raw_runs(&self) -> bool {
+        false
     }
 }
 
@@ -179,6 +212,11 @@ impl Ctx {
     /// A fresh pre-v3 database for this case.
     pub async fn legacy(&self) -> std::result::Result<LegacyDb, Failure> {
         Ok(self.harness.open_legacy(self.case).await?)
+    }
+
+    /// A fresh database for this case whose runs can be rewritten past the adapter.
+    pub async fn raw_runs(&self) -> std::result::Result<RawRunsDb, Failure> {
+        Ok(self.harness.open_with_raw_runs(self.case).await?)
     }
 
     /// The size of the job stress case: the harness's, unless `AGNO_JOB_STRESS_JOBS` (and
@@ -272,7 +310,10 @@ pub fn main(harness: impl Harness) -> std::process::ExitCode {
                 .requires
                 .iter()
                 .copied()
-                .filter(|r| !capabilities.has(r))
+                .filter(|r| match *r {
+                    "raw_runs" => !harness.writes_raw_runs(),
+                    flag => !capabilities.has(flag),
+                })
                 .collect();
             let name = format!("{prefix}::{}", case.name);
             let (runtime, harness) = (runtime.clone(), harness.clone());

@@ -464,3 +464,51 @@ async fn json_nesting(db: AgnoDb) -> CaseResult {
         .await?;
     ensure_eq(page.total, 1, "runs after the refused writes")
 }
+
+/// A run another writer left in a form this code cannot decode (agno's lone surrogates,
+/// or nesting past the limit) never hides its neighbours: `get_runs` lists the others and
+/// names it in `unreadable` (to its owner and unscoped callers, nobody else), and the
+/// session read hands over every run, that one failing only when its value is asked for.
+pub(crate) async fn undecodable_run_never_hides_its_neighbours(ctx: &Ctx) -> CaseResult {
+    let crate::RawRunsDb { db, writer } = ctx.raw_runs().await?;
+    let s = session(SessionType::Agent, Some("ursula"));
+    db.sessions()?.upsert_session(s.clone()).await?;
+    let ids = [uid("r"), uid("bad"), uid("r")];
+    for id in &ids {
+        db.runs()?.upsert_run(run_row(&s, id, "COMPLETED")).await?;
+    }
+    writer.make_undecodable(&ids[1]).await?;
+    let query = |user: Option<&str>| RunQuery {
+        session_id: Some(s.session_id.clone()),
+        user_id: user.map(str::to_owned),
+        ..Default::default()
+    };
+    for user in [Some("ursula"), None] {
+        let page = db.runs()?.get_runs(query(user)).await?;
+        let mut listed: Vec<&str> = page.items.iter().map(|r| r.run_id.as_str()).collect();
+        listed.sort();
+        let mut readable = vec![ids[0].as_str(), ids[2].as_str()];
+        readable.sort();
+        ensure_eq(listed, readable, &format!("runs listed for {user:?}"))?;
+        let named: Vec<&str> = page.unreadable.iter().map(|u| u.id.as_str()).collect();
+        ensure_eq(named, vec![ids[1].as_str()], "the run named unreadable")?;
+    }
+    let other = db.runs()?.get_runs(query(Some("mallory"))).await?;
+    ensure(
+        other.items.is_empty() && other.unreadable.is_empty(),
+        format!("another user sees nothing of ursula's runs: {other:?}"),
+    )?;
+    let read = db
+        .sessions()?
+        .get_session(&s.session_id, SessionRead::for_user("ursula"))
+        .await?
+        .ok_or("the session reads back")?;
+    let runs = read.runs.unwrap_or_default();
+    ensure_eq(runs.len(), 3, "runs of the session read")?;
+    let failing: Vec<bool> = runs.iter().map(|r| r.to_value().is_err()).collect();
+    ensure_eq(
+        failing,
+        vec![false, true, false],
+        "which runs fail to decode",
+    )
+}

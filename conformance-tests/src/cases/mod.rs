@@ -82,6 +82,10 @@ pub(crate) fn all() -> Vec<Case> {
             ["sessions", "runs"]
         ),
         case!(
+            input::undecodable_run_never_hides_its_neighbours,
+            ["sessions", "runs", "raw_runs"]
+        ),
+        case!(
             records::pagination_is_validated,
             ["sessions", "runs", "memories", "evals", "knowledge"]
         ),
