@@ -37,8 +37,8 @@ pub async fn cleanup(db: &AgnoDb, url: &str, force: bool) -> Result<String, Erro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agno_storage_core::in_memory::InMemoryDb;
     use agno_storage_core::{Session, SessionType};
+    use agno_storage_doc::InMemoryDb;
     use serde_json::json;
 
     #[tokio::test]
@@ -46,7 +46,10 @@ mod tests {
         let memory = InMemoryDb::new_legacy();
         for id in ["s1", "s2"] {
             let session = Session::new(id, SessionType::Agent, "a1");
-            memory.insert_legacy_session(session, json!([{"run_id": format!("{id}-r1")}]));
+            memory
+                .insert_legacy_session(session, json!([{"run_id": format!("{id}-r1")}]))
+                .await
+                .unwrap();
         }
         let db = memory.agno_db();
         let refusal = cleanup(&db, "memory://", false)

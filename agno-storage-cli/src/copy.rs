@@ -711,8 +711,8 @@ async fn copy_jobs(src: &AgnoDb, dst: &AgnoDb, bar: &ProgressBar) -> Result<Tall
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agno_storage_core::in_memory::InMemoryDb;
     use agno_storage_core::Job;
+    use agno_storage_doc::InMemoryDb;
     use serde_json::json;
 
     fn tally<'a>(tallies: &'a [Tally], domain: &str) -> &'a Tally {
@@ -788,7 +788,7 @@ mod tests {
         let memory = InMemoryDb::new();
         let src = memory.agno_db();
         let sessions_only = AgnoDb::builder("partial")
-            .sessions(std::sync::Arc::new(memory.clone()))
+            .sessions(std::sync::Arc::new(memory.stores()))
             .build();
         let tallies = copy_all(
             &src,

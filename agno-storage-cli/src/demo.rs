@@ -1003,8 +1003,8 @@ fn write_metrics(out: &mut String, today: NaiveDate, rows: &[MetricsRecord]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agno_storage_core::in_memory::InMemoryDb;
     use agno_storage_core::SessionRead;
+    use agno_storage_doc::InMemoryDb;
 
     #[tokio::test]
     async fn writes_every_domain_and_claims_its_own_work() {

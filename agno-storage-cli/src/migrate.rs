@@ -130,21 +130,24 @@ fn failure_message(failure: MigrationFailure) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agno_storage_core::in_memory::InMemoryDb;
     use agno_storage_core::migration::AppliedStep;
     use agno_storage_core::{Error as CoreError, ErrorKind, Session, SessionType};
+    use agno_storage_doc::InMemoryDb;
     use serde_json::json;
 
-    fn legacy_db() -> AgnoDb {
+    async fn legacy_db() -> AgnoDb {
         let memory = InMemoryDb::new_legacy();
         let session = Session::new("s1", SessionType::Agent, "a1").with_user("alice");
-        memory.insert_legacy_session(session, json!([{"run_id": "r1", "agent_id": "a1"}]));
+        memory
+            .insert_legacy_session(session, json!([{"run_id": "r1", "agent_id": "a1"}]))
+            .await
+            .unwrap();
         memory.agno_db()
     }
 
     #[tokio::test]
     async fn plans_then_applies_then_has_nothing_to_do() {
-        let db = legacy_db();
+        let db = legacy_db().await;
         let plan = migrate(&db, "memory://", true).await.unwrap();
         assert!(plan.contains("agno_sessions (sessions): unstamped (2.0.0) -> 3.0.0\n      step 3.0.0: copy legacy"), "{plan}");
         assert!(

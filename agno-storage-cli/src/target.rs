@@ -4,8 +4,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use agno_storage_core::in_memory::InMemoryDb;
 use agno_storage_core::{AgnoDb, ErrorKind, OpenMode};
+use agno_storage_doc::InMemoryDb;
 
 use crate::Error;
 

@@ -7,9 +7,7 @@
 //! format. Every user-facing read and write takes an optional `user_id` and never returns
 //! another user's rows; schedule polling is deliberately unscoped.
 //!
-//! With the `memory` feature (on by default), [`in_memory::InMemoryDb`] is a complete
-//! reference implementation of every trait, for unit tests and for proving the
-//! `conformance-tests` suite.
+//! `agno_storage_doc::InMemoryDb` implements every trait in process memory, for unit tests.
 #![deny(missing_docs)]
 
 pub use async_trait::async_trait;
@@ -35,9 +33,6 @@ mod run_json;
 pub mod schedule;
 pub mod session;
 pub mod user_memory;
-
-#[cfg(feature = "memory")]
-pub mod in_memory;
 
 pub use capabilities::Capabilities;
 pub use db::{AgnoDb, AgnoDbBuilder};

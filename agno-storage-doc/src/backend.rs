@@ -48,6 +48,42 @@ pub enum Collection {
     Meta,
 }
 
+impl Collection {
+    /// Every collection.
+    pub const ALL: [Collection; 12] = [
+        Collection::Sessions,
+        Collection::Runs,
+        Collection::Memories,
+        Collection::Metrics,
+        Collection::Evals,
+        Collection::Knowledge,
+        Collection::Schedules,
+        Collection::ScheduleRuns,
+        Collection::Learnings,
+        Collection::Jobs,
+        Collection::Versions,
+        Collection::Meta,
+    ];
+
+    /// agno 3.1.10's default name (`agno_sessions`, ...; `agno_storage_meta` for ours).
+    pub const fn default_name(self) -> &'static str {
+        match self {
+            Collection::Sessions => "agno_sessions",
+            Collection::Runs => "agno_runs",
+            Collection::Memories => "agno_memories",
+            Collection::Metrics => "agno_metrics",
+            Collection::Evals => "agno_eval_runs",
+            Collection::Knowledge => "agno_knowledge",
+            Collection::Schedules => "agno_schedules",
+            Collection::ScheduleRuns => "agno_schedule_runs",
+            Collection::Learnings => "agno_learnings",
+            Collection::Jobs => "agno_jobs",
+            Collection::Versions => "agno_schema_versions",
+            Collection::Meta => "agno_storage_meta",
+        }
+    }
+}
+
 impl From<TableType> for Collection {
     fn from(table: TableType) -> Self {
         match table {
@@ -130,6 +166,9 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// The deepest JSON nesting a document field holds, when the backend's own limit is
     /// below `agno_storage_core::json::MAX_DEPTH`.
     const MAX_JSON_DEPTH: Option<usize>;
+    /// Whether an acknowledged write survives a restart of the process and the server
+    /// (`agno_storage_core::Capabilities::durable`).
+    const DURABLE: bool = true;
 
     /// What a compare-and-set compares (an update time, the record as read).
     type Version: Clone + std::fmt::Debug + Send + Sync;
@@ -205,16 +244,24 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         crate::jobs::claim_oldest_job(self, worker_id, lock_grace_seconds, deployment_id).await
     }
 
-    /// [`agno_storage_core::RunStore::upsert_run`]: the run-index counter is the backend's.
-    async fn write_run(&self, run: RunRecord) -> Result<RunRecord>;
+    /// [`agno_storage_core::RunStore::upsert_run`] (default: [`crate::write_run_cas`], a
+    /// run-index counter document written by compare-and-set in the run's commit).
+    async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
+        crate::write_run_cas(self, run).await
+    }
 
     /// [`agno_storage_core::LegacyRunsStore::insert_runs_if_absent`]: create-only writes
-    /// that keep the backend's run-index counters ahead of the copied indexes.
-    async fn copy_legacy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns>;
+    /// that keep the run-index counters ahead of the copied indexes (default:
+    /// [`crate::copy_runs_cas`]).
+    async fn copy_legacy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        crate::copy_runs_cas(self, rows).await
+    }
 
     /// Deletes session `session_id` (when `user_id` may see it), its runs and its run-index
-    /// counter; whether it was deleted.
-    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool>;
+    /// counter; whether it was deleted (default: [`crate::delete_session_cas`], one commit).
+    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool> {
+        crate::delete_session_cas(self, session_id, user_id).await
+    }
 
     /// The migration lock's lease.
     fn lock_lease(&self) -> Duration;

@@ -16,7 +16,7 @@ fn exists(run_id: &str) -> Error {
 }
 
 #[async_trait]
-impl<B: DocBackend> EvalStore for Docs<'_, B> {
+impl<B: DocBackend> EvalStore for Docs<B> {
     async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
         let coll = self.collection(Collection::Evals);
         if self.find(coll, "run_id", &run.run_id).await?.is_some() {

@@ -23,7 +23,7 @@ fn key_guard(user_id: Option<&str>, key: &str) -> String {
     digest_id("job_key", &[user_id, Some(key)])
 }
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     async fn job_doc(&self, id: &str) -> Result<Option<(Stored<B>, Job)>> {
         let Some(stored) = self
             .get(self.collection(Collection::Jobs), &self.doc_id(id))
@@ -96,7 +96,7 @@ impl<B: DocBackend> Docs<'_, B> {
 }
 
 #[async_trait]
-impl<B: DocBackend> JobStore for Docs<'_, B> {
+impl<B: DocBackend> JobStore for Docs<B> {
     async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
         job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
         job.status = JobStatus::Queued;
@@ -338,7 +338,7 @@ pub async fn claim_oldest_job<B: DocBackend>(
     lock_grace_seconds: i64,
     deployment_id: Option<&str>,
 ) -> Result<Option<Job>> {
-    let docs = Docs(db);
+    let docs = Docs::of(db);
     for round in 0..CAS_ATTEMPTS {
         let now = now_epoch_seconds();
         let mut candidates = Vec::new();

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::{backoff, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
 
 #[async_trait]
-impl<B: DocBackend> KnowledgeStore for Docs<'_, B> {
+impl<B: DocBackend> KnowledgeStore for Docs<B> {
     async fn upsert_knowledge_content(
         &self,
         content: KnowledgeContent,

@@ -10,7 +10,7 @@ use agno_storage_core::{
 use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
 
 #[async_trait]
-impl<B: DocBackend> LearningStore for Docs<'_, B> {
+impl<B: DocBackend> LearningStore for Docs<B> {
     async fn upsert_learning(&self, learning: Learning) -> Result<Learning> {
         let coll = self.collection(Collection::Learnings);
         let id = self.doc_id(&learning.learning_id);

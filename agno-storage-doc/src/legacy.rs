@@ -9,7 +9,7 @@ use agno_storage_core::{async_trait, Result, RunRecord};
 use crate::sessions::LEGACY_RUNS;
 use crate::{backoff, Collection, Commit, DocBackend, Docs, Pre, Stored, CAS_ATTEMPTS};
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     /// Session documents with a non-null `runs` field, ordered by `session_id`.
     async fn legacy_sessions(&self) -> Result<Vec<Stored<B>>> {
         let mut docs: Vec<Stored<B>> = self
@@ -24,7 +24,7 @@ impl<B: DocBackend> Docs<'_, B> {
 }
 
 #[async_trait]
-impl<B: DocBackend> LegacyRunsStore for Docs<'_, B> {
+impl<B: DocBackend> LegacyRunsStore for Docs<B> {
     async fn legacy_runs_page(
         &self,
         after: Option<&str>,
@@ -115,11 +115,11 @@ impl<B: DocBackend> LegacyRunsStore for Docs<'_, B> {
     }
 }
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     /// Writes a session as agno 2.x stored it: the whole session as document `id`, its runs
     /// in a `runs` field (a native array, or a string when the blob is one), no stamps. For
     /// imports and migration tests.
-    pub async fn insert_legacy_session(
+    pub async fn write_legacy_session(
         &self,
         id: &str,
         session: agno_storage_core::Session,

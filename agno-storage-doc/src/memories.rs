@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, Stored, CAS_ATTEMPTS};
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     /// A stored memory; agno writes `created_at` as ISO text, read as epoch seconds.
     fn decode_memory(&self, stored: &Stored<B>) -> Result<UserMemory> {
         let mut fields = stored.fields.clone();
@@ -45,7 +45,7 @@ impl<B: DocBackend> Docs<'_, B> {
 }
 
 #[async_trait]
-impl<B: DocBackend> MemoryStore for Docs<'_, B> {
+impl<B: DocBackend> MemoryStore for Docs<B> {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
         let coll = self.collection(Collection::Memories);
         for attempt in 0..CAS_ATTEMPTS {

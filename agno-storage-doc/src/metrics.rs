@@ -16,7 +16,7 @@ fn decode_metrics<B: DocBackend>(stored: &Stored<B>) -> Result<MetricsRecord> {
 }
 
 #[async_trait]
-impl<B: DocBackend> MetricsStore for Docs<'_, B> {
+impl<B: DocBackend> MetricsStore for Docs<B> {
     async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
         let coll = self.collection(Collection::Metrics);
         let mut stored = Vec::with_capacity(records.len());

@@ -43,7 +43,7 @@ const LOCK_ID: &str = "migration_lock";
 const LOCK_CAS_ATTEMPTS: usize = 5;
 
 #[async_trait]
-impl<B: DocBackend> SchemaVersionStore for Docs<'_, B> {
+impl<B: DocBackend> SchemaVersionStore for Docs<B> {
     async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
         let stamp = self
             .get(
@@ -58,12 +58,7 @@ impl<B: DocBackend> SchemaVersionStore for Docs<'_, B> {
     }
 
     async fn set_schema_version(&self, table_name: &str, version: SchemaVersion) -> Result<()> {
-        // agno's `upsert_schema_version`: document id = table name.
-        let fields = object(json!({
-            "table_name": table_name,
-            "version": version.to_string(),
-            "updated_at": now_epoch_seconds(),
-        }));
+        let fields = version_fields(table_name, version);
         let write = self.put(
             self.collection(Collection::Versions),
             &self.doc_id(table_name),
@@ -72,6 +67,16 @@ impl<B: DocBackend> SchemaVersionStore for Docs<'_, B> {
         );
         self.commit_all("set schema version", vec![write]).await
     }
+}
+
+/// A schema stamp's body, as agno's `upsert_schema_version` writes it (document id = table
+/// name).
+pub(crate) fn version_fields(table_name: &str, version: SchemaVersion) -> Fields {
+    object(json!({
+        "table_name": table_name,
+        "version": version.to_string(),
+        "updated_at": now_epoch_seconds(),
+    }))
 }
 
 /// The lock document's body for `holder`, its lease running `lease` from `now_ms`.
@@ -100,7 +105,7 @@ fn expired<B: DocBackend>(lock: &Stored<B>, now_ms: i64) -> bool {
     )
 }
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     /// Renews `holder`'s lease: `false` when the lock is gone or carries another token.
     async fn renew_lock(&self, holder: &str, lease: Duration) -> Result<bool> {
         let meta = self.collection(Collection::Meta);
@@ -147,8 +152,8 @@ impl<B: DocBackend> Docs<'_, B> {
         hold_lease(DocLease(self.0.clone()), holder, self.lock_lease())
     }
 
-    /// [`MigrationTarget::tables`](agno_storage_core::migration::MigrationTarget::tables): every migrated table and its collection.
-    pub fn tables(&self) -> Vec<TableRef> {
+    /// Every migrated table and its collection.
+    pub(crate) fn collections(&self) -> Vec<TableRef> {
         TableType::ALL
             .iter()
             .map(|t| TableRef {
@@ -161,7 +166,7 @@ impl<B: DocBackend> Docs<'_, B> {
     /// [`MigrationTarget::lock`](agno_storage_core::migration::MigrationTarget::lock): creates the lock document, or takes over one whose lease
     /// has passed (see the module docs), retrying every 100 ms. `Conflict` after a minute (or
     /// two leases, if longer) while a live holder keeps renewing it.
-    pub async fn lock(&self) -> Result<MigrationLock> {
+    pub(crate) async fn take_lock(&self) -> Result<MigrationLock> {
         let meta = self.collection(Collection::Meta);
         let lease = self.lock_lease();
         let holder = uuid::Uuid::new_v4().to_string();
@@ -207,11 +212,11 @@ struct DocLease<B>(B);
 #[async_trait]
 impl<B: DocBackend> LeaseRecord for DocLease<B> {
     async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
-        Docs(&self.0).renew_lock(holder, lease).await
+        Docs::of(&self.0).renew_lock(holder, lease).await
     }
 
     async fn remove(&self, holder: &str) -> Result<bool> {
-        Docs(&self.0).unlock(holder).await
+        Docs::of(&self.0).unlock(holder).await
     }
 
     fn location(&self) -> String {
@@ -249,7 +254,7 @@ pub async fn stamp_new_database<B: DocBackend>(db: &B) -> Result<()> {
         }
     }
     for t in TableType::ALL {
-        Docs(db)
+        Docs::of(db)
             .set_schema_version(db.collection(Collection::from(t)), SchemaVersion::LATEST)
             .await?;
     }

@@ -3,12 +3,13 @@
 //!
 //! A run appended without a `run_index` gets one past the session's highest through a
 //! per-session counter document in the meta collection ([`run_counter_id`]); writing a run
-//! is the backend's [`DocBackend::write_run`], as the counter is its own atomic operation.
+//! is [`DocBackend::write_run`]: by default [`write_run_cas`], overridden where the backend
+//! has its own atomic counter.
 
-use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session};
+use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session, InsertedRuns};
 use agno_storage_core::{
-    async_trait, owned_by_another_user, visible_to, writable_by, Page, Result, RunQuery, RunRecord,
-    RunStore,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Page, Result,
+    RunQuery, RunRecord, RunStore,
 };
 use serde_json::Value;
 
@@ -20,7 +21,7 @@ pub fn run_counter_id(session_id: &str) -> String {
     digest_id("run_index", &[Some(session_id)])
 }
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     /// Every run of `session_id`, in session order.
     pub async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
         let docs = self
@@ -39,7 +40,7 @@ impl<B: DocBackend> Docs<'_, B> {
 }
 
 #[async_trait]
-impl<B: DocBackend> RunStore for Docs<'_, B> {
+impl<B: DocBackend> RunStore for Docs<B> {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
         self.write_run(run).await
     }
@@ -166,4 +167,144 @@ pub fn updated_run(mut current: RunRecord, run: &RunRecord, now: i64) -> Result<
     current.parent_run_id = run.parent_run_id.clone();
     current.updated_at = Some(now);
     Ok(current)
+}
+
+/// A session's run-index counter as read, and the write that moves it to `next`.
+struct Counter<B: DocBackend> {
+    next: Option<i64>,
+    pre: Pre<B>,
+}
+
+impl<B: DocBackend> Docs<B> {
+    async fn run_counter(&self, session_id: &str) -> Result<Counter<B>> {
+        let stored = self
+            .get(
+                self.collection(Collection::Meta),
+                &run_counter_id(session_id),
+            )
+            .await?;
+        Ok(match stored {
+            Some(s) => Counter {
+                next: s.fields.get("next").and_then(Value::as_i64),
+                pre: s.unchanged(),
+            },
+            None => Counter {
+                next: None,
+                pre: Pre::Absent,
+            },
+        })
+    }
+
+    fn counter_write(&self, session_id: &str, next: i64, pre: Pre<B>) -> B::Write {
+        let mut fields = crate::Fields::new();
+        fields.insert("next".into(), Value::from(next));
+        fields.insert("session_id".into(), Value::from(session_id));
+        self.put(
+            self.collection(Collection::Meta),
+            &run_counter_id(session_id),
+            &fields,
+            pre,
+        )
+    }
+}
+
+/// [`DocBackend::write_run`] by compare-and-set: one commit writes the run, re-checks its
+/// session (rewritten unchanged under its version, so a concurrent delete or owner change
+/// conflicts) and moves the session's run-index counter past the run's index (seeded once
+/// from the stored runs when missing).
+pub async fn write_run_cas<B: DocBackend>(db: &B, run: RunRecord) -> Result<RunRecord> {
+    let docs = Docs::of(db);
+    let runs = db.collection(Collection::Runs);
+    let id = db.doc_id(&run.run_id);
+    for attempt in 0..CAS_ATTEMPTS {
+        let Some(session) = docs.find_session(&run.session_id).await? else {
+            return Err(run.missing_session());
+        };
+        run.check_session(Some(session.str("user_id")))?;
+        let counter = docs.run_counter(&run.session_id).await?;
+        let now = now_epoch_seconds();
+        let (next, pre) = match db.get(runs, &id).await? {
+            Some(stored) => {
+                let mut current = updated_run(stored.decode("a run")?, &run, now)?;
+                current.run_index = current.run_index.or(run.run_index);
+                (current, stored.unchanged())
+            }
+            None => {
+                let mut new = run.clone();
+                if new.run_index.is_none() {
+                    new.run_index = Some(match counter.next {
+                        Some(n) => n,
+                        None => docs
+                            .session_runs(&run.session_id)
+                            .await?
+                            .iter()
+                            .filter_map(|r| r.run_index)
+                            .max()
+                            .map_or(0, |top| top + 1),
+                    });
+                }
+                new.updated_at = Some(now);
+                (new, Pre::Absent)
+            }
+        };
+        let floor = next.run_index.map_or(0, |i| i + 1);
+        let mut writes = vec![
+            db.put(
+                db.collection(Collection::Sessions),
+                &session.id,
+                &session.fields,
+                session.unchanged(),
+            ),
+            db.put(runs, &id, &db.to_fields(&next, "a run")?, pre),
+        ];
+        if counter.next.is_none_or(|n| n < floor) {
+            writes.push(docs.counter_write(&run.session_id, floor, counter.pre));
+        }
+        match db.commit("upsert run", writes).await? {
+            Commit::Done => return Ok(next),
+            Commit::Conflict => backoff(attempt).await,
+        }
+    }
+    Err(db.contended("upsert run"))
+}
+
+/// [`DocBackend::copy_legacy_runs`] by compare-and-set: each run create-only, in a commit
+/// that moves its session's run-index counter past the copied index. A run already stored
+/// (newer than its legacy copy) is kept as it is.
+pub async fn copy_runs_cas<B: DocBackend>(db: &B, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+    let docs = Docs::of(db);
+    let runs = db.collection(Collection::Runs);
+    let mut outcome = InsertedRuns::default();
+    for row in &rows {
+        let id = db.doc_id(&row.run_id);
+        let fields = db.to_fields(row, "a run")?;
+        let mut settled = false;
+        for attempt in 0..CAS_ATTEMPTS {
+            if db.get(runs, &id).await?.is_some() {
+                settled = true;
+                break;
+            }
+            let counter = docs.run_counter(&row.session_id).await?;
+            let mut writes = vec![db.put(runs, &id, &fields, Pre::Absent)];
+            // A missing counter is seeded from the stored runs (this one included) later.
+            if let (Some(next), Some(index)) = (counter.next, row.run_index) {
+                if next <= index {
+                    writes.push(docs.counter_write(&row.session_id, index + 1, counter.pre));
+                }
+            }
+            match db.commit("copy legacy runs", writes).await? {
+                Commit::Done => {
+                    outcome.inserted += 1;
+                    settled = true;
+                    break;
+                }
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        if !settled {
+            return Err(db.contended("copy legacy runs"));
+        }
+        outcome.present += 1;
+    }
+    Ok(outcome)
 }

@@ -31,7 +31,7 @@ fn name_guard(user_id: Option<&str>, name: &str) -> String {
     digest_id("schedule_name", &[user_id, Some(name)])
 }
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     /// The writes that take `schedule`'s `(user_id, name)`: its guard document, if any.
     fn take_name(&self, schedule: &Schedule) -> Vec<B::Write> {
         if !B::SCHEDULE_NAME_GUARDS {
@@ -107,7 +107,7 @@ impl<B: DocBackend> Docs<'_, B> {
 }
 
 #[async_trait]
-impl<B: DocBackend> ScheduleStore for Docs<'_, B> {
+impl<B: DocBackend> ScheduleStore for Docs<B> {
     async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
         for attempt in 0..CAS_ATTEMPTS {
             let mut writes = self.take_name(&schedule);

@@ -1,6 +1,6 @@
 //! Sessions (`agno_sessions`): one document per session, document id =
 //! [`DocBackend::doc_id`] of `session_id`; found by [`DocBackend::find`] on `session_id`.
-//! Deleting one is the backend's [`DocBackend::delete_session`].
+//! Deleting one is [`DocBackend::delete_session`] (by default [`delete_session_cas`]).
 //!
 //! A pre-v3 `runs` field (agno 2.x) stays on the document until the migration's cleanup;
 //! reads merge it with the runs collection.
@@ -13,13 +13,14 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::{
-    backoff, opt, Collection, Commit, DocBackend, Docs, Fields, Pre, Stored, CAS_ATTEMPTS,
+    backoff, opt, run_counter_id, Collection, Commit, DocBackend, Docs, Fields, Pre, Stored,
+    CAS_ATTEMPTS,
 };
 
 /// The legacy `runs` field.
 pub(crate) const LEGACY_RUNS: &str = "runs";
 
-impl<B: DocBackend> Docs<'_, B> {
+impl<B: DocBackend> Docs<B> {
     /// A stored session and its legacy runs blob.
     pub fn decode_session(&self, stored: &Stored<B>) -> Result<(Session, Option<Value>)> {
         let mut fields = stored.fields.clone();
@@ -114,7 +115,7 @@ impl<B: DocBackend> Docs<'_, B> {
 }
 
 #[async_trait]
-impl<B: DocBackend> SessionStore for Docs<'_, B> {
+impl<B: DocBackend> SessionStore for Docs<B> {
     async fn upsert_session(&self, session: Session) -> Result<Session> {
         let (stored, legacy) = self.write_session(&session).await?;
         self.with_runs(stored, legacy.as_ref(), None).await
@@ -208,4 +209,47 @@ impl<B: DocBackend> SessionStore for Docs<'_, B> {
         }
         Ok(deleted)
     }
+}
+
+/// [`DocBackend::delete_session`] in one commit: the session as read (a concurrent write to
+/// it conflicts and the delete is retried), its run-index counter and its runs.
+pub async fn delete_session_cas<B: DocBackend>(
+    db: &B,
+    session_id: &str,
+    user_id: Option<&str>,
+) -> Result<bool> {
+    let docs = Docs::of(db);
+    let runs = db.collection(Collection::Runs);
+    for attempt in 0..CAS_ATTEMPTS {
+        let Some(stored) = docs.find_session(session_id).await? else {
+            return Ok(false);
+        };
+        let (s, _) = docs.decode_session(&stored)?;
+        if !visible_to(s.user_id.as_deref(), user_id) {
+            return Ok(false);
+        }
+        let mut writes = vec![
+            db.delete(
+                db.collection(Collection::Sessions),
+                &stored.id,
+                stored.unchanged(),
+            ),
+            db.delete(
+                db.collection(Collection::Meta),
+                &run_counter_id(session_id),
+                Pre::Any,
+            ),
+        ];
+        for run in db
+            .query(runs, &[("session_id", opt(Some(session_id)))])
+            .await?
+        {
+            writes.push(db.delete(runs, &run.id, run.unchanged()));
+        }
+        match db.commit("delete sessions", writes).await? {
+            Commit::Done => return Ok(true),
+            Commit::Conflict => backoff(attempt).await,
+        }
+    }
+    Err(db.contended("delete sessions"))
 }

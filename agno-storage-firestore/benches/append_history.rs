@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use agno_storage_core::{RunRecord, RunStore, Session, SessionStore, SessionType};
+use agno_storage_doc::Docs;
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
 use serde_json::json;
 
@@ -41,9 +42,11 @@ async fn phase(history: usize, appends: usize) -> (Duration, Duration) {
         "agno-bench-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..10]
     );
-    let db = FirestoreDb::connect(&project, FirestoreOptions::default())
-        .await
-        .expect("connect");
+    let db = Docs(
+        FirestoreDb::connect(&project, FirestoreOptions::default())
+            .await
+            .expect("connect"),
+    );
     let s = Session::new("target", SessionType::Agent, "bench-agent").with_user("bench");
     db.upsert_session(s).await.expect("session");
     let mut tasks = tokio::task::JoinSet::new();

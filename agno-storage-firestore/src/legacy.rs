@@ -15,8 +15,8 @@ impl FirestoreDb {
         runs_blob: serde_json::Value,
     ) -> Result<()> {
         let auto_id: String = uuid::Uuid::new_v4().simple().to_string()[..20].to_owned();
-        Docs(self)
-            .insert_legacy_session(&auto_id, session, runs_blob)
+        Docs::of(self)
+            .write_legacy_session(&auto_id, session, runs_blob)
             .await
     }
 }

@@ -44,9 +44,6 @@ mod runs;
 mod sessions;
 
 #[cfg(feature = "firestore")]
-agno_storage_doc::doc_stores!(FirestoreDb);
-
-#[cfg(feature = "firestore")]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 #[cfg(feature = "firestore")]
 pub use db::{CollectionNames, FirestoreDb, FirestoreOptions};

@@ -53,7 +53,7 @@ impl FirestoreDb {
                     });
             }
             // No counter yet: seed it from the stored runs, then take an index.
-            let highest = Docs(self)
+            let highest = Docs::of(self)
                 .session_runs(session_id)
                 .await?
                 .iter()
@@ -94,7 +94,7 @@ impl FirestoreDb {
     /// [`DocBackend::write_run`]: an explicit `run_index` raises the counter first, a
     /// missing one is taken from it.
     pub(crate) async fn write_run_counted(&self, run: RunRecord) -> Result<RunRecord> {
-        let session = Docs(self).find_session(&run.session_id).await?;
+        let session = Docs::of(self).find_session(&run.session_id).await?;
         run.check_session(
             session
                 .as_ref()

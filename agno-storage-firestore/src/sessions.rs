@@ -15,7 +15,7 @@ impl FirestoreDb {
         session_id: &str,
         user_id: Option<&str>,
     ) -> Result<bool> {
-        let docs = Docs(self);
+        let docs = Docs::of(self);
         let Some(stored) = docs.find_session(session_id).await? else {
             return Ok(false);
         };

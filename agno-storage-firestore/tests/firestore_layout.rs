@@ -12,12 +12,13 @@ use agno_storage_core::{
     ErrorKind, MetricsStore, MigrationTarget, OpenMode, RunRecord, RunStore, Session, SessionQuery,
     SessionRead, SessionStore, SessionType,
 };
+use agno_storage_doc::Docs;
 use agno_storage_firestore::firestore::gcloud_sdk::google::firestore::v1::{value, Document};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-async fn open(stamp: bool) -> Option<FirestoreDb> {
+async fn open(stamp: bool) -> Option<Docs<FirestoreDb>> {
     if std::env::var("FIRESTORE_EMULATOR_HOST").is_err() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
         assert!(
@@ -35,11 +36,11 @@ async fn open(stamp: bool) -> Option<FirestoreDb> {
         stamp_new_database: stamp,
         ..FirestoreOptions::default()
     };
-    Some(
+    Some(Docs(
         FirestoreDb::connect(&project, options)
             .await
             .expect("connect"),
-    )
+    ))
 }
 
 async fn docs(db: &FirestoreDb, collection: &str) -> Vec<Document> {
@@ -283,14 +284,16 @@ fn lock_project() -> Option<String> {
     ))
 }
 
-async fn leased(project: &str) -> FirestoreDb {
+async fn leased(project: &str) -> Docs<FirestoreDb> {
     let options = FirestoreOptions {
         migration_lock_lease: LEASE,
         ..FirestoreOptions::default()
     };
-    FirestoreDb::connect(project, options)
-        .await
-        .expect("connect")
+    Docs(
+        FirestoreDb::connect(project, options)
+            .await
+            .expect("connect"),
+    )
 }
 
 /// The lock document, if any.

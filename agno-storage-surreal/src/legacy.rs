@@ -15,8 +15,8 @@ impl SurrealDb {
         runs_blob: serde_json::Value,
     ) -> Result<()> {
         let id = session.session_id.clone();
-        Docs(self)
-            .insert_legacy_session(&id, session, runs_blob)
+        Docs::of(self)
+            .write_legacy_session(&id, session, runs_blob)
             .await
     }
 }

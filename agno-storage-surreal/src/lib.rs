@@ -55,9 +55,6 @@ mod runs;
 mod sessions;
 
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-agno_storage_doc::doc_stores!(SurrealDb);
-
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use db::{SurrealDb, SurrealOptions, TableNames};

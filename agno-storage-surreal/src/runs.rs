@@ -50,7 +50,7 @@ impl SurrealDb {
                 Ok(values) => match next_of(values) {
                     Some(n) => return Ok(n - 1),
                     None => {
-                        let floor = Docs(self)
+                        let floor = Docs::of(self)
                             .session_runs(session_id)
                             .await?
                             .iter()
@@ -95,7 +95,7 @@ impl SurrealDb {
         for attempt in 0..CAS_ATTEMPTS {
             // The session is read here and re-checked in the run's transaction: a run goes
             // only into an existing session that is unowned or the writer's.
-            let Some(session) = Docs(self).find_session(&run.session_id).await? else {
+            let Some(session) = Docs::of(self).find_session(&run.session_id).await? else {
                 return Err(run.missing_session());
             };
             run.check_session(Some(session.str("user_id")))?;

@@ -16,7 +16,7 @@ impl SurrealDb {
         session_id: &str,
         user_id: Option<&str>,
     ) -> Result<bool> {
-        let docs = Docs(self);
+        let docs = Docs::of(self);
         for attempt in 0..CAS_ATTEMPTS {
             let Some(stored) = docs.find_session(session_id).await? else {
                 return Ok(false);

@@ -6,17 +6,20 @@ use std::time::{Duration, Instant};
 
 use agno_storage_core::migration::MigrationTarget;
 use agno_storage_core::ErrorKind;
+use agno_storage_doc::Docs;
 use agno_storage_surreal::surrealdb::types::{RecordId, Value};
 use agno_storage_surreal::{SurrealDb, SurrealOptions, DEFAULT_MIGRATION_LOCK_LEASE};
 
 /// The lease the lock tests use (the default is 30 s).
 const LEASE: Duration = Duration::from_secs(2);
 
-async fn leased() -> SurrealDb {
+async fn leased() -> Docs<SurrealDb> {
     let options = SurrealOptions::new("lock", "lock").with_migration_lock_lease(LEASE);
-    SurrealDb::connect("mem://", options)
-        .await
-        .expect("open mem://")
+    Docs(
+        SurrealDb::connect("mem://", options)
+            .await
+            .expect("open mem://"),
+    )
 }
 
 /// The lock record, if any.

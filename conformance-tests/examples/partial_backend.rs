@@ -15,8 +15,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agno_storage_core::in_memory::InMemoryDb;
 use agno_storage_core::{AgnoDb, Capabilities, Result};
+use agno_storage_doc::InMemoryDb;
 use conformance_tests::{async_trait, Harness};
 
 /// The adapter: a sessions+runs store.
@@ -35,7 +35,7 @@ mod partial_store {
 
     /// A fresh, empty database.
     pub fn open() -> AgnoDb {
-        let store = Arc::new(InMemoryDb::new());
+        let store = Arc::new(InMemoryDb::new().stores());
         AgnoDb::builder("partial")
             .sessions(store.clone())
             .runs(store)

@@ -12,7 +12,7 @@
 //! session's history is, growing with N when every append rewrites or scans the history.
 //!
 //! ```no_run
-//! use agno_storage_core::in_memory::InMemoryDb;
+//! use agno_storage_doc::InMemoryDb;
 //! use conformance_tests::bench;
 //!
 //! # async fn example() -> agno_storage_core::Result<()> {

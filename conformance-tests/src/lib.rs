@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use agno_storage_core::{AgnoDb, Capabilities, Result};
-//! use agno_storage_core::in_memory::InMemoryDb;
+//! use agno_storage_doc::InMemoryDb;
 //!
 //! struct Memory;
 //!

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agno_storage_core::in_memory::InMemoryDb;
 use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
+use agno_storage_doc::InMemoryDb;
 use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter};
 use serde_json::Value;
 
@@ -15,8 +15,7 @@ struct Writer(InMemoryDb);
 #[async_trait]
 impl LegacyWriter for Writer {
     async fn write_legacy_session(&self, session: Session, runs_blob: Value) -> Result<()> {
-        self.0.insert_legacy_session(session, runs_blob);
-        Ok(())
+        self.0.insert_legacy_session(session, runs_blob).await
     }
 }
 
