@@ -188,6 +188,7 @@ impl FirestoreDb {
             )
             .with_backend(BACKEND)
             .with_operation("connect")
+            .with_source(e)
         })?;
         Self::open_with_mode(client, options, mode).await
     }

@@ -62,6 +62,7 @@ fn status_err(operation: &'static str, s: Status) -> Error {
         .with_backend(BACKEND)
         .with_operation(operation)
         .set_temporary(temporary)
+        .with_source(s)
 }
 
 /// A JSON value as a Firestore value: integers stay integers, other numbers are doubles,

@@ -309,6 +309,7 @@ impl SurrealDb {
                 )
                 .with_backend(BACKEND)
                 .with_operation("connect")
+                .with_source(e)
             })?;
         if let Some((user, pass)) = &options.credentials {
             client

@@ -12,7 +12,9 @@ use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::{async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord};
 use agno_storage_doc::{Collection, DocBackend};
 use serde_json::Value;
-use surrealdb::types::{Datetime, Number, Object, RecordId, RecordIdKey, ToSql, Value as SValue};
+use surrealdb::types::{
+    Datetime, Number, Object, QueryError, RecordId, RecordIdKey, ToSql, Value as SValue,
+};
 
 use crate::db::TableNames;
 use crate::SurrealDb;
@@ -352,20 +354,60 @@ pub(crate) fn db_err(operation: &'static str, e: surrealdb::Error) -> Error {
     } else {
         ErrorKind::Unexpected
     };
+    let temporary = e.is_connection();
     Error::new(kind, format!("SurrealDB: {}", e.message()))
         .with_backend(BACKEND)
         .with_operation(operation)
-        .set_temporary(e.is_connection())
+        .set_temporary(temporary)
+        .with_source(e)
 }
 
-/// Whether an error means "another writer won": our precondition `THROW`, a transaction
-/// conflict, or a unique index that already holds the value.
-fn is_conflict(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    m.contains(CAS_MARK)
-        || m.contains("conflict")
-        || m.contains("can be retried")
-        || m.contains("already contains")
+/// Whether a statement's error means "another writer won", by its kind: our precondition
+/// `THROW`, a transaction conflict, or a unique index that already holds the value.
+/// SurrealDB 3.3 reports the last as an `Internal` error without details (its index error
+/// is flattened to text on the way out), so that one case is told by its message.
+fn is_conflict(e: &surrealdb::Error) -> bool {
+    e.is_thrown()
+        || e.is_already_exists()
+        || matches!(e.query_details(), Some(QueryError::TransactionConflict))
+        || (e.is_internal() && e.message().contains("already contains"))
+}
+
+/// The errors of a query's failed statements, in statement order.
+struct Failed(Vec<surrealdb::Error>);
+
+impl Failed {
+    fn is_conflict(&self) -> bool {
+        self.0.iter().any(is_conflict)
+    }
+
+    /// As ours: every message, the statement that failed (not one skipped because of it) as
+    /// the source.
+    fn into_error(self, operation: &'static str) -> Error {
+        let conflict = self.is_conflict();
+        let text: Vec<&str> = self.0.iter().map(|e| e.message()).collect();
+        let message = format!("SurrealDB: {}", text.join("; "));
+        let cause = self
+            .0
+            .iter()
+            .position(|e| !matches!(e.query_details(), Some(QueryError::NotExecuted)))
+            .unwrap_or(0);
+        let mut error = Error::new(
+            if conflict {
+                ErrorKind::Conflict
+            } else {
+                ErrorKind::Unexpected
+            },
+            message,
+        )
+        .with_backend(BACKEND)
+        .with_operation(operation)
+        .set_temporary(conflict);
+        if let Some(first) = self.0.into_iter().nth(cause) {
+            error = error.with_source(first);
+        }
+        error
+    }
 }
 
 /// Checks a table name is a plain identifier (names go into SurrealQL text).
@@ -392,29 +434,18 @@ impl SurrealDb {
         sql: &str,
         vars: Vec<(String, SValue)>,
     ) -> Result<Vec<SValue>> {
-        match self.run_raw(operation, sql, vars).await? {
-            Ok(values) => Ok(values),
-            Err(message) => Err(Error::new(
-                if is_conflict(&message) {
-                    ErrorKind::Conflict
-                } else {
-                    ErrorKind::Unexpected
-                },
-                format!("SurrealDB: {message}"),
-            )
-            .with_backend(BACKEND)
-            .with_operation(operation)
-            .set_temporary(is_conflict(&message))),
-        }
+        self.run_raw(operation, sql, vars)
+            .await?
+            .map_err(|failed| failed.into_error(operation))
     }
 
-    /// Runs `sql`; `Ok(Err(message))` when a statement failed (all messages joined).
+    /// Runs `sql`; `Ok(Err(failed))` when a statement failed.
     async fn run_raw(
         &self,
         operation: &'static str,
         sql: &str,
         vars: Vec<(String, SValue)>,
-    ) -> Result<std::result::Result<Vec<SValue>, String>> {
+    ) -> Result<std::result::Result<Vec<SValue>, Failed>> {
         let mut obj = Object::new();
         for (k, v) in vars {
             obj.insert(k, v);
@@ -428,13 +459,9 @@ impl SurrealDb {
             .map_err(|e| db_err(operation, e))?;
         let errors = response.take_errors();
         if !errors.is_empty() {
-            let mut list: Vec<(usize, String)> = errors
-                .into_iter()
-                .map(|(i, e)| (i, e.message().to_owned()))
-                .collect();
-            list.sort();
-            let text: Vec<String> = list.into_iter().map(|(_, m)| m).collect();
-            return Ok(Err(text.join("; ")));
+            let mut list: Vec<(usize, surrealdb::Error)> = errors.into_iter().collect();
+            list.sort_by_key(|(i, _)| *i);
+            return Ok(Err(Failed(list.into_iter().map(|(_, e)| e).collect())));
         }
         let n = response.num_statements();
         let mut out = Vec::with_capacity(n);
@@ -623,10 +650,8 @@ impl DocBackend for SurrealDb {
         sql.push_str("COMMIT TRANSACTION;");
         match self.run_raw(operation, &sql, vars).await? {
             Ok(_) => Ok(Commit::Done),
-            Err(m) if is_conflict(&m) => Ok(Commit::Conflict),
-            Err(m) => Err(Error::new(ErrorKind::Unexpected, format!("SurrealDB: {m}"))
-                .with_backend(BACKEND)
-                .with_operation(operation)),
+            Err(failed) if failed.is_conflict() => Ok(Commit::Conflict),
+            Err(failed) => Err(failed.into_error(operation)),
         }
     }
 
