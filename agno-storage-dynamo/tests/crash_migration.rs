@@ -1,6 +1,6 @@
 //! Crash during migration on DynamoDB: a child process migrating a large agno 2.x database
 //! is killed with SIGKILL at random points, and the database must recover (see
-//! `conformance_tests::crash`).
+//! `agno_storage_testkit::crash`).
 //!
 //! The server comes from `AGNO_TEST_DYNAMODB_URL` (DynamoDB Local); without it the test is
 //! skipped, except under `CI=true`, where it fails.
@@ -22,9 +22,9 @@ use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result};
 use agno_storage_dynamo::aws_sdk_dynamodb::types::AttributeValue;
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
+use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use common::{client, create_legacy_sessions, ddb_err, Writer};
 use conformance_tests::async_trait;
-use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 
 /// The migration lock lease of the children and the parent.
 const LEASE: Duration = Duration::from_secs(2);
@@ -154,5 +154,5 @@ fn main() -> ExitCode {
         }),
         _ => Target::missing("dynamodb", "AGNO_TEST_DYNAMODB_URL"),
     };
-    conformance_tests::crash::main(vec![target])
+    agno_storage_testkit::crash::main(vec![target])
 }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
+use agno_storage_testkit::servers::{self, Backend};
 use common::{client, create_legacy_sessions, Writer};
-use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, RawRunWriter, RawRunsDb};
 
 const PREFIX: &str = "agno_ct_";

@@ -12,10 +12,10 @@ use agno_storage_core::{
     EvalRun, EvalType, KnowledgeContent, RunRecord, Session, SessionRead, SessionType, UserMemory,
 };
 use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
-use conformance_tests::interop::{
+use agno_storage_testkit::interop::{
     agno_surrogate_read_back, assert_surrogate_reads, read_agno_fixture,
 };
-use conformance_tests::servers::ci;
+use agno_storage_testkit::servers::ci;
 use serde_json::{json, Value};
 
 /// `(DynamoDB URL, python of the agno 2.9.0 venv)`, or `None` (skip) when unset.

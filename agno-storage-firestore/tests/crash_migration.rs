@@ -1,6 +1,6 @@
 //! Crash during migration on Firestore: a child process migrating a large agno 2.x database
 //! is killed with SIGKILL at random points, and the database must recover (see
-//! `conformance_tests::crash`).
+//! `agno_storage_testkit::crash`).
 //!
 //! The emulator comes from `FIRESTORE_EMULATOR_HOST` (or `AGNO_TEST_FIRESTORE_URL`); without
 //! it the test is skipped, except under `CI=true`, where it fails. Each trial gets its own
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result, Session};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
-use conformance_tests::crash::{CrashBackend, CrashDb, Target};
+use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use conformance_tests::{async_trait, LegacyWriter};
 use serde_json::Value;
 
@@ -109,7 +109,7 @@ fn main() -> ExitCode {
         .ok()
         .or_else(|| std::env::var("AGNO_TEST_FIRESTORE_URL").ok());
     let Some(host) = host else {
-        return conformance_tests::crash::main(vec![Target::missing(
+        return agno_storage_testkit::crash::main(vec![Target::missing(
             "firestore",
             "FIRESTORE_EMULATOR_HOST",
         )]);
@@ -122,5 +122,5 @@ fn main() -> ExitCode {
             .to_owned();
         std::env::set_var("FIRESTORE_EMULATOR_HOST", host);
     }
-    conformance_tests::crash::main(vec![Target::ready(Firestore)])
+    agno_storage_testkit::crash::main(vec![Target::ready(Firestore)])
 }

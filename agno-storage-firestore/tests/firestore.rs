@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
-use conformance_tests::servers::{self, Backend};
+use agno_storage_testkit::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
 

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 
 use agno_storage_core::{AgnoDb, MigrationManager, RunRecord, SessionRead};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
-use conformance_tests::interop::{
+use agno_storage_testkit::interop::{
     agno_python, assert_agno_read_fixture, read_agno_fixture, run_driver, write_fixture,
     FixtureReadBack,
 };
-use conformance_tests::servers::ci;
+use agno_storage_testkit::servers::ci;
 use serde_json::{json, Value};
 
 fn env(var: &str) -> Option<String> {

@@ -8,7 +8,7 @@
 //!
 //! For each N (`BENCH_N`, default 10,1000,3000; agno's `JsonDb` rewrites its whole runs file
 //! on every append, so its side grows quadratically): one session, N runs of ~2 KB appended
-//! one call at a time, the session read back ([`conformance_tests::bench::append_runs`]), in
+//! one call at a time, the session read back ([`agno_storage_testkit::bench::append_runs`]), in
 //! a fresh directory under `BENCH_DIR` (default: the system temp dir) and in a fresh
 //! in-memory store. Beside them, agno 3.1.10's `JsonDb` in another fresh directory and its
 //! `InMemoryDb` (a Python dict: the nearest thing agno has to a JSON store in memory).
@@ -19,7 +19,7 @@
 use std::path::PathBuf;
 
 use agno_storage_json::JsonDb;
-use conformance_tests::bench;
+use agno_storage_testkit::bench;
 
 fn main() {
     let ns = bench::sizes("10,1000,3000");

@@ -1,6 +1,6 @@
 //! Crash during migration on JSON files: a child process migrating a large agno 2.x
 //! directory (or bucket prefix) is killed with SIGKILL at random points, and the database
-//! must recover (see `conformance_tests::crash`).
+//! must recover (see `agno_storage_testkit::crash`).
 //!
 //! The local directory always runs; GCS and S3 (features `gcs`, `s3`) need their emulators'
 //! variables and are skipped without them, except under `CI=true`. The local migration lock
@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Result};
 use agno_storage_json::JsonDb;
+use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use conformance_tests::async_trait;
-use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 
 struct Local;
 
@@ -140,5 +140,5 @@ fn main() -> ExitCode {
         ))),
         None => Target::missing("json-s3", "AGNO_TEST_S3_URL"),
     });
-    conformance_tests::crash::main(targets)
+    agno_storage_testkit::crash::main(targets)
 }

@@ -5,7 +5,7 @@
 //! Needs `AGNO_TEST_PYTHON_V2` and `AGNO_TEST_PYTHON_V3` (python executables of venvs with
 //! agno 2.9.0 and 3.1.10; `./scripts/test.sh` builds them). Without them the tests are
 //! skipped with a note, except under `CI=true`, where they fail. The driver runs with
-//! `TZ=UTC` (`conformance_tests::interop::run_driver`): agno writes memory timestamps in the
+//! `TZ=UTC` (`agno_storage_testkit::interop::run_driver`): agno writes memory timestamps in the
 //! host's local time without an offset and reads them back as UTC, so only a UTC host reads
 //! its own memories back unchanged.
 
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use agno_storage_core::{AgnoDb, MigrationManager, SessionRead};
 use agno_storage_json::JsonDb;
-use conformance_tests::interop::{
+use agno_storage_testkit::interop::{
     agno_python, agno_surrogate_read_back, assert_agno_read_fixture, assert_surrogate_reads,
     read_agno_fixture, run_driver, write_fixture, FixtureReadBack,
 };

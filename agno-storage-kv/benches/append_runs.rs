@@ -7,7 +7,7 @@
 //!
 //! For each N (`BENCH_N`, default 10,1000,10000): a fresh key prefix, one session, N runs of
 //! ~2 KB appended one call at a time, the session read back
-//! ([`conformance_tests::bench::append_runs`]); then the same workload through agno 3.1.10's
+//! ([`agno_storage_testkit::bench::append_runs`]); then the same workload through agno 3.1.10's
 //! `RedisDb` on the same server under another fresh prefix (agno's `ValkeyDb` needs the
 //! glide client, so Valkey is measured with `RedisDb` too). Both prefixes are deleted after.
 //! `BENCH_WORKERS` sets the tokio runtime's worker threads (default 2).
@@ -15,7 +15,7 @@
 mod common;
 
 use agno_storage_kv::{KvDb, KvOptions};
-use conformance_tests::bench;
+use agno_storage_testkit::bench;
 
 async fn delete_prefix(url: &str, prefix: &str) {
     let client = redis::Client::open(url).unwrap();

@@ -1,6 +1,7 @@
-//! Redis as coordination only: jobs live in SQL (SQLite here), live events and cancellation
-//! flags in a private Redis server that is killed mid-run and started again. Nothing in SQL
-//! is lost or done twice; the live view degrades while Redis is down and recovers after.
+//! Redis as coordination only: jobs live in another store (the in-memory one here; SQL in a
+//! deployment), live events and cancellation flags in a private Redis server that is killed
+//! mid-run and started again. No job is lost or done twice; the live view degrades while
+//! Redis is down and recovers after.
 //!
 //! Needs the `redis-server` binary (installed by `scripts/test.sh`). Without it the test is
 //! skipped with a note, except under `CI=true`, where it fails.
@@ -12,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agno_storage_core::{Job, JobStatus};
+use agno_storage_doc::InMemoryDb;
 use agno_storage_kv::Coordination;
-use agno_storage_sql::{SqlDb, TableNames};
 use serde_json::json;
 
 fn start_redis(port: u16) -> Option<Child> {
@@ -71,13 +72,7 @@ fn redis_fault_degrades_the_live_view_and_loses_no_job() {
     let server = redis.clone();
     rt.block_on(async move {
         let redis = server;
-        let dir = std::env::temp_dir().join("agno-storage-tests");
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join(format!("coordination-{}.db", uuid::Uuid::new_v4().simple()));
-        let db = SqlDb::open_sqlite(&path, TableNames::default())
-            .await
-            .expect("sqlite")
-            .agno_db();
+        let db = InMemoryDb::new().agno_db();
         let url = format!("redis://127.0.0.1:{port}");
         let coord = Arc::new(
             Coordination::new(&url, &format!("agno_ct_{}", uuid::Uuid::new_v4().simple()))

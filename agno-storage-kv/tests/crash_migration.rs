@@ -1,6 +1,6 @@
 //! Crash during migration on Redis and Valkey: a child process migrating a large agno 2.x
 //! key space is killed with SIGKILL at random points, and the database must recover (see
-//! `conformance_tests::crash`).
+//! `agno_storage_testkit::crash`).
 //!
 //! The servers come from `AGNO_TEST_REDIS_URL` and `AGNO_TEST_VALKEY_URL`; without them a
 //! backend is skipped, except under `CI=true`, where it fails.
@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
 use agno_storage_kv::{KvDb, KvOptions};
+use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use conformance_tests::async_trait;
-use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 
 /// The migration lock lease of the children and the parent.
 const LEASE: Duration = Duration::from_secs(2);
@@ -106,7 +106,7 @@ fn target(name: &'static str, var: &str) -> Target {
 }
 
 fn main() -> ExitCode {
-    conformance_tests::crash::main(vec![
+    agno_storage_testkit::crash::main(vec![
         target("redis", "AGNO_TEST_REDIS_URL"),
         target("valkey", "AGNO_TEST_VALKEY_URL"),
     ])

@@ -16,7 +16,7 @@ use agno_storage_core::{
     AgnoDb, EnqueueRejection, Job, JobQuery, JobStatus, MigrationManager, SessionQuery, SessionRead,
 };
 use agno_storage_kv::{KvDb, KvOptions};
-use conformance_tests::interop::{
+use agno_storage_testkit::interop::{
     agno_python, assert_agno_read_fixture, read_agno_fixture, run_driver, write_fixture,
     FixtureReadBack,
 };

@@ -6,5 +6,5 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run_suite("redis", conformance_tests::servers::Backend::Redis)
+    common::run_suite("redis", agno_storage_testkit::servers::Backend::Redis)
 }

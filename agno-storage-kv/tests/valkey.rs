@@ -6,5 +6,5 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run_suite("valkey", conformance_tests::servers::Backend::Valkey)
+    common::run_suite("valkey", agno_storage_testkit::servers::Backend::Valkey)
 }

@@ -9,12 +9,12 @@
 //! starts, the sorted `find_one` that seeds a session's `run_index` scans the session's runs,
 //! so ours grows with N there and 10,000 takes most of an hour): a fresh database, one session, N runs of
 //! ~2 KB appended one call at a time, the session read back
-//! ([`conformance_tests::bench::append_runs`]); then the same workload through agno 3.1.10's
+//! ([`agno_storage_testkit::bench::append_runs`]); then the same workload through agno 3.1.10's
 //! `MongoDb` on the same server in another fresh database. Both databases are dropped after.
 
 use agno_storage_mongo::mongodb::Client;
 use agno_storage_mongo::{CollectionNames, MongoDb};
-use conformance_tests::bench;
+use agno_storage_testkit::bench;
 
 fn main() {
     let Ok(url) = std::env::var("AGNO_TEST_MONGODB_URL") else {

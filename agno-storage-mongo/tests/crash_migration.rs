@@ -1,6 +1,6 @@
 //! Crash during migration on MongoDB: a child process migrating a large agno 2.x database
 //! is killed with SIGKILL at random points, and the database must recover (see
-//! `conformance_tests::crash`).
+//! `agno_storage_testkit::crash`).
 //!
 //! The server comes from `AGNO_TEST_MONGODB_URL`; without it the test is skipped, except
 //! under `CI=true`, where it fails.
@@ -22,9 +22,9 @@ use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result};
 use agno_storage_mongo::mongodb::bson::{doc, Document};
 use agno_storage_mongo::mongodb::Client;
 use agno_storage_mongo::{CollectionNames, MongoDb};
+use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use common::{mongo_err, Writer};
 use conformance_tests::async_trait;
-use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 
 /// The migration lock lease of the children and the parent.
 const LEASE: Duration = Duration::from_secs(2);
@@ -133,5 +133,5 @@ fn main() -> ExitCode {
         }),
         _ => Target::missing("mongodb", "AGNO_TEST_MONGODB_URL"),
     };
-    conformance_tests::crash::main(vec![target])
+    agno_storage_testkit::crash::main(vec![target])
 }

@@ -13,8 +13,8 @@ use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_mongo::mongodb::bson::doc;
 use agno_storage_mongo::mongodb::{Client, Database};
 use agno_storage_mongo::{CollectionNames, MongoDb};
+use agno_storage_testkit::servers::{self, Backend};
 use common::{mongo_err, Writer};
-use conformance_tests::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
 
 const DB_PREFIX: &str = "agno_ct_";

@@ -1,6 +1,6 @@
 //! Crash during migration on SQLite, PostgreSQL and MySQL/MariaDB: a child process migrating
 //! a large agno 2.x database is killed with SIGKILL at random points, and the database must
-//! recover (see `conformance_tests::crash`).
+//! recover (see `agno_storage_testkit::crash`).
 //!
 //! SQLite always runs (files under `AGNO_TEST_SQLITE_DIR` or the temp dir); PostgreSQL and
 //! MySQL need `AGNO_TEST_POSTGRES_URL` / `AGNO_TEST_MYSQL_URL` and are skipped without them,
@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result, Session};
 use agno_storage_sql::{SqlDb, TableNames};
+use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use conformance_tests::async_trait;
-use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 use conformance_tests::LegacyWriter;
 use serde_json::Value;
 
@@ -302,5 +302,5 @@ fn main() -> ExitCode {
         Ok(url) => Target::ready(mysql::MySql { url }),
         Err(_) => Target::missing("mysql", "AGNO_TEST_MYSQL_URL"),
     });
-    conformance_tests::crash::main(targets)
+    agno_storage_testkit::crash::main(targets)
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use agno_storage_core::{AgnoDb, MigrationManager, SessionRead};
 use agno_storage_sql::{SqlDb, TableNames};
-use conformance_tests::interop::{
+use agno_storage_testkit::interop::{
     agno_python, agno_surrogate_read_back, assert_agno_read_fixture, assert_surrogate_reads,
     read_agno_fixture, run_driver, write_fixture, FixtureReadBack,
 };

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_sql::{SqlDb, TableNames};
-use conformance_tests::servers::{self, Backend};
+use agno_storage_testkit::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, LegacyDb, RawRunWriter, RawRunsDb};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;

@@ -10,11 +10,11 @@
 //! absolute times of an unoptimized engine say nothing about a release one. For each N
 //! (`BENCH_N`, default 10,1000,3000): a fresh in-memory datastore, one session, N runs of
 //! ~2 KB appended one call at a time, the session read back
-//! ([`conformance_tests::bench::append_runs`]). No agno side: agno's `SurrealDb` needs a
+//! ([`agno_storage_testkit::bench::append_runs`]). No agno side: agno's `SurrealDb` needs a
 //! SurrealDB server.
 
 use agno_storage_surreal::{SurrealDb, SurrealOptions};
-use conformance_tests::bench;
+use agno_storage_testkit::bench;
 
 fn main() {
     let ns = bench::sizes("10,1000,3000");

@@ -1,6 +1,6 @@
 //! Crash during migration on SurrealDB's embedded file engine (`surrealkv://`): a child
 //! process migrating a large agno 2.x database is killed with SIGKILL at random points, and
-//! the database must recover (see `conformance_tests::crash`).
+//! the database must recover (see `agno_storage_testkit::crash`).
 //!
 //! Each trial gets its own SurrealKV directory under a scratch directory of this run. The
 //! engine takes an exclusive file lock on its directory, so one process opens it at a time:
@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use agno_storage_core::{AgnoDb, Error, ErrorKind, Result};
 use agno_storage_surreal::surrealdb::types::{RecordId, Value as SValue};
 use agno_storage_surreal::{SurrealDb, SurrealOptions};
+use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use common::Writer;
 use conformance_tests::async_trait;
-use conformance_tests::crash::{CrashBackend, CrashDb, Target};
 
 /// The migration lock lease of the children and the parent.
 const LEASE: Duration = Duration::from_secs(2);
@@ -159,7 +159,7 @@ impl CrashBackend for SurrealKv {
 const DEFAULT_SESSIONS: usize = 50;
 
 fn main() -> ExitCode {
-    let child = std::env::var_os(conformance_tests::crash::CHILD_ENV).is_some();
+    let child = std::env::var_os(agno_storage_testkit::crash::CHILD_ENV).is_some();
     let root = std::env::temp_dir().join(format!("agno-surreal-crash-{}", std::process::id()));
     if !child {
         if let Err(e) = std::fs::create_dir_all(&root) {
@@ -171,7 +171,7 @@ fn main() -> ExitCode {
         root: root.clone(),
         open: Mutex::new(HashMap::new()),
     };
-    let code = conformance_tests::crash::main(vec![Target::ready(backend)]);
+    let code = agno_storage_testkit::crash::main(vec![Target::ready(backend)]);
     if !child {
         // A failing trial keeps its database for inspection; a passing run leaves nothing.
         let _ = std::fs::remove_dir(&root);

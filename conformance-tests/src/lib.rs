@@ -32,12 +32,7 @@ pub use agno_storage_core::async_trait;
 use agno_storage_core::{AgnoDb, Capabilities, Error, ErrorKind, Result, Session};
 use serde_json::Value;
 
-pub mod bench;
 mod cases;
-pub mod crash;
-pub mod interop;
-/// Server URLs from `AGNO_TEST_<BACKEND>_URL`, or containers (feature `containers`).
-pub mod servers;
 
 /// Writes data the way agno 2.x did, for migration cases.
 #[async_trait]

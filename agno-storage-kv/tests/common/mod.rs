@@ -13,7 +13,7 @@ use agno_storage_core::{
     now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session, SessionType,
 };
 use agno_storage_kv::{KvDb, KvOptions};
-use conformance_tests::servers::{self, Backend};
+use agno_storage_testkit::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter, RawRunWriter, RawRunsDb};
 use serde_json::{json, Value};
 

@@ -38,7 +38,7 @@
 //!
 //! ```no_run
 //! use agno_storage_core::{AgnoDb, Result};
-//! use conformance_tests::crash::{CrashBackend, CrashDb, Target};
+//! use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 //! # struct MyBackend;
 //! # async fn fresh_legacy_database() -> Result<CrashDb> {
 //! #     Err(agno_storage_core::Error::unsupported("this example", "databases"))
@@ -56,7 +56,7 @@
 //! }
 //!
 //! fn main() -> std::process::ExitCode {
-//!     conformance_tests::crash::main(vec![Target::ready(MyBackend)])
+//!     agno_storage_testkit::crash::main(vec![Target::ready(MyBackend)])
 //! }
 //! ```
 
@@ -76,7 +76,7 @@ use agno_storage_core::{
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::{async_trait, LegacyWriter};
+use conformance_tests::{async_trait, LegacyWriter};
 
 /// Set in a child process to the name of the backend it migrates.
 pub const CHILD_ENV: &str = "AGNO_CRASH_CHILD";

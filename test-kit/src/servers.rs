@@ -19,7 +19,7 @@
 //! environment variables and nothing else, and the crate depends on no container library.
 //!
 //! ```no_run
-//! use conformance_tests::servers::{self, Backend};
+//! use agno_storage_testkit::servers::{self, Backend};
 //!
 //! fn main() -> std::process::ExitCode {
 //!     let url = match servers::url_blocking(Backend::Postgres) {
@@ -174,7 +174,7 @@ pub async fn url(backend: Backend) -> Result<Option<String>> {
 }
 
 /// [`url`] for synchronous code, such as a harness's `main` before it calls
-/// [`crate::main`]. Do not call it from inside an async runtime (it blocks the thread).
+/// [`conformance_tests::main`]. Do not call it from inside an async runtime (it blocks the thread).
 ///
 /// # Errors
 ///
@@ -218,7 +218,7 @@ pub fn url_for_suite(backend: Backend) -> std::result::Result<String, std::proce
 }
 
 /// Stops and removes every container [`url`] started in this process. Call it from
-/// synchronous code once the suite has run (after [`crate::main`] returns); later calls to
+/// synchronous code once the suite has run (after [`conformance_tests::main`] returns); later calls to
 /// [`url`] for those backends answer the old, now dead, URL. Without the `containers`
 /// feature, or when nothing was started, it does nothing. Setting
 /// `TESTCONTAINERS_COMMAND=keep` keeps the containers for inspection.

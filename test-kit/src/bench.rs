@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! use agno_storage_doc::InMemoryDb;
-//! use conformance_tests::bench;
+//! use agno_storage_testkit::bench;
 //!
 //! # async fn example() -> agno_storage_core::Result<()> {
 //! for n in bench::sizes("10,1000") {
