@@ -399,7 +399,7 @@ pub async fn open_with_mode(url: &BackendUrl, mode: OpenMode) -> Result<AgnoDb, 
             let db = agno_storage_mongo::MongoDb::connect_with_mode(
                 server,
                 &mongo_database(server),
-                agno_storage_mongo::CollectionNames::default(),
+                agno_storage_mongo::TableNames::default(),
                 mode,
             )
             .await
@@ -583,7 +583,7 @@ fn percent_decode(text: &str) -> String {
 
 /// The project and collection names of `firestore://PROJECT[?prefix=P]`.
 #[cfg(feature = "firestore")]
-fn firestore_target(url: &str) -> Result<(String, agno_storage_firestore::CollectionNames), Error> {
+fn firestore_target(url: &str) -> Result<(String, agno_storage_firestore::TableNames), Error> {
     let parsed =
         url::Url::parse(url).map_err(|e| Error::new(format!("invalid firestore:// URL: {e}")))?;
     let project = parsed.host_str().unwrap_or_default().to_owned();
@@ -593,8 +593,8 @@ fn firestore_target(url: &str) -> Result<(String, agno_storage_firestore::Collec
         ));
     }
     let names = match query_params(&parsed).get("prefix") {
-        Some(prefix) => agno_storage_firestore::CollectionNames::prefixed(prefix),
-        None => agno_storage_firestore::CollectionNames::default(),
+        Some(prefix) => agno_storage_firestore::TableNames::with_prefix(prefix),
+        None => agno_storage_firestore::TableNames::default(),
     };
     Ok((project, names))
 }

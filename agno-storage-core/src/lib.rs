@@ -32,6 +32,7 @@ pub mod run;
 mod run_json;
 pub mod schedule;
 pub mod session;
+mod tables;
 pub mod user_memory;
 
 pub use capabilities::Capabilities;
@@ -52,6 +53,7 @@ pub use run::{RunQuery, RunRecord, RunStore, RunType};
 pub use run_json::RunJson;
 pub use schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 pub use session::{Session, SessionQuery, SessionRead, SessionStore, SessionType};
+pub use tables::{Table, TableNames};
 pub use user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};
 
 /// Now, in epoch seconds (the unit of every stored timestamp except schema stamps).

@@ -138,16 +138,7 @@ impl TableType {
 
     /// agno's default physical name.
     pub fn default_name(self) -> &'static str {
-        match self {
-            TableType::Memories => "agno_memories",
-            TableType::Sessions => "agno_sessions",
-            TableType::Metrics => "agno_metrics",
-            TableType::Evals => "agno_eval_runs",
-            TableType::Knowledge => "agno_knowledge",
-            TableType::Schedules => "agno_schedules",
-            TableType::ScheduleRuns => "agno_schedule_runs",
-            TableType::Learnings => "agno_learnings",
-        }
+        crate::Table::from(self).default_name()
     }
 }
 

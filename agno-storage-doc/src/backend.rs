@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use agno_storage_core::legacy::InsertedRuns;
-use agno_storage_core::migration::TableType;
 use agno_storage_core::{
-    async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord, UserMemory,
+    async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord, Table, UserMemory,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -18,86 +17,6 @@ pub const CAS_ATTEMPTS: usize = 64;
 
 /// A JSON object, the body of a document.
 pub type Fields = Map<String, Value>;
-
-/// The collections (tables) of a document database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Collection {
-    /// Sessions.
-    Sessions,
-    /// Runs, one document per run.
-    Runs,
-    /// User memories.
-    Memories,
-    /// Daily metrics.
-    Metrics,
-    /// Eval runs.
-    Evals,
-    /// Knowledge contents.
-    Knowledge,
-    /// Schedules.
-    Schedules,
-    /// Schedule runs.
-    ScheduleRuns,
-    /// Learnings.
-    Learnings,
-    /// The job queue.
-    Jobs,
-    /// Per-table schema stamps.
-    Versions,
-    /// Our bookkeeping: run-index counters, uniqueness guards, the migration lock.
-    Meta,
-}
-
-impl Collection {
-    /// Every collection.
-    pub const ALL: [Collection; 12] = [
-        Collection::Sessions,
-        Collection::Runs,
-        Collection::Memories,
-        Collection::Metrics,
-        Collection::Evals,
-        Collection::Knowledge,
-        Collection::Schedules,
-        Collection::ScheduleRuns,
-        Collection::Learnings,
-        Collection::Jobs,
-        Collection::Versions,
-        Collection::Meta,
-    ];
-
-    /// agno 3.1.10's default name (`agno_sessions`, ...; `agno_storage_meta` for ours).
-    pub const fn default_name(self) -> &'static str {
-        match self {
-            Collection::Sessions => "agno_sessions",
-            Collection::Runs => "agno_runs",
-            Collection::Memories => "agno_memories",
-            Collection::Metrics => "agno_metrics",
-            Collection::Evals => "agno_eval_runs",
-            Collection::Knowledge => "agno_knowledge",
-            Collection::Schedules => "agno_schedules",
-            Collection::ScheduleRuns => "agno_schedule_runs",
-            Collection::Learnings => "agno_learnings",
-            Collection::Jobs => "agno_jobs",
-            Collection::Versions => "agno_schema_versions",
-            Collection::Meta => "agno_storage_meta",
-        }
-    }
-}
-
-impl From<TableType> for Collection {
-    fn from(table: TableType) -> Self {
-        match table {
-            TableType::Memories => Collection::Memories,
-            TableType::Sessions => Collection::Sessions,
-            TableType::Metrics => Collection::Metrics,
-            TableType::Evals => Collection::Evals,
-            TableType::Knowledge => Collection::Knowledge,
-            TableType::Schedules => Collection::Schedules,
-            TableType::ScheduleRuns => Collection::ScheduleRuns,
-            TableType::Learnings => Collection::Learnings,
-        }
-    }
-}
 
 /// A stored document: its id, body and the version a compare-and-set writes against.
 #[derive(Debug, Clone)]
@@ -176,7 +95,7 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     type Write: Send;
 
     /// The physical name of a collection.
-    fn collection(&self, which: Collection) -> &str;
+    fn collection(&self, which: Table) -> &str;
 
     /// The document id of a record key (default: the key itself).
     fn doc_id(&self, key: &str) -> String {

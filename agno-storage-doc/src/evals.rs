@@ -6,7 +6,7 @@ use agno_storage_core::{
     Page, Result,
 };
 
-use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
+use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
 
 fn exists(run_id: &str) -> Error {
     Error::new(
@@ -18,7 +18,7 @@ fn exists(run_id: &str) -> Error {
 #[async_trait]
 impl<B: DocBackend> EvalStore for Docs<B> {
     async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
-        let coll = self.collection(Collection::Evals);
+        let coll = self.collection(Table::Evals);
         if self.find(coll, "run_id", &run.run_id).await?.is_some() {
             return Err(exists(&run.run_id));
         }
@@ -36,7 +36,7 @@ impl<B: DocBackend> EvalStore for Docs<B> {
 
     async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
         let Some(stored) = self
-            .find(self.collection(Collection::Evals), "run_id", run_id)
+            .find(self.collection(Table::Evals), "run_id", run_id)
             .await?
         else {
             return Ok(None);
@@ -52,7 +52,7 @@ impl<B: DocBackend> EvalStore for Docs<B> {
             eq.push(("user_id", opt(Some(u))));
         }
         let mut rows = Vec::new();
-        for d in self.query(self.collection(Collection::Evals), &eq).await? {
+        for d in self.query(self.collection(Table::Evals), &eq).await? {
             let r: EvalRun = d.decode("an eval run")?;
             if query.matches(&r) {
                 rows.push(r);
@@ -67,7 +67,7 @@ impl<B: DocBackend> EvalStore for Docs<B> {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<EvalRun>> {
-        let coll = self.collection(Collection::Evals);
+        let coll = self.collection(Table::Evals);
         for attempt in 0..CAS_ATTEMPTS {
             let Some(stored) = self.find(coll, "run_id", run_id).await? else {
                 return Ok(None);
@@ -93,7 +93,7 @@ impl<B: DocBackend> EvalStore for Docs<B> {
     }
 
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = self.collection(Collection::Evals);
+        let coll = self.collection(Table::Evals);
         let mut deleted = 0;
         for id in run_ids {
             let Some(stored) = self.find(coll, "run_id", id).await? else {

@@ -15,8 +15,7 @@ use agno_storage_core::{
 use serde_json::json;
 
 use crate::{
-    backoff, digest_id, object, opt, Collection, Commit, DocBackend, Docs, Pre, Stored,
-    CAS_ATTEMPTS,
+    backoff, digest_id, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS,
 };
 
 fn key_guard(user_id: Option<&str>, key: &str) -> String {
@@ -26,7 +25,7 @@ fn key_guard(user_id: Option<&str>, key: &str) -> String {
 impl<B: DocBackend> Docs<B> {
     async fn job_doc(&self, id: &str) -> Result<Option<(Stored<B>, Job)>> {
         let Some(stored) = self
-            .get(self.collection(Collection::Jobs), &self.doc_id(id))
+            .get(self.collection(Table::Jobs), &self.doc_id(id))
             .await?
         else {
             return Ok(None);
@@ -36,7 +35,7 @@ impl<B: DocBackend> Docs<B> {
     }
 
     async fn jobs_where(&self, eq: &[(&str, serde_json::Value)]) -> Result<Vec<(Stored<B>, Job)>> {
-        self.query(self.collection(Collection::Jobs), eq)
+        self.query(self.collection(Table::Jobs), eq)
             .await?
             .into_iter()
             .map(|d| {
@@ -49,7 +48,7 @@ impl<B: DocBackend> Docs<B> {
     /// The job a key guard points to.
     async fn guarded_job(&self, user_id: Option<&str>, key: &str) -> Result<Option<Job>> {
         let Some(guard) = self
-            .get(self.collection(Collection::Meta), &key_guard(user_id, key))
+            .get(self.collection(Table::Meta), &key_guard(user_id, key))
             .await?
         else {
             return Ok(None);
@@ -81,7 +80,7 @@ impl<B: DocBackend> Docs<B> {
                 .ok_or_else(|| lease_lost(id, worker_id, attempt))?;
             change(&mut job, now_epoch_seconds());
             let write = self.put(
-                self.collection(Collection::Jobs),
+                self.collection(Table::Jobs),
                 &stored.id,
                 &self.to_fields(&job, "a job")?,
                 stored.unchanged(),
@@ -113,7 +112,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
             if max_depth > 0 {
                 let queued = self
                     .query(
-                        self.collection(Collection::Jobs),
+                        self.collection(Table::Jobs),
                         &[("status", opt(Some(JobStatus::Queued.as_str())))],
                     )
                     .await?
@@ -126,7 +125,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 }
             }
             let mut writes = vec![self.put(
-                self.collection(Collection::Jobs),
+                self.collection(Table::Jobs),
                 &self.doc_id(&job.id),
                 &self.to_fields(&job, "a job")?,
                 Pre::Absent,
@@ -139,7 +138,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                     "idempotency_key": key,
                 }));
                 writes.push(self.put(
-                    self.collection(Collection::Meta),
+                    self.collection(Table::Meta),
                     &key_guard(job.user_id.as_deref(), key),
                     &fields,
                     Pre::Absent,
@@ -156,7 +155,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                     let key_taken = match &job.idempotency_key {
                         Some(key) => self
                             .get(
-                                self.collection(Collection::Meta),
+                                self.collection(Table::Meta),
                                 &key_guard(job.user_id.as_deref(), key),
                             )
                             .await?
@@ -197,7 +196,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 };
                 job.locked_at = Some(now_epoch_seconds());
                 let write = self.put(
-                    self.collection(Collection::Jobs),
+                    self.collection(Table::Jobs),
                     &stored.id,
                     &self.to_fields(&job, "a job")?,
                     stored.unchanged(),
@@ -260,7 +259,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
             job.completed_at = Some(now);
             job.updated_at = Some(now);
             let write = self.put(
-                self.collection(Collection::Jobs),
+                self.collection(Table::Jobs),
                 &stored.id,
                 &self.to_fields(&job, "a job")?,
                 stored.unchanged(),
@@ -310,14 +309,11 @@ impl<B: DocBackend> JobStore for Docs<B> {
             if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
                 continue;
             }
-            let mut writes = vec![self.delete(
-                self.collection(Collection::Jobs),
-                &stored.id,
-                stored.unchanged(),
-            )];
+            let mut writes =
+                vec![self.delete(self.collection(Table::Jobs), &stored.id, stored.unchanged())];
             if let Some(key) = &job.idempotency_key {
                 writes.push(self.delete(
-                    self.collection(Collection::Meta),
+                    self.collection(Table::Meta),
                     &key_guard(job.user_id.as_deref(), key),
                     Pre::Any,
                 ));
@@ -359,7 +355,7 @@ pub async fn claim_oldest_job<B: DocBackend>(
         for (stored, mut job) in candidates {
             job.take_lease(worker_id, now);
             let write = db.put(
-                db.collection(Collection::Jobs),
+                db.collection(Table::Jobs),
                 &stored.id,
                 &db.to_fields(&job, "a job")?,
                 stored.unchanged(),

@@ -7,7 +7,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::{backoff, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
+use crate::{backoff, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
 
 #[async_trait]
 impl<B: DocBackend> KnowledgeStore for Docs<B> {
@@ -15,7 +15,7 @@ impl<B: DocBackend> KnowledgeStore for Docs<B> {
         &self,
         content: KnowledgeContent,
     ) -> Result<KnowledgeContent> {
-        let coll = self.collection(Collection::Knowledge);
+        let coll = self.collection(Table::Knowledge);
         for attempt in 0..CAS_ATTEMPTS {
             let (doc, pre, merged) = match self.find(coll, "id", &content.id).await? {
                 Some(stored) => {
@@ -58,7 +58,7 @@ impl<B: DocBackend> KnowledgeStore for Docs<B> {
         user_id: Option<&str>,
     ) -> Result<Option<KnowledgeContent>> {
         let Some(stored) = self
-            .find(self.collection(Collection::Knowledge), "id", id)
+            .find(self.collection(Table::Knowledge), "id", id)
             .await?
         else {
             return Ok(None);
@@ -73,10 +73,7 @@ impl<B: DocBackend> KnowledgeStore for Docs<B> {
     ) -> Result<Page<KnowledgeContent>> {
         query.pagination.validate()?;
         let mut rows = Vec::new();
-        for d in self
-            .query(self.collection(Collection::Knowledge), &[])
-            .await?
-        {
+        for d in self.query(self.collection(Table::Knowledge), &[]).await? {
             let c: KnowledgeContent = d.decode("knowledge content")?;
             if query.matches(&c) {
                 rows.push(c);
@@ -86,7 +83,7 @@ impl<B: DocBackend> KnowledgeStore for Docs<B> {
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        let coll = self.collection(Collection::Knowledge);
+        let coll = self.collection(Table::Knowledge);
         let Some(stored) = self.find(coll, "id", id).await? else {
             return Ok(false);
         };

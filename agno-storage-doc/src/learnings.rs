@@ -7,12 +7,12 @@ use agno_storage_core::{
     LearningQuery, LearningStore, Page, Result,
 };
 
-use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
+use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
 
 #[async_trait]
 impl<B: DocBackend> LearningStore for Docs<B> {
     async fn upsert_learning(&self, learning: Learning) -> Result<Learning> {
-        let coll = self.collection(Collection::Learnings);
+        let coll = self.collection(Table::Learnings);
         let id = self.doc_id(&learning.learning_id);
         for attempt in 0..CAS_ATTEMPTS {
             let now = now_epoch_seconds();
@@ -48,10 +48,7 @@ impl<B: DocBackend> LearningStore for Docs<B> {
         user_id: Option<&str>,
     ) -> Result<Option<Learning>> {
         let Some(stored) = self
-            .get(
-                self.collection(Collection::Learnings),
-                &self.doc_id(learning_id),
-            )
+            .get(self.collection(Table::Learnings), &self.doc_id(learning_id))
             .await?
         else {
             return Ok(None);
@@ -70,10 +67,7 @@ impl<B: DocBackend> LearningStore for Docs<B> {
             eq.push(("user_id", opt(Some(u))));
         }
         let mut rows = Vec::new();
-        for d in self
-            .query(self.collection(Collection::Learnings), &eq)
-            .await?
-        {
+        for d in self.query(self.collection(Table::Learnings), &eq).await? {
             let l: Learning = d.decode("a learning")?;
             if query.matches(&l) {
                 rows.push(l);
@@ -83,7 +77,7 @@ impl<B: DocBackend> LearningStore for Docs<B> {
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
-        let coll = self.collection(Collection::Learnings);
+        let coll = self.collection(Table::Learnings);
         let id = self.doc_id(learning_id);
         let Some(stored) = self.get(coll, &id).await? else {
             return Ok(false);

@@ -7,13 +7,13 @@ use agno_storage_core::legacy::{
 use agno_storage_core::{async_trait, Result, RunRecord};
 
 use crate::sessions::LEGACY_RUNS;
-use crate::{backoff, Collection, Commit, DocBackend, Docs, Pre, Stored, CAS_ATTEMPTS};
+use crate::{backoff, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 impl<B: DocBackend> Docs<B> {
     /// Session documents with a non-null `runs` field, ordered by `session_id`.
     async fn legacy_sessions(&self) -> Result<Vec<Stored<B>>> {
         let mut docs: Vec<Stored<B>> = self
-            .query(self.collection(Collection::Sessions), &[])
+            .query(self.collection(Table::Sessions), &[])
             .await?
             .into_iter()
             .filter(|d| d.fields.get(LEGACY_RUNS).is_some_and(|v| !v.is_null()))
@@ -67,7 +67,7 @@ impl<B: DocBackend> LegacyRunsStore for Docs<B> {
     async fn drop_legacy_runs(&self) -> Result<u64> {
         let mut changed = 0;
         for stored in self
-            .query(self.collection(Collection::Sessions), &[])
+            .query(self.collection(Table::Sessions), &[])
             .await?
             .into_iter()
             .filter(|d| d.fields.contains_key(LEGACY_RUNS))
@@ -81,7 +81,7 @@ impl<B: DocBackend> LegacyRunsStore for Docs<B> {
                     break;
                 }
                 let write = self.put(
-                    self.collection(Collection::Sessions),
+                    self.collection(Table::Sessions),
                     &current.id,
                     &fields,
                     current.unchanged(),
@@ -95,7 +95,7 @@ impl<B: DocBackend> LegacyRunsStore for Docs<B> {
                     Commit::Conflict => {
                         backoff(attempt).await;
                         match self
-                            .get(self.collection(Collection::Sessions), &current.id)
+                            .get(self.collection(Table::Sessions), &current.id)
                             .await?
                         {
                             Some(fresh) => current = fresh,
@@ -129,12 +129,7 @@ impl<B: DocBackend> Docs<B> {
         session.runs = None;
         let mut fields = self.to_fields(&session, "a session")?;
         fields.insert(LEGACY_RUNS.into(), runs_blob);
-        let write = self.put(
-            self.collection(Collection::Sessions),
-            id,
-            &fields,
-            Pre::Absent,
-        );
+        let write = self.put(self.collection(Table::Sessions), id, &fields, Pre::Absent);
         self.commit_all("insert legacy session", vec![write]).await
     }
 }

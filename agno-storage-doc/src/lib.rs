@@ -25,9 +25,8 @@ mod runs;
 mod schedules;
 mod sessions;
 
-pub use backend::{
-    backoff, digest_id, opt, Collection, Commit, DocBackend, Fields, Pre, Stored, CAS_ATTEMPTS,
-};
+pub use agno_storage_core::{Table, TableNames};
+pub use backend::{backoff, digest_id, opt, Commit, DocBackend, Fields, Pre, Stored, CAS_ATTEMPTS};
 pub use jobs::claim_oldest_job;
 pub use memory::InMemoryDb;
 pub use migrate::{holds_agno_docs, migration_steps, stamp_new_database};

@@ -8,7 +8,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, Stored, CAS_ATTEMPTS};
+use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 impl<B: DocBackend> Docs<B> {
     /// A stored memory; agno writes `created_at` as ISO text, read as epoch seconds.
@@ -32,7 +32,7 @@ impl<B: DocBackend> Docs<B> {
         if let Some(u) = user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        self.query(self.collection(Collection::Memories), &eq)
+        self.query(self.collection(Table::Memories), &eq)
             .await?
             .iter()
             .map(|s| self.decode_memory(s))
@@ -47,7 +47,7 @@ impl<B: DocBackend> Docs<B> {
 #[async_trait]
 impl<B: DocBackend> MemoryStore for Docs<B> {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
-        let coll = self.collection(Collection::Memories);
+        let coll = self.collection(Table::Memories);
         for attempt in 0..CAS_ATTEMPTS {
             let mut next = memory.clone();
             let (doc, pre) = match self.find(coll, "memory_id", &memory.memory_id).await? {
@@ -81,11 +81,7 @@ impl<B: DocBackend> MemoryStore for Docs<B> {
         user_id: Option<&str>,
     ) -> Result<Option<UserMemory>> {
         let Some(stored) = self
-            .find(
-                self.collection(Collection::Memories),
-                "memory_id",
-                memory_id,
-            )
+            .find(self.collection(Table::Memories), "memory_id", memory_id)
             .await?
         else {
             return Ok(None);
@@ -127,7 +123,7 @@ impl<B: DocBackend> MemoryStore for Docs<B> {
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = self.collection(Collection::Memories);
+        let coll = self.collection(Table::Memories);
         let mut deleted = 0;
         for id in memory_ids {
             let Some(stored) = self.find(coll, "memory_id", id).await? else {

@@ -14,7 +14,7 @@ use agno_storage_core::{async_trait, AgnoDb, Error, ErrorKind, MetricsRecord, Re
 use serde_json::Value;
 
 use crate::migrate::version_fields;
-use crate::{Collection, Commit, DocBackend, Docs, Fields, Pre, Stored};
+use crate::{Commit, DocBackend, Docs, Fields, Pre, Stored, Table};
 
 type Documents = BTreeMap<String, (Fields, u64)>;
 
@@ -54,7 +54,7 @@ impl InMemoryDb {
             for t in TableType::ALL {
                 let fields = version_fields(t.default_name(), SchemaVersion::LATEST);
                 state.write(
-                    Collection::Versions.default_name(),
+                    Table::Versions.default_name(),
                     t.default_name(),
                     Some(fields),
                 );
@@ -128,9 +128,9 @@ impl State {
 }
 
 fn collection_name(collection: &str) -> &'static str {
-    Collection::ALL
+    Table::ALL
         .into_iter()
-        .map(Collection::default_name)
+        .map(Table::default_name)
         .find(|n| *n == collection)
         .unwrap_or("agno_storage_unknown")
 }
@@ -154,7 +154,7 @@ impl DocBackend for InMemoryDb {
     type Version = u64;
     type Write = MemoryWrite;
 
-    fn collection(&self, which: Collection) -> &str {
+    fn collection(&self, which: Table) -> &str {
         which.default_name()
     }
 

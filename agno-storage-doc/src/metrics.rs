@@ -7,7 +7,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::{backoff, opt, Collection, Commit, DocBackend, Docs, Pre, Stored, CAS_ATTEMPTS};
+use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 fn decode_metrics<B: DocBackend>(stored: &Stored<B>) -> Result<MetricsRecord> {
     let mut record: MetricsRecord = stored.decode("a metrics record")?;
@@ -18,7 +18,7 @@ fn decode_metrics<B: DocBackend>(stored: &Stored<B>) -> Result<MetricsRecord> {
 #[async_trait]
 impl<B: DocBackend> MetricsStore for Docs<B> {
     async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
-        let coll = self.collection(Collection::Metrics);
+        let coll = self.collection(Table::Metrics);
         let mut stored = Vec::with_capacity(records.len());
         for record in records {
             let id = self.metrics_id(&record);
@@ -61,10 +61,7 @@ impl<B: DocBackend> MetricsStore for Docs<B> {
             eq.push(("user_id", opt(Some(u))));
         }
         let mut candidates = Vec::new();
-        for stored in self
-            .query(self.collection(Collection::Metrics), &eq)
-            .await?
-        {
+        for stored in self.query(self.collection(Table::Metrics), &eq).await? {
             let legacy = self.is_legacy_metric(&stored.fields);
             candidates.push((decode_metrics(&stored)?, legacy));
         }

@@ -33,7 +33,7 @@ use agno_storage_core::migration::{
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, LearningStore, Result};
 use serde_json::json;
 
-use crate::{backoff, object, Collection, Commit, DocBackend, Docs, Fields, Pre, Stored};
+use crate::{backoff, object, Commit, DocBackend, Docs, Fields, Pre, Stored, Table};
 
 /// A lock document without `lease_until` (from a version without heartbeats) is taken over
 /// once its `locked_at` is this old, as that version broke stale locks.
@@ -46,10 +46,7 @@ const LOCK_CAS_ATTEMPTS: usize = 5;
 impl<B: DocBackend> SchemaVersionStore for Docs<B> {
     async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
         let stamp = self
-            .get(
-                self.collection(Collection::Versions),
-                &self.doc_id(table_name),
-            )
+            .get(self.collection(Table::Versions), &self.doc_id(table_name))
             .await?;
         match stamp.as_ref().and_then(|d| d.str("version")) {
             Some(v) if !v.is_empty() => Ok(Some(v.parse()?)),
@@ -60,7 +57,7 @@ impl<B: DocBackend> SchemaVersionStore for Docs<B> {
     async fn set_schema_version(&self, table_name: &str, version: SchemaVersion) -> Result<()> {
         let fields = version_fields(table_name, version);
         let write = self.put(
-            self.collection(Collection::Versions),
+            self.collection(Table::Versions),
             &self.doc_id(table_name),
             &fields,
             Pre::Any,
@@ -108,7 +105,7 @@ fn expired<B: DocBackend>(lock: &Stored<B>, now_ms: i64) -> bool {
 impl<B: DocBackend> Docs<B> {
     /// Renews `holder`'s lease: `false` when the lock is gone or carries another token.
     async fn renew_lock(&self, holder: &str, lease: Duration) -> Result<bool> {
-        let meta = self.collection(Collection::Meta);
+        let meta = self.collection(Table::Meta);
         for attempt in 0..LOCK_CAS_ATTEMPTS {
             let Some(lock) = self.get(meta, LOCK_ID).await? else {
                 return Ok(false);
@@ -129,7 +126,7 @@ impl<B: DocBackend> Docs<B> {
     /// Deletes the lock if `holder` still holds it: `false` when it is gone or carries
     /// another token.
     async fn unlock(&self, holder: &str) -> Result<bool> {
-        let meta = self.collection(Collection::Meta);
+        let meta = self.collection(Table::Meta);
         for attempt in 0..LOCK_CAS_ATTEMPTS {
             let Some(lock) = self.get(meta, LOCK_ID).await? else {
                 return Ok(false);
@@ -158,7 +155,7 @@ impl<B: DocBackend> Docs<B> {
             .iter()
             .map(|t| TableRef {
                 table_type: *t,
-                name: self.collection(Collection::from(*t)).to_owned(),
+                name: self.collection(Table::from(*t)).to_owned(),
             })
             .collect()
     }
@@ -167,7 +164,7 @@ impl<B: DocBackend> Docs<B> {
     /// has passed (see the module docs), retrying every 100 ms. `Conflict` after a minute (or
     /// two leases, if longer) while a live holder keeps renewing it.
     pub(crate) async fn take_lock(&self) -> Result<MigrationLock> {
-        let meta = self.collection(Collection::Meta);
+        let meta = self.collection(Table::Meta);
         let lease = self.lock_lease();
         let holder = uuid::Uuid::new_v4().to_string();
         let deadline = tokio::time::Instant::now() + agno_storage_core::lease::lock_wait(lease);
@@ -232,12 +229,8 @@ impl<B: DocBackend> LeaseRecord for DocLease<B> {
 /// holds a document; reads only. [`agno_storage_core::OpenMode::Existing`] opens refuse a
 /// database where none does.
 pub async fn holds_agno_docs<B: DocBackend>(db: &B) -> Result<bool> {
-    let others = [Collection::Runs, Collection::Jobs, Collection::Versions];
-    for c in TableType::ALL
-        .into_iter()
-        .map(Collection::from)
-        .chain(others)
-    {
+    let others = [Table::Runs, Table::Jobs, Table::Versions];
+    for c in TableType::ALL.into_iter().map(Table::from).chain(others) {
         if db.any_doc(db.collection(c)).await? {
             return Ok(true);
         }
@@ -249,13 +242,13 @@ pub async fn holds_agno_docs<B: DocBackend>(db: &B) -> Result<bool> {
 /// document (a new database).
 pub async fn stamp_new_database<B: DocBackend>(db: &B) -> Result<()> {
     for t in TableType::ALL {
-        if db.any_doc(db.collection(Collection::from(t))).await? {
+        if db.any_doc(db.collection(Table::from(t))).await? {
             return Ok(());
         }
     }
     for t in TableType::ALL {
         Docs::of(db)
-            .set_schema_version(db.collection(Collection::from(t)), SchemaVersion::LATEST)
+            .set_schema_version(db.collection(Table::from(t)), SchemaVersion::LATEST)
             .await?;
     }
     Ok(())

@@ -14,7 +14,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::sessions::LEGACY_RUNS;
-use crate::{backoff, digest_id, opt, Collection, Commit, DocBackend, Docs, Pre, CAS_ATTEMPTS};
+use crate::{backoff, digest_id, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
 
 /// The meta document holding `session_id`'s next `run_index`.
 pub fn run_counter_id(session_id: &str) -> String {
@@ -26,7 +26,7 @@ impl<B: DocBackend> Docs<B> {
     pub async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
         let docs = self
             .query(
-                self.collection(Collection::Runs),
+                self.collection(Table::Runs),
                 &[("session_id", opt(Some(session_id)))],
             )
             .await?;
@@ -47,7 +47,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
         let Some(stored) = self
-            .get(self.collection(Collection::Runs), &self.doc_id(run_id))
+            .get(self.collection(Table::Runs), &self.doc_id(run_id))
             .await?
         else {
             return Ok(None);
@@ -65,7 +65,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        let docs = self.query(self.collection(Collection::Runs), &eq).await?;
+        let docs = self.query(self.collection(Table::Runs), &eq).await?;
         let mut rows = Vec::new();
         for d in &docs {
             let r: RunRecord = d.decode("a run")?;
@@ -77,7 +77,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = self.collection(Collection::Runs);
+        let coll = self.collection(Table::Runs);
         let mut deleted = 0;
         for run_id in run_ids {
             let id = self.doc_id(run_id);
@@ -100,10 +100,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
         if let Some(u) = user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        for stored in self
-            .query(self.collection(Collection::Sessions), &eq)
-            .await?
-        {
+        for stored in self.query(self.collection(Table::Sessions), &eq).await? {
             if stored.fields.get(LEGACY_RUNS).is_none_or(Value::is_null) {
                 continue;
             }
@@ -129,7 +126,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
                 let mut fields = current.fields.clone();
                 fields.insert(LEGACY_RUNS.into(), Value::Array(kept));
                 let write = self.put(
-                    self.collection(Collection::Sessions),
+                    self.collection(Table::Sessions),
                     &current.id,
                     &fields,
                     current.unchanged(),
@@ -139,7 +136,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
                     Commit::Conflict => {
                         backoff(attempt).await;
                         match self
-                            .get(self.collection(Collection::Sessions), &current.id)
+                            .get(self.collection(Table::Sessions), &current.id)
                             .await?
                         {
                             Some(fresh) => current = fresh,
@@ -178,10 +175,7 @@ struct Counter<B: DocBackend> {
 impl<B: DocBackend> Docs<B> {
     async fn run_counter(&self, session_id: &str) -> Result<Counter<B>> {
         let stored = self
-            .get(
-                self.collection(Collection::Meta),
-                &run_counter_id(session_id),
-            )
+            .get(self.collection(Table::Meta), &run_counter_id(session_id))
             .await?;
         Ok(match stored {
             Some(s) => Counter {
@@ -200,7 +194,7 @@ impl<B: DocBackend> Docs<B> {
         fields.insert("next".into(), Value::from(next));
         fields.insert("session_id".into(), Value::from(session_id));
         self.put(
-            self.collection(Collection::Meta),
+            self.collection(Table::Meta),
             &run_counter_id(session_id),
             &fields,
             pre,
@@ -214,7 +208,7 @@ impl<B: DocBackend> Docs<B> {
 /// from the stored runs when missing).
 pub async fn write_run_cas<B: DocBackend>(db: &B, run: RunRecord) -> Result<RunRecord> {
     let docs = Docs::of(db);
-    let runs = db.collection(Collection::Runs);
+    let runs = db.collection(Table::Runs);
     let id = db.doc_id(&run.run_id);
     for attempt in 0..CAS_ATTEMPTS {
         let Some(session) = docs.find_session(&run.session_id).await? else {
@@ -250,7 +244,7 @@ pub async fn write_run_cas<B: DocBackend>(db: &B, run: RunRecord) -> Result<RunR
         let floor = next.run_index.map_or(0, |i| i + 1);
         let mut writes = vec![
             db.put(
-                db.collection(Collection::Sessions),
+                db.collection(Table::Sessions),
                 &session.id,
                 &session.fields,
                 session.unchanged(),
@@ -273,7 +267,7 @@ pub async fn write_run_cas<B: DocBackend>(db: &B, run: RunRecord) -> Result<RunR
 /// (newer than its legacy copy) is kept as it is.
 pub async fn copy_runs_cas<B: DocBackend>(db: &B, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
     let docs = Docs::of(db);
-    let runs = db.collection(Collection::Runs);
+    let runs = db.collection(Table::Runs);
     let mut outcome = InsertedRuns::default();
     for row in &rows {
         let id = db.doc_id(&row.run_id);

@@ -16,8 +16,7 @@ use agno_storage_core::{
 use serde_json::json;
 
 use crate::{
-    backoff, digest_id, object, opt, Collection, Commit, DocBackend, Docs, Pre, Stored,
-    CAS_ATTEMPTS,
+    backoff, digest_id, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS,
 };
 
 fn name_taken(name: &str) -> Error {
@@ -44,7 +43,7 @@ impl<B: DocBackend> Docs<B> {
             "name": schedule.name,
         }));
         vec![self.put(
-            self.collection(Collection::Meta),
+            self.collection(Table::Meta),
             &name_guard(schedule.user_id.as_deref(), &schedule.name),
             &fields,
             Pre::Absent,
@@ -57,7 +56,7 @@ impl<B: DocBackend> Docs<B> {
             return Vec::new();
         }
         vec![self.delete(
-            self.collection(Collection::Meta),
+            self.collection(Table::Meta),
             &name_guard(schedule.user_id.as_deref(), &schedule.name),
             Pre::Any,
         )]
@@ -68,24 +67,21 @@ impl<B: DocBackend> Docs<B> {
         if !B::SCHEDULE_NAME_GUARDS {
             let docs = self
                 .query(
-                    self.collection(Collection::Schedules),
+                    self.collection(Table::Schedules),
                     &[("name", opt(Some(name))), ("user_id", opt(user_id))],
                 )
                 .await?;
             return Ok(docs.iter().any(|d| d.str("id") != Some(id)));
         }
         let guard = self
-            .get(
-                self.collection(Collection::Meta),
-                &name_guard(user_id, name),
-            )
+            .get(self.collection(Table::Meta), &name_guard(user_id, name))
             .await?;
         Ok(guard.is_some_and(|g| g.str("schedule_id") != Some(id)))
     }
 
     async fn schedule_doc(&self, id: &str) -> Result<Option<(Stored<B>, Schedule)>> {
         let Some(stored) = self
-            .get(self.collection(Collection::Schedules), &self.doc_id(id))
+            .get(self.collection(Table::Schedules), &self.doc_id(id))
             .await?
         else {
             return Ok(None);
@@ -96,7 +92,7 @@ impl<B: DocBackend> Docs<B> {
 
     async fn schedule_run_doc(&self, id: &str) -> Result<Option<(Stored<B>, ScheduleRun)>> {
         let Some(stored) = self
-            .get(self.collection(Collection::ScheduleRuns), &self.doc_id(id))
+            .get(self.collection(Table::ScheduleRuns), &self.doc_id(id))
             .await?
         else {
             return Ok(None);
@@ -112,7 +108,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
         for attempt in 0..CAS_ATTEMPTS {
             let mut writes = self.take_name(&schedule);
             writes.push(self.put(
-                self.collection(Collection::Schedules),
+                self.collection(Table::Schedules),
                 &self.doc_id(&schedule.id),
                 &self.to_fields(&schedule, "a schedule")?,
                 Pre::Absent,
@@ -154,7 +150,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
     ) -> Result<Option<Schedule>> {
         let docs = self
             .query(
-                self.collection(Collection::Schedules),
+                self.collection(Table::Schedules),
                 &[("name", opt(Some(name))), ("user_id", opt(user_id))],
             )
             .await?;
@@ -179,10 +175,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
             eq.push(("user_id", opt(Some(u))));
         }
         let mut rows = Vec::new();
-        for d in self
-            .query(self.collection(Collection::Schedules), &eq)
-            .await?
-        {
+        for d in self.query(self.collection(Table::Schedules), &eq).await? {
             let s: Schedule = d.decode("a schedule")?;
             if enabled.is_none_or(|e| s.enabled == e) && visible_to(s.user_id.as_deref(), user_id) {
                 rows.push(s);
@@ -207,7 +200,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
             let updated = update.apply_to(&current, now_epoch_seconds())?;
             let renamed = updated.name != current.name || updated.user_id != current.user_id;
             let mut writes = vec![self.put(
-                self.collection(Collection::Schedules),
+                self.collection(Table::Schedules),
                 &stored.id,
                 &self.to_fields(&updated, "a schedule")?,
                 stored.unchanged(),
@@ -240,17 +233,16 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
         if !visible_to(s.user_id.as_deref(), user_id) {
             return Ok(false);
         }
-        let mut writes =
-            vec![self.delete(self.collection(Collection::Schedules), &stored.id, Pre::Any)];
+        let mut writes = vec![self.delete(self.collection(Table::Schedules), &stored.id, Pre::Any)];
         writes.extend(self.free_name(&s));
         for run in self
             .query(
-                self.collection(Collection::ScheduleRuns),
+                self.collection(Table::ScheduleRuns),
                 &[("schedule_id", opt(Some(id)))],
             )
             .await?
         {
-            writes.push(self.delete(self.collection(Collection::ScheduleRuns), &run.id, Pre::Any));
+            writes.push(self.delete(self.collection(Table::ScheduleRuns), &run.id, Pre::Any));
         }
         self.commit_all("delete schedule", writes).await?;
         Ok(true)
@@ -266,7 +258,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
             let mut due = Vec::new();
             for d in self
                 .query(
-                    self.collection(Collection::Schedules),
+                    self.collection(Table::Schedules),
                     &[("enabled", true.into())],
                 )
                 .await?
@@ -284,7 +276,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
                 s.locked_by = Some(worker_id.to_owned());
                 s.locked_at = Some(now);
                 let write = self.put(
-                    self.collection(Collection::Schedules),
+                    self.collection(Table::Schedules),
                     &stored.id,
                     &self.to_fields(&s, "a schedule")?,
                     stored.unchanged(),
@@ -313,7 +305,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
                 return Ok(false);
             }
             let write = self.put(
-                self.collection(Collection::Schedules),
+                self.collection(Table::Schedules),
                 &stored.id,
                 &self.to_fields(&s, "a schedule")?,
                 stored.unchanged(),
@@ -335,7 +327,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
         };
         run.user_id = schedule.user_id;
         let write = self.put(
-            self.collection(Collection::ScheduleRuns),
+            self.collection(Table::ScheduleRuns),
             &self.doc_id(&run.id),
             &self.to_fields(&run, "a schedule run")?,
             Pre::Absent,
@@ -369,7 +361,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
                 ..run.clone()
             };
             let write = self.put(
-                self.collection(Collection::ScheduleRuns),
+                self.collection(Table::ScheduleRuns),
                 &stored.id,
                 &self.to_fields(&next, "a schedule run")?,
                 stored.unchanged(),
@@ -404,7 +396,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
         let mut rows = Vec::new();
         for d in self
             .query(
-                self.collection(Collection::ScheduleRuns),
+                self.collection(Table::ScheduleRuns),
                 &[("schedule_id", opt(Some(schedule_id)))],
             )
             .await?

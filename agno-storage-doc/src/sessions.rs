@@ -13,7 +13,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::{
-    backoff, opt, run_counter_id, Collection, Commit, DocBackend, Docs, Fields, Pre, Stored,
+    backoff, opt, run_counter_id, Commit, DocBackend, Docs, Fields, Pre, Stored, Table,
     CAS_ATTEMPTS,
 };
 
@@ -45,12 +45,8 @@ impl<B: DocBackend> Docs<B> {
 
     /// The document of session `session_id`.
     pub async fn find_session(&self, session_id: &str) -> Result<Option<Stored<B>>> {
-        self.find(
-            self.collection(Collection::Sessions),
-            "session_id",
-            session_id,
-        )
-        .await
+        self.find(self.collection(Table::Sessions), "session_id", session_id)
+            .await
     }
 
     /// `session` with its runs merged from the runs collection and the legacy blob.
@@ -104,7 +100,7 @@ impl<B: DocBackend> Docs<B> {
                 }
             };
             fields.extend(self.encode_session(&next)?);
-            let write = self.put(self.collection(Collection::Sessions), &doc, &fields, pre);
+            let write = self.put(self.collection(Table::Sessions), &doc, &fields, pre);
             match self.commit("upsert session", vec![write]).await? {
                 Commit::Done => return Ok((next, legacy)),
                 Commit::Conflict => backoff(attempt).await,
@@ -142,9 +138,7 @@ impl<B: DocBackend> SessionStore for Docs<B> {
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        let docs = self
-            .query(self.collection(Collection::Sessions), &eq)
-            .await?;
+        let docs = self.query(self.collection(Table::Sessions), &eq).await?;
         let matches = query.matcher();
         let mut rows: Vec<(Session, Option<Value>)> = Vec::new();
         for d in &docs {
@@ -187,7 +181,7 @@ impl<B: DocBackend> SessionStore for Docs<B> {
             let mut fields = stored.fields.clone();
             fields.extend(self.encode_session(&s)?);
             let write = self.put(
-                self.collection(Collection::Sessions),
+                self.collection(Table::Sessions),
                 &stored.id,
                 &fields,
                 stored.unchanged(),
@@ -219,7 +213,7 @@ pub async fn delete_session_cas<B: DocBackend>(
     user_id: Option<&str>,
 ) -> Result<bool> {
     let docs = Docs::of(db);
-    let runs = db.collection(Collection::Runs);
+    let runs = db.collection(Table::Runs);
     for attempt in 0..CAS_ATTEMPTS {
         let Some(stored) = docs.find_session(session_id).await? else {
             return Ok(false);
@@ -230,12 +224,12 @@ pub async fn delete_session_cas<B: DocBackend>(
         }
         let mut writes = vec![
             db.delete(
-                db.collection(Collection::Sessions),
+                db.collection(Table::Sessions),
                 &stored.id,
                 stored.unchanged(),
             ),
             db.delete(
-                db.collection(Collection::Meta),
+                db.collection(Table::Meta),
                 &run_counter_id(session_id),
                 Pre::Any,
             ),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
-use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result};
+use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result, TableNames};
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
@@ -20,89 +20,6 @@ use tokio::sync::Mutex;
 
 use crate::codec::{Item, BACKEND};
 use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
-
-/// Table names, as agno 3.1.10's `DynamoDb` names them by default.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableNames {
-    /// Sessions (`agno_sessions`).
-    pub sessions: String,
-    /// Runs, one item per run (`agno_runs`).
-    pub runs: String,
-    /// User memories (`agno_memories`).
-    pub memories: String,
-    /// Daily metrics (`agno_metrics`).
-    pub metrics: String,
-    /// Eval runs (`agno_eval_runs`).
-    pub evals: String,
-    /// Knowledge contents (`agno_knowledge`).
-    pub knowledge: String,
-    /// Schedules (`agno_schedules`; agno's `DynamoDb` has none, this is ours).
-    pub schedules: String,
-    /// Schedule runs (`agno_schedule_runs`; ours).
-    pub schedule_runs: String,
-    /// Learnings (`agno_learnings`; ours).
-    pub learnings: String,
-    /// The job queue (`agno_jobs`; ours).
-    pub jobs: String,
-    /// Per-table schema stamps (`agno_schema_versions`).
-    pub versions: String,
-    /// Our bookkeeping: run counters, schedule-name and idempotency-key uniqueness items, the
-    /// migration lock (`agno_storage_meta`; agno never reads it).
-    pub meta: String,
-}
-
-impl Default for TableNames {
-    fn default() -> Self {
-        TableNames::with_prefix("")
-    }
-}
-
-impl TableNames {
-    /// Default names with `prefix` in front of each (`{prefix}agno_sessions`, …): several
-    /// independent databases in one account and region.
-    pub fn with_prefix(prefix: &str) -> Self {
-        let n = |name: &str| format!("{prefix}{name}");
-        TableNames {
-            sessions: n("agno_sessions"),
-            runs: n("agno_runs"),
-            memories: n("agno_memories"),
-            metrics: n("agno_metrics"),
-            evals: n("agno_eval_runs"),
-            knowledge: n("agno_knowledge"),
-            schedules: n("agno_schedules"),
-            schedule_runs: n("agno_schedule_runs"),
-            learnings: n("agno_learnings"),
-            jobs: n("agno_jobs"),
-            versions: n("agno_schema_versions"),
-            meta: n("agno_storage_meta"),
-        }
-    }
-
-    /// Default names with a custom sessions table; runs follow it as `{sessions}_runs`, as
-    /// agno derives them.
-    pub fn with_sessions(sessions: impl Into<String>) -> Self {
-        let sessions = sessions.into();
-        TableNames {
-            runs: format!("{sessions}_runs"),
-            sessions,
-            ..Default::default()
-        }
-    }
-
-    /// The physical name of a migrated table type.
-    pub fn of(&self, table: TableType) -> &str {
-        match table {
-            TableType::Memories => &self.memories,
-            TableType::Sessions => &self.sessions,
-            TableType::Metrics => &self.metrics,
-            TableType::Evals => &self.evals,
-            TableType::Knowledge => &self.knowledge,
-            TableType::Schedules => &self.schedules,
-            TableType::ScheduleRuns => &self.schedule_runs,
-            TableType::Learnings => &self.learnings,
-        }
-    }
-}
 
 /// Static credentials (an access key pair), e.g. for DynamoDB Local.
 #[derive(Debug, Clone, PartialEq, Eq)]

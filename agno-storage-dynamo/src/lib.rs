@@ -60,8 +60,10 @@ mod schedules;
 mod sessions;
 
 #[cfg(feature = "dynamodb")]
+pub use agno_storage_core::TableNames;
+#[cfg(feature = "dynamodb")]
 pub use aws_sdk_dynamodb;
 #[cfg(feature = "dynamodb")]
-pub use db::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
+pub use db::{DynamoDb, DynamoOptions, StaticCredentials};
 #[cfg(feature = "dynamodb")]
 pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;

@@ -3,112 +3,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::migration::TableType;
-use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result};
-use agno_storage_doc::Collection;
+use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result, TableNames};
 
 use crate::doc::BACKEND;
 use crate::DEFAULT_MIGRATION_LOCK_LEASE;
 
-/// Collection names, as agno 3.1.10's `FirestoreDb` names them by default.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CollectionNames {
-    /// Sessions (`agno_sessions`).
-    pub sessions: String,
-    /// Runs, one document per run, document id = `run_id` (`agno_runs`).
-    pub runs: String,
-    /// User memories (`agno_memories`).
-    pub memories: String,
-    /// Daily metrics (`agno_metrics`).
-    pub metrics: String,
-    /// Eval runs (`agno_eval_runs`).
-    pub evals: String,
-    /// Knowledge contents (`agno_knowledge`).
-    pub knowledge: String,
-    /// Schedules (`agno_schedules`; agno's `FirestoreDb` has none, the layout is Mongo's).
-    pub schedules: String,
-    /// Schedule runs (`agno_schedule_runs`).
-    pub schedule_runs: String,
-    /// Learnings (`agno_learnings`; agno's `FirestoreDb` raises `NotImplementedError`).
-    pub learnings: String,
-    /// The job queue (`agno_jobs`; ours).
-    pub jobs: String,
-    /// Per-table schema stamps, document id = table name (`agno_schema_versions`).
-    pub versions: String,
-    /// Our bookkeeping: run-index counters, uniqueness guards, the migration lock
-    /// (`agno_storage_meta`; agno never reads it).
-    pub meta: String,
-}
-
-impl Default for CollectionNames {
-    fn default() -> Self {
-        CollectionNames {
-            sessions: "agno_sessions".into(),
-            runs: "agno_runs".into(),
-            memories: "agno_memories".into(),
-            metrics: "agno_metrics".into(),
-            evals: "agno_eval_runs".into(),
-            knowledge: "agno_knowledge".into(),
-            schedules: "agno_schedules".into(),
-            schedule_runs: "agno_schedule_runs".into(),
-            learnings: "agno_learnings".into(),
-            jobs: "agno_jobs".into(),
-            versions: "agno_schema_versions".into(),
-            meta: "agno_storage_meta".into(),
-        }
-    }
-}
-
-impl CollectionNames {
-    /// Every name with `prefix` in front (several isolated databases in one project).
-    pub fn prefixed(prefix: &str) -> Self {
-        let d = CollectionNames::default();
-        let p = |s: String| format!("{prefix}{s}");
-        CollectionNames {
-            sessions: p(d.sessions),
-            runs: p(d.runs),
-            memories: p(d.memories),
-            metrics: p(d.metrics),
-            evals: p(d.evals),
-            knowledge: p(d.knowledge),
-            schedules: p(d.schedules),
-            schedule_runs: p(d.schedule_runs),
-            learnings: p(d.learnings),
-            jobs: p(d.jobs),
-            versions: p(d.versions),
-            meta: p(d.meta),
-        }
-    }
-
-    /// The physical name of a collection.
-    pub fn get(&self, which: Collection) -> &str {
-        match which {
-            Collection::Sessions => &self.sessions,
-            Collection::Runs => &self.runs,
-            Collection::Memories => &self.memories,
-            Collection::Metrics => &self.metrics,
-            Collection::Evals => &self.evals,
-            Collection::Knowledge => &self.knowledge,
-            Collection::Schedules => &self.schedules,
-            Collection::ScheduleRuns => &self.schedule_runs,
-            Collection::Learnings => &self.learnings,
-            Collection::Jobs => &self.jobs,
-            Collection::Versions => &self.versions,
-            Collection::Meta => &self.meta,
-        }
-    }
-
-    /// The physical name of a migrated table type.
-    pub fn of(&self, table: TableType) -> &str {
-        self.get(Collection::from(table))
-    }
-}
+/// Collection names: the same as every backend's, agno 3.1.10's defaults (its `FirestoreDb`
+/// has no schedules or learnings collections; ours use Mongo's layout).
+#[deprecated(note = "use `TableNames`, the one names type of every backend")]
+pub type CollectionNames = TableNames;
 
 /// How [`FirestoreDb::connect`] opens a database.
 #[derive(Debug, Clone)]
 pub struct FirestoreOptions {
-    /// Collection names (agno's defaults).
-    pub names: CollectionNames,
+    /// Table names (agno's defaults).
+    pub names: TableNames,
     /// When none of agno's collections holds a document, stamp every table at the latest
     /// schema version (a new database). Turn off to open an empty database that agno 2.x
     /// data will be imported into and then migrated. Default: on.
@@ -128,7 +37,7 @@ pub struct FirestoreOptions {
 impl Default for FirestoreOptions {
     fn default() -> Self {
         FirestoreOptions {
-            names: CollectionNames::default(),
+            names: TableNames::default(),
             stamp_new_database: true,
             migration_lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
         }
@@ -137,7 +46,7 @@ impl Default for FirestoreOptions {
 
 pub(crate) struct Inner {
     pub(crate) client: firestore::FirestoreDb,
-    pub(crate) names: CollectionNames,
+    pub(crate) names: TableNames,
     /// The migration lock's lease ([`FirestoreOptions::migration_lock_lease`]).
     pub(crate) lock_lease: Duration,
 }
@@ -240,7 +149,7 @@ impl FirestoreDb {
     }
 
     /// The collection names in use.
-    pub fn names(&self) -> &CollectionNames {
+    pub fn names(&self) -> &TableNames {
         &self.inner.names
     }
 

@@ -9,7 +9,7 @@ use agno_storage_core::metrics::is_legacy_metric_json;
 use agno_storage_core::{
     async_trait, Error, ErrorKind, MetricsRecord, Result, RunRecord, UserMemory,
 };
-use agno_storage_doc::{Collection, DocBackend};
+use agno_storage_doc::{DocBackend, Table};
 use firestore::gcloud_sdk::google::firestore::v1 as pb;
 use firestore::gcloud_sdk::prost_types::Timestamp;
 use firestore::gcloud_sdk::tonic::{Code, Request, Status};
@@ -317,7 +317,7 @@ impl DocBackend for FirestoreDb {
     type Version = Option<Timestamp>;
     type Write = Write;
 
-    fn collection(&self, which: Collection) -> &str {
+    fn collection(&self, which: Table) -> &str {
         self.inner.names.get(which)
     }
 

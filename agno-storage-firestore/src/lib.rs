@@ -46,6 +46,11 @@ mod sessions;
 #[cfg(feature = "firestore")]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 #[cfg(feature = "firestore")]
-pub use db::{CollectionNames, FirestoreDb, FirestoreOptions};
+pub use agno_storage_core::TableNames;
+#[cfg(feature = "firestore")]
+#[allow(deprecated)]
+pub use db::CollectionNames;
+#[cfg(feature = "firestore")]
+pub use db::{FirestoreDb, FirestoreOptions};
 #[cfg(feature = "firestore")]
 pub use firestore;

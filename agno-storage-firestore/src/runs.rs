@@ -9,7 +9,7 @@
 
 use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::{now_epoch_seconds, Error, ErrorKind, Result, RunRecord};
-use agno_storage_doc::{run_counter_id, updated_run, Collection, DocBackend, Docs};
+use agno_storage_doc::{run_counter_id, updated_run, DocBackend, Docs, Table};
 use firestore::gcloud_sdk::google::firestore::v1::document_transform::field_transform::TransformType;
 use serde_json::Value;
 
@@ -31,7 +31,7 @@ impl FirestoreDb {
     /// their position in the session, so such a mix may share an index; reads order equal
     /// indexes by `created_at`.
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
-        let meta = self.collection(Collection::Meta);
+        let meta = self.collection(Table::Meta);
         let id = run_counter_id(session_id);
         for attempt in 0..CAS_ATTEMPTS {
             let bump = self.transform_if(
@@ -81,7 +81,7 @@ impl FirestoreDb {
     /// which sees these): for indexes this crate writes without taking them from the counter.
     pub(crate) async fn raise_run_counter(&self, session_id: &str, next: i64) -> Result<()> {
         let raise = self.transform_if(
-            self.collection(Collection::Meta),
+            self.collection(Table::Meta),
             &run_counter_id(session_id),
             vec![("next", TransformType::Maximum(to_pb(&Value::from(next))))],
             Pre::At(None),
@@ -100,7 +100,7 @@ impl FirestoreDb {
                 .as_ref()
                 .map(|s| s.fields.get("user_id").and_then(Value::as_str)),
         )?;
-        let coll = self.collection(Collection::Runs);
+        let coll = self.collection(Table::Runs);
         let id = self.doc_id(&run.run_id);
         let mut index: Option<i64> = None;
         for attempt in 0..CAS_ATTEMPTS {
@@ -160,7 +160,7 @@ impl FirestoreDb {
         let mut outcome = InsertedRuns::default();
         for row in &rows {
             let write = self.put(
-                self.collection(Collection::Runs),
+                self.collection(Table::Runs),
                 &self.doc_id(&row.run_id),
                 &self.to_fields(row, "a run")?,
                 Pre::Absent,

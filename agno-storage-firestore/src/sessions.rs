@@ -3,7 +3,7 @@
 //! to 400 writes.
 
 use agno_storage_core::{visible_to, Result};
-use agno_storage_doc::{opt, run_counter_id, Collection, DocBackend, Docs};
+use agno_storage_doc::{opt, run_counter_id, DocBackend, Docs, Table};
 
 use crate::doc::Pre;
 use crate::FirestoreDb;
@@ -23,11 +23,11 @@ impl FirestoreDb {
         if !visible_to(s.user_id.as_deref(), user_id) {
             return Ok(false);
         }
-        let runs = self.collection(Collection::Runs);
+        let runs = self.collection(Table::Runs);
         let mut writes = vec![
-            self.delete(self.collection(Collection::Sessions), &stored.id, Pre::Any),
+            self.delete(self.collection(Table::Sessions), &stored.id, Pre::Any),
             self.delete(
-                self.collection(Collection::Meta),
+                self.collection(Table::Meta),
                 &run_counter_id(session_id),
                 Pre::Any,
             ),

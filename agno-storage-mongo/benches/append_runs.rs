@@ -13,7 +13,7 @@
 //! `MongoDb` on the same server in another fresh database. Both databases are dropped after.
 
 use agno_storage_mongo::mongodb::Client;
-use agno_storage_mongo::{CollectionNames, MongoDb};
+use agno_storage_mongo::{MongoDb, TableNames};
 use agno_storage_testkit::bench;
 
 fn main() {
@@ -32,10 +32,7 @@ fn main() {
     for &n in &ns {
         let name = bench::fresh_name("mongo");
         let db = rt
-            .block_on(MongoDb::open(
-                client.database(&name),
-                CollectionNames::default(),
-            ))
+            .block_on(MongoDb::open(client.database(&name), TableNames::default()))
             .unwrap()
             .agno_db();
         let ours = rt

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
-use agno_storage_core::{AgnoDb, OpenMode, Result};
+use agno_storage_core::{AgnoDb, OpenMode, Result, TableNames};
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -25,85 +25,13 @@ fn transactions_unsupported(e: &mongodb::error::Error) -> bool {
     matches!(e.kind.as_ref(), mongodb::error::ErrorKind::Command(c) if c.code == 20)
 }
 
-/// Collection names, as agno 3.1.10's `MongoDb` names them by default.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CollectionNames {
-    /// Sessions (`agno_sessions`).
-    pub sessions: String,
-    /// Runs, one document per run (`agno_runs`).
-    pub runs: String,
-    /// User memories (`agno_memories`).
-    pub memories: String,
-    /// Daily metrics (`agno_metrics`).
-    pub metrics: String,
-    /// Eval runs (`agno_eval_runs`).
-    pub evals: String,
-    /// Knowledge contents (`agno_knowledge`).
-    pub knowledge: String,
-    /// Schedules (`agno_schedules`).
-    pub schedules: String,
-    /// Schedule runs (`agno_schedule_runs`).
-    pub schedule_runs: String,
-    /// Learnings (`agno_learnings`).
-    pub learnings: String,
-    /// The job queue (`agno_jobs`; agno's `MongoDb` has none, this is ours).
-    pub jobs: String,
-    /// Per-table schema stamps (`agno_schema_versions`).
-    pub versions: String,
-    /// Our bookkeeping: per-session run counters and the migration lock
-    /// (`agno_storage_meta`; agno never reads it).
-    pub meta: String,
-}
-
-impl Default for CollectionNames {
-    fn default() -> Self {
-        CollectionNames {
-            sessions: "agno_sessions".into(),
-            runs: "agno_runs".into(),
-            memories: "agno_memories".into(),
-            metrics: "agno_metrics".into(),
-            evals: "agno_eval_runs".into(),
-            knowledge: "agno_knowledge".into(),
-            schedules: "agno_schedules".into(),
-            schedule_runs: "agno_schedule_runs".into(),
-            learnings: "agno_learnings".into(),
-            jobs: "agno_jobs".into(),
-            versions: "agno_schema_versions".into(),
-            meta: "agno_storage_meta".into(),
-        }
-    }
-}
-
-impl CollectionNames {
-    /// Default names with a custom sessions collection; runs follow it as
-    /// `{sessions}_runs`, as agno derives them.
-    pub fn with_sessions(sessions: impl Into<String>) -> Self {
-        let sessions = sessions.into();
-        CollectionNames {
-            runs: format!("{sessions}_runs"),
-            sessions,
-            ..Default::default()
-        }
-    }
-
-    /// The physical name of a migrated table type.
-    pub fn of(&self, table: TableType) -> &str {
-        match table {
-            TableType::Memories => &self.memories,
-            TableType::Sessions => &self.sessions,
-            TableType::Metrics => &self.metrics,
-            TableType::Evals => &self.evals,
-            TableType::Knowledge => &self.knowledge,
-            TableType::Schedules => &self.schedules,
-            TableType::ScheduleRuns => &self.schedule_runs,
-            TableType::Learnings => &self.learnings,
-        }
-    }
-}
+/// Collection names: the same as every backend's, agno 3.1.10's defaults.
+#[deprecated(note = "use `TableNames`, the one names type of every backend")]
+pub type CollectionNames = TableNames;
 
 pub(crate) struct Inner {
     pub(crate) db: Database,
-    pub(crate) names: CollectionNames,
+    pub(crate) names: TableNames,
     /// The migration lock's lease ([`MongoDb::with_migration_lock_lease`]).
     pub(crate) lock_lease: Duration,
 }
@@ -128,7 +56,7 @@ impl std::fmt::Debug for MongoDb {
 
 impl MongoDb {
     /// Connects to `url` and opens database `db_name` (agno's default is `agno`).
-    pub async fn connect(url: &str, db_name: &str, names: CollectionNames) -> Result<Self> {
+    pub async fn connect(url: &str, db_name: &str, names: TableNames) -> Result<Self> {
         Self::connect_with_mode(url, db_name, names, OpenMode::CreateMissing).await
     }
 
@@ -136,7 +64,7 @@ impl MongoDb {
     pub async fn connect_with_mode(
         url: &str,
         db_name: &str,
-        names: CollectionNames,
+        names: TableNames,
         mode: OpenMode,
     ) -> Result<Self> {
         let options = ClientOptions::parse(url).await.map_err(db_err("connect"))?;
@@ -151,18 +79,14 @@ impl MongoDb {
     /// the pre-v3 metrics index. A database that held none of the collections is new: its
     /// tables are stamped at the latest schema version. An existing unstamped database is
     /// pre-v3 (agno 2.x): run [`agno_storage_core::MigrationManager`] on it.
-    pub async fn open(db: Database, names: CollectionNames) -> Result<Self> {
+    pub async fn open(db: Database, names: TableNames) -> Result<Self> {
         Self::open_with_mode(db, names, OpenMode::CreateMissing).await
     }
 
     /// [`MongoDb::open`] in `mode`. With [`OpenMode::Existing`] nothing is created or
     /// dropped (no index, no stamp, no collection): a database holding none of agno's
     /// collections is `NotFound`.
-    pub async fn open_with_mode(
-        db: Database,
-        names: CollectionNames,
-        mode: OpenMode,
-    ) -> Result<Self> {
+    pub async fn open_with_mode(db: Database, names: TableNames, mode: OpenMode) -> Result<Self> {
         let existing: Vec<String> = db
             .list_collection_names()
             .await
@@ -244,7 +168,7 @@ impl MongoDb {
     }
 
     /// The collection names in use.
-    pub fn names(&self) -> &CollectionNames {
+    pub fn names(&self) -> &TableNames {
         &self.inner.names
     }
 

@@ -50,7 +50,12 @@ mod schema;
 mod sessions;
 
 #[cfg(feature = "mongodb")]
-pub use db::{CollectionNames, MongoDb};
+pub use agno_storage_core::TableNames;
+#[cfg(feature = "mongodb")]
+#[allow(deprecated)]
+pub use db::CollectionNames;
+#[cfg(feature = "mongodb")]
+pub use db::MongoDb;
 #[cfg(feature = "mongodb")]
 pub use migrate::{RepairScheduleIndexesStep, DEFAULT_MIGRATION_LOCK_LEASE};
 #[cfg(feature = "mongodb")]

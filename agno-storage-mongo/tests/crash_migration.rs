@@ -21,7 +21,7 @@ use std::time::Duration;
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Error, ErrorKind, Result};
 use agno_storage_mongo::mongodb::bson::{doc, Document};
 use agno_storage_mongo::mongodb::Client;
-use agno_storage_mongo::{CollectionNames, MongoDb};
+use agno_storage_mongo::{MongoDb, TableNames};
 use agno_storage_testkit::crash::{CrashBackend, CrashDb, Target};
 use common::{mongo_err, Writer};
 use conformance_tests::async_trait;
@@ -86,7 +86,7 @@ impl CrashBackend for Mongo {
 
     async fn open(&self, locator: &str) -> Result<AgnoDb> {
         let db = self.client().await?.database(locator);
-        Ok(MongoDb::open(db, CollectionNames::default())
+        Ok(MongoDb::open(db, TableNames::default())
             .await?
             .with_migration_lock_lease(LEASE)?
             .agno_db())
@@ -97,7 +97,7 @@ impl CrashBackend for Mongo {
             // The dead child's lock stays: the recovering up() takes it over after the lease.
             return Ok(());
         }
-        let meta = CollectionNames::default().meta;
+        let meta = TableNames::default().meta;
         let held = self
             .client()
             .await?

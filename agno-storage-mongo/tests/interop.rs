@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use agno_storage_core::{now_epoch_seconds, AgnoDb, MigrationManager, RunRecord, SessionRead};
-use agno_storage_mongo::{CollectionNames, MongoDb};
+use agno_storage_mongo::{MongoDb, TableNames};
 use agno_storage_testkit::interop::{
     agno_python, assert_agno_read_fixture, read_agno_fixture, run_driver, write_fixture,
     FixtureReadBack,
@@ -81,7 +81,7 @@ impl Target {
     }
 
     async fn open(&self) -> AgnoDb {
-        MongoDb::connect(&self.url, &self.name, CollectionNames::default())
+        MongoDb::connect(&self.url, &self.name, TableNames::default())
             .await
             .expect("open the database")
             .agno_db()

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_mongo::mongodb::bson::doc;
 use agno_storage_mongo::mongodb::{Client, Database};
-use agno_storage_mongo::{CollectionNames, MongoDb};
+use agno_storage_mongo::{MongoDb, TableNames};
 use agno_storage_testkit::servers::{self, Backend};
 use common::{mongo_err, Writer};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb};
@@ -91,7 +91,7 @@ impl Harness for Mongo {
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {
         Ok(
-            MongoDb::open(self.database(case).await?, CollectionNames::default())
+            MongoDb::open(self.database(case).await?, TableNames::default())
                 .await?
                 .agno_db(),
         )
@@ -100,7 +100,7 @@ impl Harness for Mongo {
     async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
         let db = self.database(case).await?;
         create_legacy_layout(&db).await?;
-        let store = MongoDb::open(db.clone(), CollectionNames::default()).await?;
+        let store = MongoDb::open(db.clone(), TableNames::default()).await?;
         Ok(LegacyDb {
             db: store.agno_db(),
             writer: Arc::new(Writer { db }),

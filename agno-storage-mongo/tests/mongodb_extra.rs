@@ -12,7 +12,7 @@ use agno_storage_core::{
 };
 use agno_storage_mongo::mongodb::bson::{doc, Document};
 use agno_storage_mongo::mongodb::{Client, Database};
-use agno_storage_mongo::{CollectionNames, MongoDb};
+use agno_storage_mongo::{MongoDb, TableNames};
 
 fn url() -> Option<String> {
     match std::env::var("AGNO_TEST_MONGODB_URL") {
@@ -91,7 +91,7 @@ fn v3_replaces_the_global_schedule_name_index() {
                 .expect("legacy index");
         }
         db.collection::<Document>("agno_schedules").insert_one(v2_schedule("s1", "nightly")).await.unwrap();
-        let store = MongoDb::open(db.clone(), CollectionNames::default()).await.unwrap();
+        let store = MongoDb::open(db.clone(), TableNames::default()).await.unwrap();
         assert!(!indexes(&db, "agno_metrics").await.iter().any(|(n, _)| n == "date_1_aggregation_period_1"));
         assert_eq!(store.get_schema_version("agno_schedules").await.unwrap(), None, "a 2.9 database is unstamped");
         let report = MigrationManager::new(&store).up().await.expect("migration");
@@ -121,7 +121,7 @@ fn duplicate_schedule_names_abort_unstamped() {
         let coll = db.collection::<Document>("agno_schedules");
         coll.insert_one(v2_schedule("d1", "report")).await.unwrap();
         coll.insert_one(v2_schedule("d2", "report")).await.unwrap();
-        let store = MongoDb::open(db.clone(), CollectionNames::default())
+        let store = MongoDb::open(db.clone(), TableNames::default())
             .await
             .unwrap();
         let failure = MigrationManager::new(&store)
@@ -172,7 +172,7 @@ async fn lock_doc(db: &Database) -> Option<Document> {
 }
 
 async fn leased(db: Database) -> MongoDb {
-    MongoDb::open(db, CollectionNames::default())
+    MongoDb::open(db, TableNames::default())
         .await
         .expect("open")
         .with_migration_lock_lease(LEASE)
@@ -303,7 +303,7 @@ fn existing_mode_creates_nothing() {
     rt().block_on(async {
         let db = fresh(&url, "existing").await;
         let name = db.name().to_owned();
-        let err = MongoDb::connect_with_mode(&url, &name, CollectionNames::default(), OpenMode::Existing)
+        let err = MongoDb::connect_with_mode(&url, &name, TableNames::default(), OpenMode::Existing)
             .await
             .expect_err("an empty database is no agno database");
         assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
@@ -322,7 +322,7 @@ fn existing_mode_creates_nothing() {
         let databases = client.list_database_names().await.expect("listDatabases");
         assert!(!databases.contains(&name), "{name} was created: {databases:?}");
 
-        let store = MongoDb::open(db.clone(), CollectionNames::default()).await.expect("open");
+        let store = MongoDb::open(db.clone(), TableNames::default()).await.expect("open");
         let agno = store.agno_db();
         agno.sessions()
             .unwrap()
@@ -341,7 +341,7 @@ fn existing_mode_creates_nothing() {
         assert!(before.iter().any(|(c, _, _)| c == "agno_schema_versions"), "{before:?}");
 
         let existing =
-            MongoDb::connect_with_mode(&url, &name, CollectionNames::default(), OpenMode::Existing)
+            MongoDb::connect_with_mode(&url, &name, TableNames::default(), OpenMode::Existing)
                 .await
                 .expect("an existing database opens")
                 .agno_db();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use agno_storage_core::migration::TableType;
 use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result};
-use agno_storage_doc::Collection;
+use agno_storage_doc::Table;
 use surrealdb::engine::any::Any;
 use surrealdb::Surreal;
 
@@ -75,26 +75,26 @@ impl Default for TableNames {
 
 impl TableNames {
     /// The physical name of a collection.
-    pub fn get(&self, which: Collection) -> &str {
+    pub fn get(&self, which: Table) -> &str {
         match which {
-            Collection::Sessions => &self.sessions,
-            Collection::Runs => &self.runs,
-            Collection::Memories => &self.memories,
-            Collection::Metrics => &self.metrics,
-            Collection::Evals => &self.evals,
-            Collection::Knowledge => &self.knowledge,
-            Collection::Schedules => &self.schedules,
-            Collection::ScheduleRuns => &self.schedule_runs,
-            Collection::Learnings => &self.learnings,
-            Collection::Jobs => &self.jobs,
-            Collection::Versions => &self.versions,
-            Collection::Meta => &self.meta,
+            Table::Sessions => &self.sessions,
+            Table::Runs => &self.runs,
+            Table::Memories => &self.memories,
+            Table::Metrics => &self.metrics,
+            Table::Evals => &self.evals,
+            Table::Knowledge => &self.knowledge,
+            Table::Schedules => &self.schedules,
+            Table::ScheduleRuns => &self.schedule_runs,
+            Table::Learnings => &self.learnings,
+            Table::Jobs => &self.jobs,
+            Table::Versions => &self.versions,
+            Table::Meta => &self.meta,
         }
     }
 
     /// The physical name of a migrated table type.
     pub fn of(&self, table: TableType) -> &str {
-        self.get(Collection::from(table))
+        self.get(Table::from(table))
     }
 
     fn all(&self) -> [&str; 16] {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::{async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord};
-use agno_storage_doc::{Collection, DocBackend};
+use agno_storage_doc::{DocBackend, Table};
 use serde_json::Value;
 use surrealdb::types::{
     Datetime, Number, Object, QueryError, RecordId, RecordIdKey, ToSql, Value as SValue,
@@ -571,7 +571,7 @@ impl DocBackend for SurrealDb {
     type Version = SValue;
     type Write = Write;
 
-    fn collection(&self, which: Collection) -> &str {
+    fn collection(&self, which: Table) -> &str {
         self.inner.names.get(which)
     }
 

@@ -3,7 +3,7 @@
 //! queued and running job.
 
 use agno_storage_core::{now_epoch_seconds, Job, JobStatus, Result};
-use agno_storage_doc::{Collection, DocBackend};
+use agno_storage_doc::{DocBackend, Table};
 use surrealdb::types::Value as SValue;
 
 use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
@@ -36,7 +36,7 @@ impl SurrealDb {
             loop {
                 let page = self
                     .select(
-                        self.collection(Collection::Jobs),
+                        self.collection(Table::Jobs),
                         &format!(
                             "WHERE status IN $statuses ORDER BY created_at, id LIMIT {PAGE} START {start}"
                         ),
@@ -59,7 +59,7 @@ impl SurrealDb {
                 for (stored, mut job) in candidates {
                     job.take_lease(worker_id, now);
                     let write = self.put(
-                        self.collection(Collection::Jobs),
+                        self.collection(Table::Jobs),
                         &stored.id,
                         &self.to_fields(&job, "a job")?,
                         stored.unchanged(),

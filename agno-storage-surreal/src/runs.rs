@@ -10,7 +10,7 @@
 
 use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::{now_epoch_seconds, Error, ErrorKind, Result, RunRecord};
-use agno_storage_doc::{run_counter_id, updated_run, Collection, DocBackend, Docs};
+use agno_storage_doc::{run_counter_id, updated_run, DocBackend, Docs, Table};
 use surrealdb::types::{Number, Value as SValue};
 
 use crate::doc::{backoff, rid, Commit, Pre, CAS_ATTEMPTS};
@@ -21,10 +21,7 @@ impl SurrealDb {
     /// session's counter; only a counter never seeded is seeded from the runs stored (one
     /// past the highest `run_index`).
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
-        let counter = rid(
-            self.collection(Collection::Meta),
-            &run_counter_id(session_id),
-        );
+        let counter = rid(self.collection(Table::Meta), &run_counter_id(session_id));
         let next_of = |values: Vec<SValue>| -> Option<i64> {
             let row = match values.into_iter().next()? {
                 SValue::Array(a) => a.into_iter().next()?,
@@ -89,7 +86,7 @@ impl SurrealDb {
     /// [`DocBackend::write_run`]: one transaction that re-checks the session, touches its
     /// run-index counter and writes the run.
     pub(crate) async fn write_run_checked(&self, run: RunRecord) -> Result<RunRecord> {
-        let coll = self.collection(Collection::Runs);
+        let coll = self.collection(Table::Runs);
         let id = run.run_id.clone();
         let mut index: Option<i64> = None;
         for attempt in 0..CAS_ATTEMPTS {
@@ -120,13 +117,13 @@ impl SurrealDb {
             };
             let writes = vec![
                 self.check(
-                    self.collection(Collection::Sessions),
+                    self.collection(Table::Sessions),
                     &session.id,
                     session.unchanged(),
                 ),
                 // Conflicts with a concurrent `delete_sessions`, which deletes the counter.
                 self.touch(
-                    self.collection(Collection::Meta),
+                    self.collection(Table::Meta),
                     &run_counter_id(&run.session_id),
                     next.run_index,
                 ),
@@ -154,13 +151,13 @@ impl SurrealDb {
             for attempt in 0..CAS_ATTEMPTS {
                 let writes = vec![
                     self.put(
-                        self.collection(Collection::Runs),
+                        self.collection(Table::Runs),
                         &row.run_id,
                         &fields,
                         Pre::Absent,
                     ),
                     self.touch(
-                        self.collection(Collection::Meta),
+                        self.collection(Table::Meta),
                         &run_counter_id(&row.session_id),
                         row.run_index,
                     ),
@@ -172,7 +169,7 @@ impl SurrealDb {
                     }
                     Commit::Conflict => {
                         if self
-                            .get(self.collection(Collection::Runs), &row.run_id)
+                            .get(self.collection(Table::Runs), &row.run_id)
                             .await?
                             .is_some()
                         {

@@ -4,7 +4,7 @@
 //! component id an `agent`/`team`/`workflow` record link and no `session_type` field.
 
 use agno_storage_core::{visible_to, Result};
-use agno_storage_doc::{run_counter_id, Collection, DocBackend, Docs};
+use agno_storage_doc::{run_counter_id, DocBackend, Docs, Table};
 
 use crate::doc::{backoff, Commit, Pre, CAS_ATTEMPTS};
 use crate::SurrealDb;
@@ -29,16 +29,16 @@ impl SurrealDb {
             // touches, so a concurrent append conflicts) and exactly its runs.
             let writes = vec![
                 self.delete(
-                    self.collection(Collection::Sessions),
+                    self.collection(Table::Sessions),
                     &stored.id,
                     stored.unchanged(),
                 ),
                 self.delete(
-                    self.collection(Collection::Meta),
+                    self.collection(Table::Meta),
                     &run_counter_id(session_id),
                     Pre::Any,
                 ),
-                self.delete_where(self.collection(Collection::Runs), "session_id", session_id),
+                self.delete_where(self.collection(Table::Runs), "session_id", session_id),
             ];
             match self.commit("delete sessions", writes).await? {
                 Commit::Done => return Ok(true),
