@@ -3,68 +3,30 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::migration::TableType;
-use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result};
-use agno_storage_doc::Table;
+use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result, TableNames};
 use surrealdb::engine::any::Any;
 use surrealdb::Surreal;
 
 use crate::doc::{check_ident, db_err, BACKEND};
 use crate::DEFAULT_MIGRATION_LOCK_LEASE;
 
-/// Table names, as agno 3.1.10's `SurrealDb` names them by default.
+/// The tables agno's `SurrealDb` links records to (`agent`, `team`, `workflow`, `user` fields
+/// are record links into them); never written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableNames {
-    /// Sessions, record id = `session_id` (`agno_sessions`).
-    pub sessions: String,
-    /// Runs, one record per run, record id = `run_id` (`agno_runs`).
-    pub runs: String,
-    /// User memories, record id = `memory_id` (`agno_memories`).
-    pub memories: String,
-    /// Daily metrics, record id = `{date}|{user_id}` (`agno_metrics`).
-    pub metrics: String,
-    /// Eval runs, record id = `run_id` (`agno_eval_runs`).
-    pub evals: String,
-    /// Knowledge contents, record id = `id` (`agno_knowledge`).
-    pub knowledge: String,
-    /// Schedules (`agno_schedules`; agno's `SurrealDb` has none, the shapes are Mongo's).
-    pub schedules: String,
-    /// Schedule runs (`agno_schedule_runs`).
-    pub schedule_runs: String,
-    /// Learnings (`agno_learnings`; agno's `SurrealDb` raises `NotImplementedError`).
-    pub learnings: String,
-    /// The job queue (`agno_jobs`; ours).
-    pub jobs: String,
-    /// Per-table schema stamps, record id = table name (`agno_schema_versions`).
-    pub versions: String,
-    /// Our bookkeeping: run-index counters, idempotency guards, the migration lock
-    /// (`agno_storage_meta`; agno never reads it).
-    pub meta: String,
-    /// Link target of a session's or eval's `agent` (`agno_agents`, never written).
+pub struct LinkTables {
+    /// Link target of a session's or eval's `agent` (`agno_agents`).
     pub agents: String,
-    /// Link target of `team` (`agno_teams`, never written).
+    /// Link target of `team` (`agno_teams`).
     pub teams: String,
-    /// Link target of `workflow` (`agno_workflows`, never written).
+    /// Link target of `workflow` (`agno_workflows`).
     pub workflows: String,
-    /// Link target of a memory's `user` (`agno_users`, never written).
+    /// Link target of a memory's `user` (`agno_users`).
     pub users: String,
 }
 
-impl Default for TableNames {
+impl Default for LinkTables {
     fn default() -> Self {
-        TableNames {
-            sessions: "agno_sessions".into(),
-            runs: "agno_runs".into(),
-            memories: "agno_memories".into(),
-            metrics: "agno_metrics".into(),
-            evals: "agno_eval_runs".into(),
-            knowledge: "agno_knowledge".into(),
-            schedules: "agno_schedules".into(),
-            schedule_runs: "agno_schedule_runs".into(),
-            learnings: "agno_learnings".into(),
-            jobs: "agno_jobs".into(),
-            versions: "agno_schema_versions".into(),
-            meta: "agno_storage_meta".into(),
+        LinkTables {
             agents: "agno_agents".into(),
             teams: "agno_teams".into(),
             workflows: "agno_workflows".into(),
@@ -73,30 +35,38 @@ impl Default for TableNames {
     }
 }
 
-impl TableNames {
-    /// The physical name of a collection.
-    pub fn get(&self, which: Table) -> &str {
-        match which {
-            Table::Sessions => &self.sessions,
-            Table::Runs => &self.runs,
-            Table::Memories => &self.memories,
-            Table::Metrics => &self.metrics,
-            Table::Evals => &self.evals,
-            Table::Knowledge => &self.knowledge,
-            Table::Schedules => &self.schedules,
-            Table::ScheduleRuns => &self.schedule_runs,
-            Table::Learnings => &self.learnings,
-            Table::Jobs => &self.jobs,
-            Table::Versions => &self.versions,
-            Table::Meta => &self.meta,
+/// Every table name in use: agno's tables and the link targets. Dereferences to the
+/// [`TableNames`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub(crate) tables: TableNames,
+    pub(crate) agents: String,
+    pub(crate) teams: String,
+    pub(crate) workflows: String,
+    pub(crate) users: String,
+}
+
+impl Layout {
+    fn new(tables: TableNames, links: LinkTables) -> Self {
+        Layout {
+            tables,
+            agents: links.agents,
+            teams: links.teams,
+            workflows: links.workflows,
+            users: links.users,
         }
     }
+}
 
-    /// The physical name of a migrated table type.
-    pub fn of(&self, table: TableType) -> &str {
-        self.get(Table::from(table))
+impl std::ops::Deref for Layout {
+    type Target = TableNames;
+
+    fn deref(&self) -> &TableNames {
+        &self.tables
     }
+}
 
+impl Layout {
     fn all(&self) -> [&str; 16] {
         [
             &self.sessions,
@@ -195,6 +165,8 @@ pub struct SurrealOptions {
     pub credentials: Option<(String, String)>,
     /// Table names (agno's defaults).
     pub names: TableNames,
+    /// The tables agno's record links point into (agno's defaults).
+    pub links: LinkTables,
     /// When none of agno's tables holds a record, stamp every table at the latest schema
     /// version (a new database). Turn off to open an empty database that agno 2.x data will
     /// be imported into and then migrated. Default: on.
@@ -220,6 +192,7 @@ impl SurrealOptions {
             database: database.into(),
             credentials: None,
             names: TableNames::default(),
+            links: LinkTables::default(),
             stamp_new_database: true,
             migration_lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
         }
@@ -251,7 +224,7 @@ fn check_lease(lease: Duration) -> Result<()> {
 
 pub(crate) struct Inner {
     pub(crate) client: Surreal<Any>,
-    pub(crate) names: TableNames,
+    pub(crate) names: Layout,
     /// The migration lock's lease ([`SurrealOptions::migration_lock_lease`]).
     pub(crate) lock_lease: Duration,
 }
@@ -372,13 +345,14 @@ impl SurrealDb {
         mode: OpenMode,
     ) -> Result<Self> {
         check_lease(options.migration_lock_lease)?;
-        for t in options.names.all() {
+        let names = Layout::new(options.names, options.links);
+        for t in names.all() {
             check_ident(t)?;
         }
         let me = SurrealDb {
             inner: Arc::new(Inner {
                 client,
-                names: options.names,
+                names,
                 lock_lease: options.migration_lock_lease,
             }),
         };
@@ -410,7 +384,7 @@ impl SurrealDb {
 
     /// The table names in use.
     pub fn names(&self) -> &TableNames {
-        &self.inner.names
+        &self.inner.names.tables
     }
 
     /// The migration lock lease in use ([`SurrealOptions::migration_lock_lease`]).

@@ -16,7 +16,7 @@ use surrealdb::types::{
     Datetime, Number, Object, QueryError, RecordId, RecordIdKey, ToSql, Value as SValue,
 };
 
-use crate::db::TableNames;
+use crate::db::Layout;
 use crate::SurrealDb;
 
 pub(crate) const BACKEND: &str = "surrealdb";
@@ -69,7 +69,7 @@ const COMPONENT_LINKS: &[(&str, &str, LinkTable)] = &[
 ];
 const DATES: &[&str] = &["created_at", "updated_at"];
 
-impl TableNames {
+impl Layout {
     fn codec(&self, table: &str) -> Codec {
         if table == self.sessions {
             Codec {
@@ -161,7 +161,7 @@ pub(crate) fn rid(table: &str, key: &str) -> SValue {
     SValue::RecordId(RecordId::new(table, key))
 }
 
-impl TableNames {
+impl Layout {
     /// `fields` in the stored shape of `table`.
     pub(crate) fn encode(&self, table: &str, fields: &Fields) -> SValue {
         let codec = self.codec(table);

@@ -57,6 +57,8 @@ mod sessions;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-pub use db::{SurrealDb, SurrealOptions, TableNames};
+pub use agno_storage_core::TableNames;
+#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
+pub use db::{LinkTables, SurrealDb, SurrealOptions};
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use surrealdb;
