@@ -6,15 +6,15 @@
 //! is [`DocBackend::write_run`]: by default [`write_run_cas`], overridden where the backend
 //! has its own atomic counter.
 
-use agno_storage_core::legacy::{legacy_runs_list, sort_runs_for_session, InsertedRuns};
+use agno_storage_core::legacy::{legacy_runs_list, InsertedRuns, SessionRun};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Page, Result,
-    RunQuery, RunRecord, RunStore,
+    async_trait, json, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Error,
+    ErrorKind, Page, Result, RunJson, RunQuery, RunRecord, RunStore, Unreadable,
 };
 use serde_json::Value;
 
 use crate::sessions::LEGACY_RUNS;
-use crate::{backoff, digest_id, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
+use crate::{backoff, digest_id, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 /// The meta document holding `session_id`'s next `run_index`.
 pub fn run_counter_id(session_id: &str) -> String {
@@ -22,21 +22,70 @@ pub fn run_counter_id(session_id: &str) -> String {
 }
 
 impl<B: DocBackend> Docs<B> {
-    /// Every run of `session_id`, in session order.
-    pub async fn session_runs(&self, session_id: &str) -> Result<Vec<RunRecord>> {
-        let docs = self
-            .query(
-                self.collection(Table::Runs),
-                &[("session_id", opt(Some(session_id)))],
-            )
-            .await?;
-        let mut runs: Vec<RunRecord> = docs
-            .iter()
-            .map(|d| d.decode("a run"))
-            .collect::<Result<_>>()?;
-        sort_runs_for_session(&mut runs);
+    /// Every run document of `session_id`.
+    async fn session_run_docs(&self, session_id: &str) -> Result<Vec<Stored<B>>> {
+        self.query(
+            self.collection(Table::Runs),
+            &[("session_id", opt(Some(session_id)))],
+        )
+        .await
+    }
+
+    /// Every run of `session_id` as a session read hands it over, in session order: a run
+    /// this code cannot decode comes as its `run_data` text (see [`RunJson`]), so it does
+    /// not fail the read.
+    pub async fn session_runs(&self, session_id: &str) -> Result<Vec<SessionRun>> {
+        let mut runs = Vec::new();
+        for doc in self.session_run_docs(session_id).await? {
+            runs.push(match decode_run(&doc) {
+                Ok(run) => SessionRun::from(run),
+                Err(e) => undecoded_session_run(&doc).ok_or(e)?,
+            });
+        }
         Ok(runs)
     }
+
+    /// One past the highest `run_index` stored for `session_id` (0 for none), read from the
+    /// documents without decoding them.
+    pub async fn next_stored_run_index(&self, session_id: &str) -> Result<i64> {
+        Ok(self
+            .session_run_docs(session_id)
+            .await?
+            .iter()
+            .filter_map(|d| d.fields.get("run_index").and_then(Value::as_i64))
+            .max()
+            .map_or(0, |top| top + 1))
+    }
+}
+
+/// A run document as a record: an error naming the run when its fields do not decode or its
+/// `run_data` is nested deeper than [`json::MAX_DEPTH`] (what agno's Python reads).
+pub(crate) fn decode_run<B: DocBackend>(doc: &Stored<B>) -> Result<RunRecord> {
+    if let Some(data) = doc.fields.get("run_data") {
+        json::check_depth("run_data", data, json::MAX_DEPTH).map_err(|e| {
+            Error::new(
+                ErrorKind::Serialization,
+                format!("cannot decode run {}: {}", doc.id, e.message()),
+            )
+            .with_backend(B::BACKEND)
+        })?;
+    }
+    doc.decode("a run")
+}
+
+/// A run that does not decode, as a session read hands it over: its `run_data` as text,
+/// when its id and data can be read at all.
+fn undecoded_session_run<B: DocBackend>(doc: &Stored<B>) -> Option<SessionRun> {
+    let run_id = doc.str("run_id")?.to_owned();
+    let data = doc.fields.get("run_data")?;
+    let text = serde_json::to_string(data).ok()?;
+    let number = |name: &str| doc.fields.get(name).and_then(Value::as_i64);
+    Some(SessionRun {
+        run_id,
+        run_index: number("run_index"),
+        created_at: number("created_at").unwrap_or_default(),
+        run: RunJson::from_stored_text(text).ok()?,
+    })
 }
 
 #[async_trait]
@@ -66,14 +115,24 @@ impl<B: DocBackend> RunStore for Docs<B> {
             eq.push(("user_id", opt(Some(u))));
         }
         let docs = self.query(self.collection(Table::Runs), &eq).await?;
-        let mut rows = Vec::new();
+        let (mut rows, mut unreadable) = (Vec::new(), Vec::new());
         for d in &docs {
-            let r: RunRecord = d.decode("a run")?;
-            if query.matches(&r) {
-                rows.push(r);
+            match decode_run(d) {
+                Ok(r) if query.matches(&r) => rows.push(r),
+                Ok(_) => {}
+                // A run this code cannot decode is named, not fatal to the list, to a caller
+                // who may see it (its owner as far as it can be read, or unscoped).
+                Err(e) if visible_to(d.str("user_id"), query.user_id.as_deref()) => unreadable
+                    .push(Unreadable {
+                        id: d.str("run_id").unwrap_or(&d.id).to_owned(),
+                        error: e.to_string(),
+                    }),
+                Err(_) => {}
             }
         }
-        query.page(rows)
+        let mut page = query.page(rows)?;
+        page.unreadable = unreadable;
+        Ok(page)
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
@@ -84,8 +143,11 @@ impl<B: DocBackend> RunStore for Docs<B> {
             let Some(stored) = self.get(coll, &id).await? else {
                 continue;
             };
-            let run: RunRecord = stored.decode("a run")?;
-            if run.run_id != *run_id || !visible_to(run.user_id.as_deref(), user_id) {
+            // Read from the fields, not decoded: a run this code cannot decode can still be
+            // deleted by its owner.
+            if stored.str("run_id") != Some(run_id.as_str())
+                || !visible_to(stored.str("user_id"), user_id)
+            {
                 continue;
             }
             self.commit_all("delete runs", vec![self.delete(coll, &id, Pre::Any)])
@@ -228,13 +290,7 @@ pub async fn write_run_cas<B: DocBackend>(db: &B, run: RunRecord) -> Result<RunR
                 if new.run_index.is_none() {
                     new.run_index = Some(match counter.next {
                         Some(n) => n,
-                        None => docs
-                            .session_runs(&run.session_id)
-                            .await?
-                            .iter()
-                            .filter_map(|r| r.run_index)
-                            .max()
-                            .map_or(0, |top| top + 1),
+                        None => docs.next_stored_run_index(&run.session_id).await?,
                     });
                 }
                 new.updated_at = Some(now);

@@ -53,13 +53,7 @@ impl FirestoreDb {
                     });
             }
             // No counter yet: seed it from the stored runs, then take an index.
-            let highest = Docs::of(self)
-                .session_runs(session_id)
-                .await?
-                .iter()
-                .filter_map(|r| r.run_index)
-                .max()
-                .unwrap_or(-1);
+            let highest = Docs::of(self).next_stored_run_index(session_id).await? - 1;
             let seed = self.transform(
                 meta,
                 &id,

@@ -47,14 +47,7 @@ impl SurrealDb {
                 Ok(values) => match next_of(values) {
                     Some(n) => return Ok(n - 1),
                     None => {
-                        let floor = Docs::of(self)
-                            .session_runs(session_id)
-                            .await?
-                            .iter()
-                            .filter_map(|r| r.run_index)
-                            .max()
-                            .unwrap_or(-1)
-                            + 1;
+                        let floor = Docs::of(self).next_stored_run_index(session_id).await?;
                         self.run(
                             "next run index",
                             "UPSERT ONLY $c SET next = math::max([next OR 0, $floor]) + 1, \
