@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, SchemaVersionStore, TableType};
+pub(crate) use agno_storage_core::Table;
 use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result, TableNames};
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
@@ -76,44 +77,37 @@ type CondParts = (
     Option<HashMap<String, AttributeValue>>,
 );
 
-/// The tables this crate uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Tbl {
-    Sessions,
-    Runs,
-    Memories,
-    Metrics,
-    Evals,
-    Knowledge,
-    Schedules,
-    ScheduleRuns,
-    Learnings,
-    Jobs,
-    Versions,
-    Meta,
+/// What DynamoDB needs to know of each table: its key attribute and agno's GSIs.
+pub(crate) trait KeySchema {
+    /// The hash key attribute.
+    fn key(self) -> &'static str;
+    /// agno's GSIs.
+    fn indexes(self) -> Vec<Gsi>;
 }
 
-impl Tbl {
-    /// The hash key attribute.
-    pub(crate) fn key(self) -> &'static str {
+impl KeySchema for Table {
+    fn key(self) -> &'static str {
         match self {
-            Tbl::Sessions => "session_id",
-            Tbl::Runs | Tbl::Evals => "run_id",
-            Tbl::Memories => "memory_id",
-            Tbl::Learnings => "learning_id",
-            Tbl::Versions => "table_name",
-            Tbl::Meta => "pk",
-            Tbl::Metrics | Tbl::Knowledge | Tbl::Schedules | Tbl::ScheduleRuns | Tbl::Jobs => "id",
+            Table::Sessions => "session_id",
+            Table::Runs | Table::Evals => "run_id",
+            Table::Memories => "memory_id",
+            Table::Learnings => "learning_id",
+            Table::Versions => "table_name",
+            Table::Meta => "pk",
+            Table::Metrics
+            | Table::Knowledge
+            | Table::Schedules
+            | Table::ScheduleRuns
+            | Table::Jobs => "id",
         }
     }
 
-    /// agno's GSIs.
     fn indexes(self) -> Vec<Gsi> {
         let by = |hash: &'static str, ht: char, range: &'static str, rt: char| {
             (format!("{hash}-{range}-index"), hash, ht, Some((range, rt)))
         };
         match self {
-            Tbl::Sessions => [
+            Table::Sessions => [
                 "session_type",
                 "user_id",
                 "agent_id",
@@ -123,7 +117,7 @@ impl Tbl {
             .into_iter()
             .map(|h| by(h, 'S', "created_at", 'N'))
             .collect(),
-            Tbl::Runs => [
+            Table::Runs => [
                 "session_id",
                 "user_id",
                 "agent_id",
@@ -134,7 +128,7 @@ impl Tbl {
             .into_iter()
             .map(|h| by(h, 'S', "created_at", 'N'))
             .collect(),
-            Tbl::Memories => {
+            Table::Memories => {
                 let mut v: Vec<_> = ["user_id", "agent_id", "team_id", "workflow_id"]
                     .into_iter()
                     .map(|h| by(h, 'S', "updated_at", 'S'))
@@ -142,15 +136,15 @@ impl Tbl {
                 v.push(by("workflow_id", 'S', "created_at", 'S'));
                 v
             }
-            Tbl::Evals => ["eval_type", "agent_id", "team_id", "workflow_id"]
+            Table::Evals => ["eval_type", "agent_id", "team_id", "workflow_id"]
                 .into_iter()
                 .map(|h| by(h, 'S', "created_at", 'N'))
                 .collect(),
-            Tbl::Knowledge => ["user_id", "type", "status"]
+            Table::Knowledge => ["user_id", "type", "status"]
                 .into_iter()
                 .map(|h| by(h, 'S', "created_at", 'N'))
                 .collect(),
-            Tbl::Metrics => vec![
+            Table::Metrics => vec![
                 by("date", 'S', "aggregation_period", 'S'),
                 ("created_at-index".into(), "created_at", 'N', None),
             ],
@@ -162,7 +156,7 @@ impl Tbl {
 pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) names: TableNames,
-    ensured: Mutex<HashSet<Tbl>>,
+    ensured: Mutex<HashSet<Table>>,
     /// Whether a missing table is created on first use (false in [`OpenMode::Existing`]).
     create: bool,
     /// The `Limit` of each Scan and Query request ([`DynamoOptions::page_size`]).
@@ -276,7 +270,7 @@ impl Cond {
     /// The stored item is exactly `old` (every attribute equal, none of `new`'s extra
     /// attributes present), or absent when `old` is `None`: a compare-and-set on the whole
     /// item.
-    pub(crate) fn unchanged(tbl: Tbl, old: Option<&Item>, new: &Item) -> Self {
+    pub(crate) fn unchanged(tbl: Table, old: Option<&Item>, new: &Item) -> Self {
         let Some(old) = old else {
             return Cond::absent(tbl.key());
         };
@@ -515,26 +509,12 @@ impl DynamoDb {
             .build()
     }
 
-    pub(crate) fn name(&self, tbl: Tbl) -> &str {
-        let n = &self.inner.names;
-        match tbl {
-            Tbl::Sessions => &n.sessions,
-            Tbl::Runs => &n.runs,
-            Tbl::Memories => &n.memories,
-            Tbl::Metrics => &n.metrics,
-            Tbl::Evals => &n.evals,
-            Tbl::Knowledge => &n.knowledge,
-            Tbl::Schedules => &n.schedules,
-            Tbl::ScheduleRuns => &n.schedule_runs,
-            Tbl::Learnings => &n.learnings,
-            Tbl::Jobs => &n.jobs,
-            Tbl::Versions => &n.versions,
-            Tbl::Meta => &n.meta,
-        }
+    pub(crate) fn name(&self, tbl: Table) -> &str {
+        self.inner.names.get(tbl)
     }
 
     /// Makes sure `tbl` exists (created as agno creates it), once per handle.
-    pub(crate) async fn ensure(&self, tbl: Tbl) -> Result<&str> {
+    pub(crate) async fn ensure(&self, tbl: Table) -> Result<&str> {
         let name = self.name(tbl);
         let mut ensured = self.inner.ensured.lock().await;
         if ensured.contains(&tbl) {
@@ -586,7 +566,7 @@ impl DynamoDb {
         Ok(name)
     }
 
-    async fn create_table(&self, tbl: Tbl) -> Result<()> {
+    async fn create_table(&self, tbl: Table) -> Result<()> {
         let throughput = || {
             ProvisionedThroughput::builder()
                 .read_capacity_units(5)
@@ -664,7 +644,7 @@ impl DynamoDb {
     }
 
     /// The item keyed `key`, read consistently.
-    pub(crate) async fn get(&self, tbl: Tbl, key: &str) -> Result<Option<Item>> {
+    pub(crate) async fn get(&self, tbl: Table, key: &str) -> Result<Option<Item>> {
         let name = self.ensure(tbl).await?;
         let out = self
             .inner
@@ -680,7 +660,7 @@ impl DynamoDb {
     }
 
     /// Every item of `tbl`, read consistently, following `LastEvaluatedKey` to the end.
-    pub(crate) async fn scan(&self, tbl: Tbl) -> Result<Vec<Item>> {
+    pub(crate) async fn scan(&self, tbl: Table) -> Result<Vec<Item>> {
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
         loop {
@@ -698,7 +678,7 @@ impl DynamoDb {
     /// its items and the `LastEvaluatedKey` to continue from (`None`: the scan is complete).
     pub(crate) async fn scan_page(
         &self,
-        tbl: Tbl,
+        tbl: Table,
         start: Option<Item>,
     ) -> Result<(Vec<Item>, Option<Item>)> {
         let name = self.ensure(tbl).await?;
@@ -720,7 +700,7 @@ impl DynamoDb {
     /// The items of `tbl` whose string attribute `attr` is `value` (a filtered consistent
     /// scan, following `LastEvaluatedKey` through empty pages). For tables without a GSI on
     /// `attr`; where agno declares one, [`DynamoDb::query_index`] reads only the matches.
-    pub(crate) async fn scan_eq(&self, tbl: Tbl, attr: &str, value: &str) -> Result<Vec<Item>> {
+    pub(crate) async fn scan_eq(&self, tbl: Table, attr: &str, value: &str) -> Result<Vec<Item>> {
         let name = self.ensure(tbl).await?;
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
@@ -753,7 +733,12 @@ impl DynamoDb {
     /// matching items, not the table. GSIs are eventually consistent and sparse: a write
     /// may take a moment to show (DynamoDB Local applies it at once), and an item without a
     /// numeric `created_at` is not indexed (every row this crate and agno write has one).
-    pub(crate) async fn query_index(&self, tbl: Tbl, attr: &str, value: &str) -> Result<Vec<Item>> {
+    pub(crate) async fn query_index(
+        &self,
+        tbl: Table,
+        attr: &str,
+        value: &str,
+    ) -> Result<Vec<Item>> {
         let index = tbl
             .indexes()
             .into_iter()
@@ -794,7 +779,7 @@ impl DynamoDb {
     }
 
     /// Writes `item` when `cond` holds; `false` when it does not.
-    pub(crate) async fn put(&self, tbl: Tbl, item: Item, cond: Option<Cond>) -> Result<bool> {
+    pub(crate) async fn put(&self, tbl: Table, item: Item, cond: Option<Cond>) -> Result<bool> {
         let name = self.ensure(tbl).await?;
         let (expr, names, values) = cond.map(Cond::parts).unwrap_or((None, None, None));
         let out = self
@@ -816,14 +801,14 @@ impl DynamoDb {
     }
 
     /// Replaces `old` by `new` if the stored item is still `old` (see [`Cond::unchanged`]).
-    pub(crate) async fn cas(&self, tbl: Tbl, old: Option<&Item>, new: Item) -> Result<bool> {
+    pub(crate) async fn cas(&self, tbl: Table, old: Option<&Item>, new: Item) -> Result<bool> {
         let cond = Cond::unchanged(tbl, old, &new);
         self.put(tbl, new, Some(cond)).await
     }
 
     /// Deletes the item keyed `key` when `cond` holds; `false` when it does not or when
     /// nothing was there.
-    pub(crate) async fn delete(&self, tbl: Tbl, key: &str, cond: Option<Cond>) -> Result<bool> {
+    pub(crate) async fn delete(&self, tbl: Table, key: &str, cond: Option<Cond>) -> Result<bool> {
         let name = self.ensure(tbl).await?;
         let cond = cond.unwrap_or_default().exists(tbl.key());
         let (expr, names, values) = cond.parts();
@@ -848,7 +833,7 @@ impl DynamoDb {
     /// A transactional put (for [`DynamoDb::transact`]).
     pub(crate) async fn tx_put(
         &self,
-        tbl: Tbl,
+        tbl: Table,
         item: Item,
         cond: Option<Cond>,
     ) -> Result<TransactWriteItem> {
@@ -868,7 +853,7 @@ impl DynamoDb {
     /// A transactional delete (for [`DynamoDb::transact`]).
     pub(crate) async fn tx_delete(
         &self,
-        tbl: Tbl,
+        tbl: Table,
         key: &str,
         cond: Option<Cond>,
     ) -> Result<TransactWriteItem> {

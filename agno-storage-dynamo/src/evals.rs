@@ -7,7 +7,7 @@ use agno_storage_core::{
 };
 
 use crate::codec::{err, record, record_item, sv};
-use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 const EVAL_JSON: &[&str] = &["eval_data", "eval_input"];
@@ -17,7 +17,7 @@ impl EvalStore for DynamoDb {
     async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
         let item = record_item(&run, "an eval run")?;
         if !self
-            .put(Tbl::Evals, item, Some(Cond::absent("run_id")))
+            .put(Table::Evals, item, Some(Cond::absent("run_id")))
             .await?
         {
             return Err(err(
@@ -32,7 +32,7 @@ impl EvalStore for DynamoDb {
     }
 
     async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
-        match self.get(Tbl::Evals, run_id).await? {
+        match self.get(Table::Evals, run_id).await? {
             Some(item) => {
                 let r: EvalRun = record(&item, EVAL_JSON, "an eval run")?;
                 Ok(visible_to(r.user_id.as_deref(), user_id).then_some(r))
@@ -44,7 +44,7 @@ impl EvalStore for DynamoDb {
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
         query.pagination.validate()?;
         let mut rows = Vec::new();
-        for item in self.scan(Tbl::Evals).await? {
+        for item in self.scan(Table::Evals).await? {
             let r: EvalRun = record(&item, EVAL_JSON, "an eval run")?;
             if query.matches(&r) {
                 rows.push(r);
@@ -60,7 +60,7 @@ impl EvalStore for DynamoDb {
         user_id: Option<&str>,
     ) -> Result<Option<EvalRun>> {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(old) = self.get(Tbl::Evals, run_id).await? else {
+            let Some(old) = self.get(Table::Evals, run_id).await? else {
                 return Ok(None);
             };
             let mut r: EvalRun = record(&old, EVAL_JSON, "an eval run")?;
@@ -70,7 +70,7 @@ impl EvalStore for DynamoDb {
             r.name = Some(name.to_owned());
             r.updated_at = Some(now_epoch_seconds());
             if self
-                .cas(Tbl::Evals, Some(&old), record_item(&r, "an eval run")?)
+                .cas(Table::Evals, Some(&old), record_item(&r, "an eval run")?)
                 .await?
             {
                 return Ok(Some(r));
@@ -83,7 +83,7 @@ impl EvalStore for DynamoDb {
         let mut deleted = 0;
         for id in run_ids {
             let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
-            if self.delete(Tbl::Evals, id, cond).await? {
+            if self.delete(Table::Evals, id, cond).await? {
                 deleted += 1;
             }
         }

@@ -12,7 +12,7 @@ use agno_storage_core::{
 };
 
 use crate::codec::{err, record, record_item, s, sv, Item};
-use crate::db::{contention, Cond, Tbl, TxOutcome, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, TxOutcome, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 fn decode(item: &Item) -> Result<Job> {
@@ -44,7 +44,7 @@ impl DynamoDb {
         change: impl Fn(&mut Job, i64) + Send + Sync,
     ) -> Result<Job> {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(old) = self.get(Tbl::Jobs, id).await? else {
+            let Some(old) = self.get(Table::Jobs, id).await? else {
                 return Err(lease_lost(id, worker_id, attempt));
             };
             let mut job = decode(&old)?;
@@ -55,7 +55,7 @@ impl DynamoDb {
                 return Err(lease_lost(id, worker_id, attempt));
             }
             change(&mut job, now_epoch_seconds());
-            if self.cas(Tbl::Jobs, Some(&old), encode(&job)?).await? {
+            if self.cas(Table::Jobs, Some(&old), encode(&job)?).await? {
                 return Ok(job);
             }
         }
@@ -63,7 +63,7 @@ impl DynamoDb {
     }
 
     async fn all_jobs(&self) -> Result<Vec<(Job, Item)>> {
-        self.scan(Tbl::Jobs)
+        self.scan(Table::Jobs)
             .await?
             .into_iter()
             .map(|i| decode(&i).map(|j| (j, i)))
@@ -83,9 +83,9 @@ impl JobStore for DynamoDb {
                 .as_deref()
                 .map(|k| self.idem_key(job.user_id.as_deref(), k));
             if let Some(key) = &idem {
-                if let Some(claim) = self.get(Tbl::Meta, key).await? {
+                if let Some(claim) = self.get(Table::Meta, key).await? {
                     let holder = s(&claim, "id").unwrap_or_default().to_owned();
-                    if let Some(item) = self.get(Tbl::Jobs, &holder).await? {
+                    if let Some(item) = self.get(Table::Jobs, &holder).await? {
                         let original = decode(&item)?;
                         if original.user_id == job.user_id {
                             return Ok(EnqueueOutcome {
@@ -95,8 +95,12 @@ impl JobStore for DynamoDb {
                         }
                     }
                     // An orphaned or foreign claim: take it over.
-                    self.delete(Tbl::Meta, key, Some(Cond::default().eq("id", sv(&holder))))
-                        .await?;
+                    self.delete(
+                        Table::Meta,
+                        key,
+                        Some(Cond::default().eq("id", sv(&holder))),
+                    )
+                    .await?;
                     continue;
                 }
             }
@@ -115,7 +119,7 @@ impl JobStore for DynamoDb {
                 }
             }
             let mut items = vec![
-                self.tx_put(Tbl::Jobs, encode(&job)?, Some(Cond::absent("id")))
+                self.tx_put(Table::Jobs, encode(&job)?, Some(Cond::absent("id")))
                     .await?,
             ];
             if let Some(key) = &idem {
@@ -123,7 +127,7 @@ impl JobStore for DynamoDb {
                 claim.insert("pk".into(), sv(key));
                 claim.insert("id".into(), sv(&job.id));
                 items.push(
-                    self.tx_put(Tbl::Meta, claim, Some(Cond::absent("pk")))
+                    self.tx_put(Table::Meta, claim, Some(Cond::absent("pk")))
                         .await?,
                 );
             }
@@ -167,7 +171,7 @@ impl JobStore for DynamoDb {
             candidates.sort_by(|a, b| (a.0.created_at, &a.0.id).cmp(&(b.0.created_at, &b.0.id)));
             for (mut job, old) in candidates {
                 job.take_lease(worker_id, now);
-                if self.cas(Tbl::Jobs, Some(&old), encode(&job)?).await? {
+                if self.cas(Table::Jobs, Some(&old), encode(&job)?).await? {
                     return Ok(Some(job));
                 }
             }
@@ -179,7 +183,7 @@ impl JobStore for DynamoDb {
         let mut held = 0;
         for id in ids {
             for _ in 0..MAX_ATTEMPTS {
-                let Some(old) = self.get(Tbl::Jobs, id).await? else {
+                let Some(old) = self.get(Table::Jobs, id).await? else {
                     break;
                 };
                 let mut job = decode(&old)?;
@@ -187,7 +191,7 @@ impl JobStore for DynamoDb {
                     break;
                 }
                 job.locked_at = Some(now_epoch_seconds());
-                if self.cas(Tbl::Jobs, Some(&old), encode(&job)?).await? {
+                if self.cas(Table::Jobs, Some(&old), encode(&job)?).await? {
                     held += 1;
                     break;
                 }
@@ -227,7 +231,7 @@ impl JobStore for DynamoDb {
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(old) = self.get(Tbl::Jobs, id).await? else {
+            let Some(old) = self.get(Table::Jobs, id).await? else {
                 return Ok(false);
             };
             let mut job = decode(&old)?;
@@ -240,7 +244,7 @@ impl JobStore for DynamoDb {
             job.status = JobStatus::Cancelled;
             job.completed_at = Some(now);
             job.updated_at = Some(now);
-            if self.cas(Tbl::Jobs, Some(&old), encode(&job)?).await? {
+            if self.cas(Table::Jobs, Some(&old), encode(&job)?).await? {
                 return Ok(true);
             }
         }
@@ -248,7 +252,7 @@ impl JobStore for DynamoDb {
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
-        match self.get(Tbl::Jobs, id).await? {
+        match self.get(Table::Jobs, id).await? {
             Some(item) => {
                 let j = decode(&item)?;
                 Ok(visible_to(j.user_id.as_deref(), user_id).then_some(j))
@@ -276,13 +280,13 @@ impl JobStore for DynamoDb {
             if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
                 continue;
             }
-            let cond = Cond::unchanged(Tbl::Jobs, Some(&item), &item);
-            if self.delete(Tbl::Jobs, &job.id, Some(cond)).await? {
+            let cond = Cond::unchanged(Table::Jobs, Some(&item), &item);
+            if self.delete(Table::Jobs, &job.id, Some(cond)).await? {
                 removed += 1;
                 if let Some(key) = &job.idempotency_key {
                     let idem = self.idem_key(job.user_id.as_deref(), key);
                     self.delete(
-                        Tbl::Meta,
+                        Table::Meta,
                         &idem,
                         Some(Cond::default().eq("id", sv(&job.id))),
                     )

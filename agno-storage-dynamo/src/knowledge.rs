@@ -8,7 +8,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::codec::{from_json, record, record_item, sv, to_json};
-use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 fn decode(item: &crate::codec::Item) -> Result<KnowledgeContent> {
@@ -22,7 +22,7 @@ impl KnowledgeStore for DynamoDb {
         content: KnowledgeContent,
     ) -> Result<KnowledgeContent> {
         for _ in 0..MAX_ATTEMPTS {
-            let old = self.get(Tbl::Knowledge, &content.id).await?;
+            let old = self.get(Table::Knowledge, &content.id).await?;
             let merged = match &old {
                 Some(item) => {
                     let stored = decode(item)?;
@@ -47,7 +47,7 @@ impl KnowledgeStore for DynamoDb {
                 None => content.clone(),
             };
             let item = record_item(&merged, "a knowledge content")?;
-            if self.cas(Tbl::Knowledge, old.as_ref(), item).await? {
+            if self.cas(Table::Knowledge, old.as_ref(), item).await? {
                 return Ok(merged);
             }
         }
@@ -59,7 +59,7 @@ impl KnowledgeStore for DynamoDb {
         id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<KnowledgeContent>> {
-        match self.get(Tbl::Knowledge, id).await? {
+        match self.get(Table::Knowledge, id).await? {
             Some(item) => {
                 let c = decode(&item)?;
                 Ok(owner_or_shared(c.user_id.as_deref(), user_id).then_some(c))
@@ -74,7 +74,7 @@ impl KnowledgeStore for DynamoDb {
     ) -> Result<Page<KnowledgeContent>> {
         query.pagination.validate()?;
         let mut rows = Vec::new();
-        for item in self.scan(Tbl::Knowledge).await? {
+        for item in self.scan(Table::Knowledge).await? {
             let c = decode(&item)?;
             if query.matches(&c) {
                 rows.push(c);
@@ -85,6 +85,6 @@ impl KnowledgeStore for DynamoDb {
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
-        self.delete(Tbl::Knowledge, id, cond).await
+        self.delete(Table::Knowledge, id, cond).await
     }
 }

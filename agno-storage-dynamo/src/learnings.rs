@@ -7,7 +7,7 @@ use agno_storage_core::{
 };
 
 use crate::codec::{record, record_item, sv, Item};
-use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 fn decode(item: &Item) -> Result<Learning> {
@@ -19,7 +19,7 @@ impl LearningStore for DynamoDb {
     async fn upsert_learning(&self, learning: Learning) -> Result<Learning> {
         for _ in 0..MAX_ATTEMPTS {
             let now = now_epoch_seconds();
-            let old = self.get(Tbl::Learnings, &learning.learning_id).await?;
+            let old = self.get(Table::Learnings, &learning.learning_id).await?;
             let next = match &old {
                 Some(item) => {
                     let mut stored = decode(item)?;
@@ -38,7 +38,7 @@ impl LearningStore for DynamoDb {
                 }
             };
             let item = record_item(&next, "a learning")?;
-            if self.cas(Tbl::Learnings, old.as_ref(), item).await? {
+            if self.cas(Table::Learnings, old.as_ref(), item).await? {
                 return Ok(next);
             }
         }
@@ -50,7 +50,7 @@ impl LearningStore for DynamoDb {
         learning_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Learning>> {
-        match self.get(Tbl::Learnings, learning_id).await? {
+        match self.get(Table::Learnings, learning_id).await? {
             Some(item) => {
                 let l = decode(&item)?;
                 Ok(visible_to(l.user_id.as_deref(), user_id).then_some(l))
@@ -62,7 +62,7 @@ impl LearningStore for DynamoDb {
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
         query.pagination.validate()?;
         let mut rows = Vec::new();
-        for item in self.scan(Tbl::Learnings).await? {
+        for item in self.scan(Table::Learnings).await? {
             let l = decode(&item)?;
             if query.matches(&l) {
                 rows.push(l);
@@ -73,6 +73,6 @@ impl LearningStore for DynamoDb {
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
         let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
-        self.delete(Tbl::Learnings, learning_id, cond).await
+        self.delete(Table::Learnings, learning_id, cond).await
     }
 }

@@ -11,7 +11,7 @@ use chrono::{DateTime, NaiveDateTime};
 use serde_json::Value;
 
 use crate::codec::{from_item, from_json, sv, to_item, to_json, Item};
-use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 fn iso_naive(ts: i64) -> Value {
@@ -69,7 +69,11 @@ fn decode(item: &Item) -> Result<UserMemory> {
 
 impl DynamoDb {
     async fn all_memories(&self) -> Result<Vec<UserMemory>> {
-        self.scan(Tbl::Memories).await?.iter().map(decode).collect()
+        self.scan(Table::Memories)
+            .await?
+            .iter()
+            .map(decode)
+            .collect()
     }
 }
 
@@ -77,7 +81,7 @@ impl DynamoDb {
 impl MemoryStore for DynamoDb {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
         for _ in 0..MAX_ATTEMPTS {
-            let old = self.get(Tbl::Memories, &memory.memory_id).await?;
+            let old = self.get(Table::Memories, &memory.memory_id).await?;
             let mut next = memory.clone();
             match &old {
                 Some(item) => {
@@ -92,7 +96,7 @@ impl MemoryStore for DynamoDb {
                 None => next.updated_at = next.updated_at.or(Some(next.created_at)),
             }
             if self
-                .cas(Tbl::Memories, old.as_ref(), encode(&next)?)
+                .cas(Table::Memories, old.as_ref(), encode(&next)?)
                 .await?
             {
                 return Ok(next);
@@ -106,7 +110,7 @@ impl MemoryStore for DynamoDb {
         memory_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<UserMemory>> {
-        match self.get(Tbl::Memories, memory_id).await? {
+        match self.get(Table::Memories, memory_id).await? {
             Some(item) => {
                 let m = decode(&item)?;
                 Ok(visible_to(m.user_id.as_deref(), user_id).then_some(m))
@@ -152,7 +156,7 @@ impl MemoryStore for DynamoDb {
         let mut deleted = 0;
         for id in memory_ids {
             let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
-            if self.delete(Tbl::Memories, id, cond).await? {
+            if self.delete(Table::Memories, id, cond).await? {
                 deleted += 1;
             }
         }

@@ -10,7 +10,7 @@ use agno_storage_core::{
 };
 
 use crate::codec::{record, record_item, s, sv, Item};
-use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 fn decode(item: &Item) -> Result<Option<MetricsRecord>> {
@@ -38,13 +38,13 @@ impl DynamoDb {
             record.date,
             record.aggregation_period
         );
-        if let Some(claim) = self.get(Tbl::Meta, &pk).await? {
+        if let Some(claim) = self.get(Table::Meta, &pk).await? {
             if let Some(id) = s(&claim, "id") {
                 return Ok(id.to_owned());
             }
         }
         let existing = self
-            .scan(Tbl::Metrics)
+            .scan(Table::Metrics)
             .await?
             .iter()
             .filter_map(|i| decode(i).ok().flatten())
@@ -57,10 +57,13 @@ impl DynamoDb {
         let mut claim = Item::new();
         claim.insert("pk".into(), sv(&pk));
         claim.insert("id".into(), sv(&existing));
-        if self.put(Tbl::Meta, claim, Some(Cond::absent("pk"))).await? {
+        if self
+            .put(Table::Meta, claim, Some(Cond::absent("pk")))
+            .await?
+        {
             return Ok(existing);
         }
-        match self.get(Tbl::Meta, &pk).await? {
+        match self.get(Table::Meta, &pk).await? {
             Some(c) => Ok(s(&c, "id").unwrap_or(&existing).to_owned()),
             None => Ok(existing),
         }
@@ -75,13 +78,16 @@ impl MetricsStore for DynamoDb {
             let id = self.metrics_id(&record).await?;
             let mut done = None;
             for _ in 0..MAX_ATTEMPTS {
-                let old = self.get(Tbl::Metrics, &id).await?;
+                let old = self.get(Table::Metrics, &id).await?;
                 let mut next = record.clone();
                 next.id = id.clone();
                 if let Some(prev) = old.as_ref().and_then(|o| decode(o).ok().flatten()) {
                     next.created_at = prev.created_at;
                 }
-                if self.cas(Tbl::Metrics, old.as_ref(), encode(&next)?).await? {
+                if self
+                    .cas(Table::Metrics, old.as_ref(), encode(&next)?)
+                    .await?
+                {
                     done = Some(next);
                     break;
                 }
@@ -93,7 +99,7 @@ impl MetricsStore for DynamoDb {
 
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
         let mut all = Vec::new();
-        for item in self.scan(Tbl::Metrics).await? {
+        for item in self.scan(Table::Metrics).await? {
             if let Some(r) = decode(&item)? {
                 if query
                     .user_id

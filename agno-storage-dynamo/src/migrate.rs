@@ -31,7 +31,7 @@ use agno_storage_core::migration::{
 use agno_storage_core::{async_trait, now_epoch_seconds, ErrorKind, Result};
 
 use crate::codec::{err, n, nv, s, sv, Item};
-use crate::db::{Cond, Tbl};
+use crate::db::{Cond, Table};
 use crate::DynamoDb;
 
 const LOCK_KEY: &str = "migration_lock";
@@ -43,7 +43,7 @@ const LEGACY_STALE_LOCK_SECONDS: i64 = 600;
 #[async_trait]
 impl SchemaVersionStore for DynamoDb {
     async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
-        match self.get(Tbl::Versions, table_name).await? {
+        match self.get(Table::Versions, table_name).await? {
             Some(item) => s(&item, "version").map(str::parse).transpose(),
             None => Ok(None),
         }
@@ -54,7 +54,7 @@ impl SchemaVersionStore for DynamoDb {
         item.insert("table_name".into(), sv(table_name));
         item.insert("version".into(), sv(&version.to_string()));
         item.insert("updated_at".into(), nv(now_epoch_seconds()));
-        self.put(Tbl::Versions, item, None).await?;
+        self.put(Table::Versions, item, None).await?;
         Ok(())
     }
 }
@@ -83,7 +83,7 @@ impl LeaseRecord for DynamoLease {
         let item = self.db.lock_item(&key, holder, now_epoch_millis(), lease);
         self.db
             .put(
-                Tbl::Meta,
+                Table::Meta,
                 item,
                 Some(Cond::default().eq("holder", sv(holder))),
             )
@@ -93,7 +93,7 @@ impl LeaseRecord for DynamoLease {
     async fn remove(&self, holder: &str) -> Result<bool> {
         self.db
             .delete(
-                Tbl::Meta,
+                Table::Meta,
                 &self.db.lock_key(),
                 Some(Cond::default().eq("holder", sv(holder))),
             )
@@ -177,16 +177,16 @@ impl MigrationTarget for DynamoDb {
             let now_ms = now_epoch_millis();
             let item = self.lock_item(&key, &holder, now_ms, lease);
             if self
-                .put(Tbl::Meta, item.clone(), Some(Cond::absent("pk")))
+                .put(Table::Meta, item.clone(), Some(Cond::absent("pk")))
                 .await?
             {
                 return Ok(self.hold(holder));
             }
-            match self.get(Tbl::Meta, &key).await? {
+            match self.get(Table::Meta, &key).await? {
                 // Released meanwhile: put again at once.
                 None => continue,
                 Some(current) if expired(&current, now_ms) => {
-                    if self.cas(Tbl::Meta, Some(&current), item).await? {
+                    if self.cas(Table::Meta, Some(&current), item).await? {
                         return Ok(self.hold(holder));
                     }
                 }

@@ -11,7 +11,7 @@ use agno_storage_core::{
 };
 
 use crate::codec::{err, record, record_item, s, sv, Item};
-use crate::db::{contention, Cond, Tbl, TxOutcome, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, TxOutcome, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 fn name_taken(name: &str) -> agno_storage_core::Error {
@@ -50,13 +50,13 @@ impl DynamoDb {
     /// writer that does not maintain it); `true` when the name is free now.
     async fn free_stale_name(&self, user_id: Option<&str>, name: &str) -> Result<bool> {
         let key = self.name_key(user_id, name);
-        let Some(claim) = self.get(Tbl::Meta, &key).await? else {
+        let Some(claim) = self.get(Table::Meta, &key).await? else {
             return Ok(true);
         };
         let Some(id) = s(&claim, "id") else {
-            return self.delete(Tbl::Meta, &key, None).await;
+            return self.delete(Table::Meta, &key, None).await;
         };
-        let holder = self.get(Tbl::Schedules, id).await?;
+        let holder = self.get(Table::Schedules, id).await?;
         let live = match holder {
             Some(item) => {
                 let sch = decode(&item)?;
@@ -67,14 +67,14 @@ impl DynamoDb {
         if live {
             return Ok(false);
         }
-        self.delete(Tbl::Meta, &key, Some(Cond::default().eq("id", sv(id))))
+        self.delete(Table::Meta, &key, Some(Cond::default().eq("id", sv(id))))
             .await
     }
 
     /// Whether another schedule of the owner already has `name` (rows agno wrote carry no
     /// uniqueness item, so the table is checked too).
     async fn name_in_use(&self, user_id: Option<&str>, name: &str, except: &str) -> Result<bool> {
-        Ok(self.scan(Tbl::Schedules).await?.iter().any(|i| {
+        Ok(self.scan(Table::Schedules).await?.iter().any(|i| {
             decode(i).is_ok_and(|sch| {
                 sch.id != except && sch.name == name && sch.user_id.as_deref() == user_id
             })
@@ -92,13 +92,13 @@ impl ScheduleStore for DynamoDb {
         for _ in 0..MAX_ATTEMPTS {
             let items = vec![
                 self.tx_put(
-                    Tbl::Schedules,
+                    Table::Schedules,
                     record_item(&schedule, "a schedule")?,
                     Some(Cond::absent("id")),
                 )
                 .await?,
                 self.tx_put(
-                    Tbl::Meta,
+                    Table::Meta,
                     self.name_item(user, &schedule.name, &schedule.id),
                     Some(Cond::absent("pk")),
                 )
@@ -123,7 +123,7 @@ impl ScheduleStore for DynamoDb {
     }
 
     async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
-        match self.get(Tbl::Schedules, id).await? {
+        match self.get(Table::Schedules, id).await? {
             Some(item) => {
                 let sch = decode(&item)?;
                 Ok(visible_to(sch.user_id.as_deref(), user_id).then_some(sch))
@@ -137,7 +137,7 @@ impl ScheduleStore for DynamoDb {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Schedule>> {
-        for item in self.scan(Tbl::Schedules).await? {
+        for item in self.scan(Table::Schedules).await? {
             let sch = decode(&item)?;
             if sch.name == name && sch.user_id.as_deref() == user_id {
                 return Ok(Some(sch));
@@ -154,7 +154,7 @@ impl ScheduleStore for DynamoDb {
     ) -> Result<Page<Schedule>> {
         pagination.validate()?;
         let mut rows = Vec::new();
-        for item in self.scan(Tbl::Schedules).await? {
+        for item in self.scan(Table::Schedules).await? {
             let sch = decode(&item)?;
             if enabled.is_none_or(|e| sch.enabled == e)
                 && visible_to(sch.user_id.as_deref(), user_id)
@@ -172,7 +172,7 @@ impl ScheduleStore for DynamoDb {
         update: ScheduleUpdate,
     ) -> Result<Option<Schedule>> {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(old) = self.get(Tbl::Schedules, id).await? else {
+            let Some(old) = self.get(Table::Schedules, id).await? else {
                 return Ok(None);
             };
             let current = decode(&old)?;
@@ -182,7 +182,7 @@ impl ScheduleStore for DynamoDb {
             let updated = update.apply_to(&current, now_epoch_seconds())?;
             let item = record_item(&updated, "a schedule")?;
             if updated.name == current.name {
-                if self.cas(Tbl::Schedules, Some(&old), item).await? {
+                if self.cas(Table::Schedules, Some(&old), item).await? {
                     return Ok(Some(updated));
                 }
                 continue;
@@ -191,17 +191,17 @@ impl ScheduleStore for DynamoDb {
             if self.name_in_use(owner, &updated.name, id).await? {
                 return Err(name_taken(&updated.name));
             }
-            let cond = Cond::unchanged(Tbl::Schedules, Some(&old), &item);
+            let cond = Cond::unchanged(Table::Schedules, Some(&old), &item);
             let items = vec![
-                self.tx_put(Tbl::Schedules, item, Some(cond)).await?,
+                self.tx_put(Table::Schedules, item, Some(cond)).await?,
                 self.tx_put(
-                    Tbl::Meta,
+                    Table::Meta,
                     self.name_item(owner, &updated.name, id),
                     Some(Cond::absent("pk")),
                 )
                 .await?,
                 self.tx_delete(
-                    Tbl::Meta,
+                    Table::Meta,
                     &self.name_key(current.user_id.as_deref(), &current.name),
                     None,
                 )
@@ -222,7 +222,7 @@ impl ScheduleStore for DynamoDb {
     }
 
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        let Some(item) = self.get(Tbl::Schedules, id).await? else {
+        let Some(item) = self.get(Table::Schedules, id).await? else {
             return Ok(false);
         };
         let sch = decode(&item)?;
@@ -230,18 +230,18 @@ impl ScheduleStore for DynamoDb {
             return Ok(false);
         }
         let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
-        if !self.delete(Tbl::Schedules, id, cond).await? {
+        if !self.delete(Table::Schedules, id, cond).await? {
             return Ok(false);
         }
         self.delete(
-            Tbl::Meta,
+            Table::Meta,
             &self.name_key(sch.user_id.as_deref(), &sch.name),
             Some(Cond::default().eq("id", sv(id))),
         )
         .await?;
-        for run in self.scan_eq(Tbl::ScheduleRuns, "schedule_id", id).await? {
+        for run in self.scan_eq(Table::ScheduleRuns, "schedule_id", id).await? {
             if let Some(run_id) = s(&run, "id") {
-                self.delete(Tbl::ScheduleRuns, run_id, None).await?;
+                self.delete(Table::ScheduleRuns, run_id, None).await?;
             }
         }
         Ok(true)
@@ -255,7 +255,7 @@ impl ScheduleStore for DynamoDb {
         for _ in 0..MAX_ATTEMPTS {
             let now = now_epoch_seconds();
             let mut due = Vec::new();
-            for item in self.scan(Tbl::Schedules).await? {
+            for item in self.scan(Table::Schedules).await? {
                 let sch = decode(&item)?;
                 if sch.is_due(now, lock_grace_seconds) {
                     due.push((sch, item));
@@ -269,7 +269,11 @@ impl ScheduleStore for DynamoDb {
                 sch.locked_by = Some(worker_id.to_owned());
                 sch.locked_at = Some(now);
                 if self
-                    .cas(Tbl::Schedules, Some(&old), record_item(&sch, "a schedule")?)
+                    .cas(
+                        Table::Schedules,
+                        Some(&old),
+                        record_item(&sch, "a schedule")?,
+                    )
                     .await?
                 {
                     return Ok(Some(sch));
@@ -287,7 +291,7 @@ impl ScheduleStore for DynamoDb {
         next_run_at: Option<i64>,
     ) -> Result<bool> {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(old) = self.get(Tbl::Schedules, id).await? else {
+            let Some(old) = self.get(Table::Schedules, id).await? else {
                 return Ok(false);
             };
             let mut sch = decode(&old)?;
@@ -295,7 +299,11 @@ impl ScheduleStore for DynamoDb {
                 return Ok(false);
             }
             if self
-                .cas(Tbl::Schedules, Some(&old), record_item(&sch, "a schedule")?)
+                .cas(
+                    Table::Schedules,
+                    Some(&old),
+                    record_item(&sch, "a schedule")?,
+                )
                 .await?
             {
                 return Ok(true);
@@ -305,7 +313,7 @@ impl ScheduleStore for DynamoDb {
     }
 
     async fn create_schedule_run(&self, mut run: ScheduleRun) -> Result<ScheduleRun> {
-        let Some(item) = self.get(Tbl::Schedules, &run.schedule_id).await? else {
+        let Some(item) = self.get(Table::Schedules, &run.schedule_id).await? else {
             return Err(err(
                 ErrorKind::NotFound,
                 format!("schedule {} does not exist", run.schedule_id),
@@ -314,7 +322,7 @@ impl ScheduleStore for DynamoDb {
         run.user_id = decode(&item)?.user_id;
         let put = record_item(&run, "a schedule run")?;
         if !self
-            .put(Tbl::ScheduleRuns, put, Some(Cond::absent("id")))
+            .put(Table::ScheduleRuns, put, Some(Cond::absent("id")))
             .await?
         {
             return Err(err(
@@ -331,7 +339,7 @@ impl ScheduleStore for DynamoDb {
         user_id: Option<&str>,
     ) -> Result<Option<ScheduleRun>> {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(old) = self.get(Tbl::ScheduleRuns, &run.id).await? else {
+            let Some(old) = self.get(Table::ScheduleRuns, &run.id).await? else {
                 return Ok(None);
             };
             let stored = decode_run(&old)?;
@@ -347,7 +355,7 @@ impl ScheduleStore for DynamoDb {
             };
             if self
                 .cas(
-                    Tbl::ScheduleRuns,
+                    Table::ScheduleRuns,
                     Some(&old),
                     record_item(&next, "a schedule run")?,
                 )
@@ -364,7 +372,7 @@ impl ScheduleStore for DynamoDb {
         id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<ScheduleRun>> {
-        match self.get(Tbl::ScheduleRuns, id).await? {
+        match self.get(Table::ScheduleRuns, id).await? {
             Some(item) => {
                 let r = decode_run(&item)?;
                 Ok(visible_to(r.user_id.as_deref(), user_id).then_some(r))
@@ -382,7 +390,7 @@ impl ScheduleStore for DynamoDb {
         pagination.validate()?;
         let mut rows = Vec::new();
         for item in self
-            .scan_eq(Tbl::ScheduleRuns, "schedule_id", schedule_id)
+            .scan_eq(Table::ScheduleRuns, "schedule_id", schedule_id)
             .await?
         {
             let r = decode_run(&item)?;

@@ -22,7 +22,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 
 use crate::codec::{self, from_item, from_json, n, nv, record_item, s, sv, Item};
-use crate::db::{contention, Cond, Tbl, MAX_ATTEMPTS};
+use crate::db::{contention, Cond, Table, MAX_ATTEMPTS};
 use crate::DynamoDb;
 
 const LEGACY: &str = "runs";
@@ -84,7 +84,8 @@ impl DynamoDb {
     /// Every run item of `session_id`, through agno's `session_id-created_at-index` (a
     /// Query: the cost is the session's runs, not the table's).
     async fn session_run_items(&self, session_id: &str) -> Result<Vec<Item>> {
-        self.query_index(Tbl::Runs, "session_id", session_id).await
+        self.query_index(Table::Runs, "session_id", session_id)
+            .await
     }
 
     async fn session_runs(&self, session_id: &str) -> Result<Vec<SessionRun>> {
@@ -137,14 +138,15 @@ impl DynamoDb {
             item.insert("pk".into(), sv(&pk));
             item.insert("next".into(), nv(seed));
             // A concurrent seeder may have won; either way the counter exists now.
-            self.put(Tbl::Meta, item, Some(Cond::absent("pk"))).await?;
+            self.put(Table::Meta, item, Some(Cond::absent("pk")))
+                .await?;
         }
         Err(contention("allocate run_index"))
     }
 
     /// Takes the counter's `next` and advances it by one; `None` when there is no counter.
     async fn take_run_index(&self, pk: &str) -> Result<Option<i64>> {
-        let name = self.ensure(Tbl::Meta).await?;
+        let name = self.ensure(Table::Meta).await?;
         let out = self
             .inner
             .client
@@ -179,7 +181,7 @@ impl DynamoDb {
     /// One conditional update: for indexes this crate writes without taking them from the
     /// counter, so later appends go past them.
     async fn raise_run_counter(&self, session_id: &str, next: i64) -> Result<()> {
-        let name = self.ensure(Tbl::Meta).await?;
+        let name = self.ensure(Table::Meta).await?;
         let out = self
             .inner
             .client
@@ -206,7 +208,7 @@ impl SessionStore for DynamoDb {
         session.runs = None;
         let id = session.session_id.clone();
         for _ in 0..MAX_ATTEMPTS {
-            let old = self.get(Tbl::Sessions, &id).await?;
+            let old = self.get(Table::Sessions, &id).await?;
             let mut next = session.clone();
             let mut legacy = None;
             match &old {
@@ -226,7 +228,7 @@ impl SessionStore for DynamoDb {
             if let Some(raw) = old.as_ref().and_then(|o| o.get(LEGACY)) {
                 item.insert(LEGACY.into(), raw.clone());
             }
-            if self.cas(Tbl::Sessions, old.as_ref(), item).await? {
+            if self.cas(Table::Sessions, old.as_ref(), item).await? {
                 return self.with_runs(next, legacy.as_ref(), None).await;
             }
         }
@@ -234,7 +236,7 @@ impl SessionStore for DynamoDb {
     }
 
     async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
-        let Some(item) = self.get(Tbl::Sessions, session_id).await? else {
+        let Some(item) = self.get(Table::Sessions, session_id).await? else {
             return Ok(None);
         };
         let (s, legacy) = decode_session(&item)?;
@@ -252,7 +254,7 @@ impl SessionStore for DynamoDb {
         query.pagination.validate()?;
         let matches = query.matcher();
         let mut rows = Vec::new();
-        for item in self.scan(Tbl::Sessions).await? {
+        for item in self.scan(Table::Sessions).await? {
             let (s, legacy) = decode_session(&item)?;
             if matches(&s) {
                 rows.push((s, legacy));
@@ -281,7 +283,7 @@ impl SessionStore for DynamoDb {
         user_id: Option<&str>,
     ) -> Result<Option<Session>> {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(old) = self.get(Tbl::Sessions, session_id).await? else {
+            let Some(old) = self.get(Table::Sessions, session_id).await? else {
                 return Ok(None);
             };
             let (mut s, legacy) = decode_session(&old)?;
@@ -294,7 +296,7 @@ impl SessionStore for DynamoDb {
             if let Some(raw) = old.get(LEGACY) {
                 item.insert(LEGACY.into(), raw.clone());
             }
-            if self.cas(Tbl::Sessions, Some(&old), item).await? {
+            if self.cas(Table::Sessions, Some(&old), item).await? {
                 return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?));
             }
         }
@@ -305,14 +307,14 @@ impl SessionStore for DynamoDb {
         let mut deleted = 0;
         for id in session_ids {
             let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
-            if !self.delete(Tbl::Sessions, id, cond).await? {
+            if !self.delete(Table::Sessions, id, cond).await? {
                 continue;
             }
             deleted += 1;
             // Only the runs of sessions this call deleted (agno also deletes other users').
             for run in self.session_run_items(id).await? {
                 if let Some(run_id) = s(&run, "run_id") {
-                    self.delete(Tbl::Runs, run_id, None).await?;
+                    self.delete(Table::Runs, run_id, None).await?;
                 }
             }
         }
@@ -323,12 +325,12 @@ impl SessionStore for DynamoDb {
 #[async_trait]
 impl RunStore for DynamoDb {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
-        let session = self.get(Tbl::Sessions, &run.session_id).await?;
+        let session = self.get(Table::Sessions, &run.session_id).await?;
         run.check_session(session.as_ref().map(|item| s(item, "user_id")))?;
         let id = run.run_id.clone();
         for _ in 0..MAX_ATTEMPTS {
             let now = now_epoch_seconds();
-            let old = self.get(Tbl::Runs, &id).await?;
+            let old = self.get(Table::Runs, &id).await?;
             let next = match &old {
                 Some(item) => {
                     let mut stored = decode_run(item)?;
@@ -360,7 +362,7 @@ impl RunStore for DynamoDb {
                 }
             };
             let item = record_item(&next, "a run")?;
-            if self.cas(Tbl::Runs, old.as_ref(), item).await? {
+            if self.cas(Table::Runs, old.as_ref(), item).await? {
                 return Ok(next);
             }
         }
@@ -368,7 +370,7 @@ impl RunStore for DynamoDb {
     }
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
-        match self.get(Tbl::Runs, run_id).await? {
+        match self.get(Table::Runs, run_id).await? {
             Some(item) => {
                 let r = decode_run(&item)?;
                 Ok(visible_to(r.user_id.as_deref(), user_id).then_some(r))
@@ -381,7 +383,7 @@ impl RunStore for DynamoDb {
         query.pagination.validate()?;
         let items = match &query.session_id {
             Some(sid) => self.session_run_items(sid).await?,
-            None => self.scan(Tbl::Runs).await?,
+            None => self.scan(Table::Runs).await?,
         };
         let mut rows = Vec::new();
         let mut unreadable = Vec::new();
@@ -407,12 +409,12 @@ impl RunStore for DynamoDb {
         let mut deleted = 0;
         for id in run_ids {
             let cond = user_id.map(|u| Cond::default().eq("user_id", sv(u)));
-            if self.delete(Tbl::Runs, id, cond).await? {
+            if self.delete(Table::Runs, id, cond).await? {
                 deleted += 1;
             }
         }
         // Scrub legacy blobs of sessions the caller may see, so a merge cannot resurrect them.
-        for item in self.scan(Tbl::Sessions).await? {
+        for item in self.scan(Table::Sessions).await? {
             if !item.contains_key(LEGACY) {
                 continue;
             }
@@ -437,7 +439,7 @@ impl RunStore for DynamoDb {
                     AttributeValue::S(to_python_json(&Value::Array(kept))),
                 );
                 // A concurrent writer wins; the scrub is retried by the next delete.
-                self.cas(Tbl::Sessions, Some(&item), next).await?;
+                self.cas(Table::Sessions, Some(&item), next).await?;
             }
         }
         Ok(deleted)
@@ -462,7 +464,7 @@ impl LegacyRunsStore for DynamoDb {
         }
         let mut start = after.map(|a| Item::from([("session_id".to_owned(), sv(a))]));
         loop {
-            let (items, next) = self.scan_page(Tbl::Sessions, start.take()).await?;
+            let (items, next) = self.scan_page(Table::Sessions, start.take()).await?;
             for item in &items {
                 let Some(raw) = item.get(LEGACY) else {
                     continue;
@@ -507,7 +509,7 @@ impl LegacyRunsStore for DynamoDb {
         for row in rows {
             let item = record_item(&row, "a run")?;
             if self
-                .put(Tbl::Runs, item, Some(Cond::absent("run_id")))
+                .put(Table::Runs, item, Some(Cond::absent("run_id")))
                 .await?
             {
                 outcome.inserted += 1;
@@ -519,7 +521,7 @@ impl LegacyRunsStore for DynamoDb {
 
     async fn count_legacy_runs(&self) -> Result<u64> {
         let mut pending = 0;
-        for item in self.scan(Tbl::Sessions).await? {
+        for item in self.scan(Table::Sessions).await? {
             let Some(raw) = item.get(LEGACY) else {
                 continue;
             };
@@ -533,7 +535,7 @@ impl LegacyRunsStore for DynamoDb {
 
     async fn drop_legacy_runs(&self) -> Result<u64> {
         let mut changed = 0;
-        for item in self.scan(Tbl::Sessions).await? {
+        for item in self.scan(Table::Sessions).await? {
             if !item.contains_key(LEGACY) {
                 continue;
             }
@@ -544,7 +546,7 @@ impl LegacyRunsStore for DynamoDb {
                 .inner
                 .client
                 .update_item()
-                .table_name(self.name(Tbl::Sessions))
+                .table_name(self.name(Table::Sessions))
                 .key("session_id", sv(&id))
                 .update_expression("REMOVE #runs")
                 .condition_expression("attribute_exists(session_id)")

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::files::{undecodable, undecodable_error, undecodable_field, Table};
+use crate::files::{undecodable, undecodable_error, undecodable_field, Table, TableFile};
 
 /// A record stored as one row of one table.
 pub(crate) trait Doc: Sized {

@@ -27,58 +27,33 @@ use serde_json::Value;
 
 use agno_storage_core::json::{list_to_python_json_with, to_python_json_with, PythonJson};
 
-/// The table files this crate reads and writes, named as agno 3.1.10 names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Table {
-    Sessions,
-    Runs,
-    Memories,
-    Metrics,
-    Evals,
-    Knowledge,
-    Schedules,
-    ScheduleRuns,
-    Learnings,
-    Jobs,
-    Versions,
+pub(crate) use agno_storage_core::Table;
+
+/// Every table file: every table but our bookkeeping (`Table::Meta`), which JSON stores
+/// do not keep.
+pub(crate) const FILES: [Table; 11] = [
+    Table::Sessions,
+    Table::Runs,
+    Table::Memories,
+    Table::Metrics,
+    Table::Evals,
+    Table::Knowledge,
+    Table::Schedules,
+    Table::ScheduleRuns,
+    Table::Learnings,
+    Table::Jobs,
+    Table::Versions,
+];
+
+/// A table's file, named as agno 3.1.10 names it.
+pub(crate) trait TableFile {
+    /// The file name (`agno_sessions.json`).
+    fn file_name(self) -> String;
 }
 
-impl Table {
-    /// Every table file.
-    pub(crate) const ALL: [Table; 11] = [
-        Table::Sessions,
-        Table::Runs,
-        Table::Memories,
-        Table::Metrics,
-        Table::Evals,
-        Table::Knowledge,
-        Table::Schedules,
-        Table::ScheduleRuns,
-        Table::Learnings,
-        Table::Jobs,
-        Table::Versions,
-    ];
-
-    /// The file stem (`agno_sessions` for `agno_sessions.json`).
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Table::Sessions => "agno_sessions",
-            Table::Runs => "agno_runs",
-            Table::Memories => "agno_memories",
-            Table::Metrics => "agno_metrics",
-            Table::Evals => "agno_eval_runs",
-            Table::Knowledge => "agno_knowledge",
-            Table::Schedules => "agno_schedules",
-            Table::ScheduleRuns => "agno_schedule_runs",
-            Table::Learnings => "agno_learnings",
-            Table::Jobs => "agno_jobs",
-            Table::Versions => "agno_schema_versions",
-        }
-    }
-
-    /// The file name (`agno_sessions.json`).
-    pub(crate) fn file_name(self) -> String {
-        format!("{}.json", self.name())
+impl TableFile for Table {
+    fn file_name(self) -> String {
+        format!("{}.json", self.default_name())
     }
 }
 

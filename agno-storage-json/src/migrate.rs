@@ -13,23 +13,10 @@ use agno_storage_core::{async_trait, now_epoch_seconds, Result};
 use serde_json::{json, Value};
 
 use crate::doc::text;
-use crate::files::{Step, Table};
+use crate::files::{Step, Table, TableFile};
 use crate::store::JsonStore;
 
 /// The table file of a migrated table type.
-fn table_of(t: TableType) -> Table {
-    match t {
-        TableType::Memories => Table::Memories,
-        TableType::Sessions => Table::Sessions,
-        TableType::Metrics => Table::Metrics,
-        TableType::Evals => Table::Evals,
-        TableType::Knowledge => Table::Knowledge,
-        TableType::Schedules => Table::Schedules,
-        TableType::ScheduleRuns => Table::ScheduleRuns,
-        TableType::Learnings => Table::Learnings,
-    }
-}
-
 /// The stamp of `table_name` among stamp rows; a row without a version is unstamped.
 fn stamp_of(rows: &[Value], table_name: &str) -> Result<Option<SchemaVersion>> {
     match rows
@@ -60,9 +47,9 @@ impl JsonStore {
         let present: HashSet<String> = self.files.existing_files().await?.into_iter().collect();
         let new: Vec<&'static str> = TableType::ALL
             .iter()
-            .map(|t| table_of(*t))
+            .map(|t| Table::from(*t))
             .filter(|t| !present.contains(&t.file_name()))
-            .map(Table::name)
+            .map(Table::default_name)
             .collect();
         self.files
             .modify(Table::Versions, |rows| {
@@ -111,7 +98,7 @@ impl MigrationTarget for JsonMigrations {
             .iter()
             .map(|t| TableRef {
                 table_type: *t,
-                name: table_of(*t).name().to_owned(),
+                name: t.default_name().to_owned(),
             })
             .collect()
     }
