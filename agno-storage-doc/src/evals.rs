@@ -93,22 +93,7 @@ impl<B: DocBackend> EvalStore for Docs<B> {
     }
 
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = self.collection(Table::Evals);
-        let mut deleted = 0;
-        for id in run_ids {
-            let Some(stored) = self.find(coll, "run_id", id).await? else {
-                continue;
-            };
-            if !visible_to(stored.str("user_id"), user_id) {
-                continue;
-            }
-            self.commit_all(
-                "delete eval runs",
-                vec![self.delete(coll, &stored.id, Pre::Any)],
-            )
-            .await?;
-            deleted += 1;
-        }
-        Ok(deleted)
+        self.delete_all_visible(Table::Evals, "run_id", run_ids, user_id, "delete eval runs")
+            .await
     }
 }

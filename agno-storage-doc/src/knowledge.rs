@@ -3,9 +3,8 @@
 
 use agno_storage_core::owner_or_shared;
 use agno_storage_core::{
-    async_trait, visible_to, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
+    async_trait, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
-use serde_json::Value;
 
 use crate::{backoff, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
 
@@ -83,19 +82,13 @@ impl<B: DocBackend> KnowledgeStore for Docs<B> {
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        let coll = self.collection(Table::Knowledge);
-        let Some(stored) = self.find(coll, "id", id).await? else {
-            return Ok(false);
-        };
-        let owner = stored.fields.get("user_id").and_then(Value::as_str);
-        if !visible_to(owner, user_id) {
-            return Ok(false);
-        }
-        self.commit_all(
+        self.delete_visible(
+            Table::Knowledge,
+            "id",
+            id,
+            user_id,
             "delete knowledge content",
-            vec![self.delete(coll, &stored.id, Pre::Any)],
         )
-        .await?;
-        Ok(true)
+        .await
     }
 }

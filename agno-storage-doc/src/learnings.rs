@@ -77,17 +77,13 @@ impl<B: DocBackend> LearningStore for Docs<B> {
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
-        let coll = self.collection(Table::Learnings);
-        let id = self.doc_id(learning_id);
-        let Some(stored) = self.get(coll, &id).await? else {
-            return Ok(false);
-        };
-        let l: Learning = stored.decode("a learning")?;
-        if l.learning_id != learning_id || !visible_to(l.user_id.as_deref(), user_id) {
-            return Ok(false);
-        }
-        self.commit_all("delete learning", vec![self.delete(coll, &id, Pre::Any)])
-            .await?;
-        Ok(true)
+        self.delete_visible(
+            Table::Learnings,
+            "learning_id",
+            learning_id,
+            user_id,
+            "delete learning",
+        )
+        .await
     }
 }

@@ -65,6 +65,57 @@ impl<B> std::ops::Deref for Docs<B> {
     }
 }
 
+impl<B: DocBackend> Docs<B> {
+    /// Deletes the document of `table` whose `key_field` is `key` when `user_id` may see it
+    /// (its stored `user_id`, read without decoding it): whether it was deleted. The delete
+    /// is conditioned on the document as read, so an owner changed meanwhile is seen.
+    pub(crate) async fn delete_visible(
+        &self,
+        table: Table,
+        key_field: &str,
+        key: &str,
+        user_id: Option<&str>,
+        operation: &'static str,
+    ) -> Result<bool> {
+        let coll = self.collection(table);
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some(stored) = self.find(coll, key_field, key).await? else {
+                return Ok(false);
+            };
+            if !agno_storage_core::visible_to(stored.str("user_id"), user_id) {
+                return Ok(false);
+            }
+            let write = self.delete(coll, &stored.id, stored.unchanged());
+            match self.commit(operation, vec![write]).await? {
+                Commit::Done => return Ok(true),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(self.contended(operation))
+    }
+
+    /// [`Docs::delete_visible`] for each of `keys`: how many were deleted.
+    pub(crate) async fn delete_all_visible(
+        &self,
+        table: Table,
+        key_field: &str,
+        keys: &[String],
+        user_id: Option<&str>,
+        operation: &'static str,
+    ) -> Result<u64> {
+        let mut deleted = 0;
+        for key in keys {
+            if self
+                .delete_visible(table, key_field, key, user_id, operation)
+                .await?
+            {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
 /// One [`AgnoDb`] over every store of `db`.
 pub fn agno_db<B: DocBackend>(db: &B) -> AgnoDb {
     let me = Arc::new(Docs(db.clone()));

@@ -123,22 +123,13 @@ impl<B: DocBackend> MemoryStore for Docs<B> {
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = self.collection(Table::Memories);
-        let mut deleted = 0;
-        for id in memory_ids {
-            let Some(stored) = self.find(coll, "memory_id", id).await? else {
-                continue;
-            };
-            if !visible_to(stored.str("user_id"), user_id) {
-                continue;
-            }
-            self.commit_all(
-                "delete memories",
-                vec![self.delete(coll, &stored.id, Pre::Any)],
-            )
-            .await?;
-            deleted += 1;
-        }
-        Ok(deleted)
+        self.delete_all_visible(
+            Table::Memories,
+            "memory_id",
+            memory_ids,
+            user_id,
+            "delete memories",
+        )
+        .await
     }
 }

@@ -136,24 +136,11 @@ impl<B: DocBackend> RunStore for Docs<B> {
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let coll = self.collection(Table::Runs);
-        let mut deleted = 0;
-        for run_id in run_ids {
-            let id = self.doc_id(run_id);
-            let Some(stored) = self.get(coll, &id).await? else {
-                continue;
-            };
-            // Read from the fields, not decoded: a run this code cannot decode can still be
-            // deleted by its owner.
-            if stored.str("run_id") != Some(run_id.as_str())
-                || !visible_to(stored.str("user_id"), user_id)
-            {
-                continue;
-            }
-            self.commit_all("delete runs", vec![self.delete(coll, &id, Pre::Any)])
-                .await?;
-            deleted += 1;
-        }
+        // Owners are read from the fields, not decoded: a run this code cannot decode can
+        // still be deleted by its owner.
+        let deleted = self
+            .delete_all_visible(Table::Runs, "run_id", run_ids, user_id, "delete runs")
+            .await?;
         // Scrub the legacy blobs of sessions the caller may see, by compare-and-set, so a merge
         // cannot resurrect the runs (agno's `FirestoreDb` scrubs a document id that does not
         // exist, its `SurrealDb` by a read-then-write that can lose a concurrent update).
