@@ -164,9 +164,13 @@ impl Job {
 
     /// The fence: `worker_id` holds the running lease of `attempt`.
     pub fn is_held_by(&self, worker_id: &str, attempt: i64) -> bool {
-        self.status == JobStatus::Running
-            && self.locked_by.as_deref() == Some(worker_id)
-            && self.attempt == attempt
+        self.is_locked_by(worker_id) && self.attempt == attempt
+    }
+
+    /// Whether the job runs under `worker_id`'s lease, at whatever attempt: what a heartbeat
+    /// renews.
+    pub fn is_locked_by(&self, worker_id: &str) -> bool {
+        self.status == JobStatus::Running && self.locked_by.as_deref() == Some(worker_id)
     }
 
     /// Ends the held attempt in `status` (check it with [`check_finish_status`] first),

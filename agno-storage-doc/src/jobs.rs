@@ -72,11 +72,7 @@ impl<B: DocBackend> Docs<B> {
             let (stored, mut job) = self
                 .job_doc(id)
                 .await?
-                .filter(|(_, j)| {
-                    j.status == JobStatus::Running
-                        && j.locked_by.as_deref() == Some(worker_id)
-                        && j.attempt == attempt
-                })
+                .filter(|(_, j)| j.is_held_by(worker_id, attempt))
                 .ok_or_else(|| lease_lost(id, worker_id, attempt))?;
             change(&mut job, now_epoch_seconds());
             let write = self.put(
@@ -189,9 +185,11 @@ impl<B: DocBackend> JobStore for Docs<B> {
         let mut held = 0;
         for id in ids {
             for round in 0..CAS_ATTEMPTS {
-                let Some((stored, mut job)) = self.job_doc(id).await?.filter(|(_, j)| {
-                    j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker_id)
-                }) else {
+                let Some((stored, mut job)) = self
+                    .job_doc(id)
+                    .await?
+                    .filter(|(_, j)| j.is_locked_by(worker_id))
+                else {
                     break;
                 };
                 job.locked_at = Some(now_epoch_seconds());

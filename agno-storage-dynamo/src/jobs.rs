@@ -48,10 +48,7 @@ impl DynamoDb {
                 return Err(lease_lost(id, worker_id, attempt));
             };
             let mut job = decode(&old)?;
-            if job.status != JobStatus::Running
-                || job.locked_by.as_deref() != Some(worker_id)
-                || job.attempt != attempt
-            {
+            if !job.is_held_by(worker_id, attempt) {
                 return Err(lease_lost(id, worker_id, attempt));
             }
             change(&mut job, now_epoch_seconds());
@@ -187,7 +184,7 @@ impl JobStore for DynamoDb {
                     break;
                 };
                 let mut job = decode(&old)?;
-                if job.status != JobStatus::Running || job.locked_by.as_deref() != Some(worker_id) {
+                if !job.is_locked_by(worker_id) {
                     break;
                 }
                 job.locked_at = Some(now_epoch_seconds());

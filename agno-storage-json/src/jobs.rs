@@ -31,11 +31,7 @@ impl Doc for Job {
 /// The job `id` if `worker_id` still holds it at `attempt`, with its row index.
 fn fenced(rows: &[Value], id: &str, worker_id: &str, attempt: i64) -> Result<(usize, Job)> {
     find::<Job>(rows, id)?
-        .filter(|(_, j)| {
-            j.status == JobStatus::Running
-                && j.locked_by.as_deref() == Some(worker_id)
-                && j.attempt == attempt
-        })
+        .filter(|(_, j)| j.is_held_by(worker_id, attempt))
         .ok_or_else(|| lease_lost(id, worker_id, attempt))
 }
 
@@ -116,9 +112,7 @@ impl JobStore for JsonStore {
                     let Some((index, mut job)) = find::<Job>(rows, id)? else {
                         continue;
                     };
-                    if job.status == JobStatus::Running
-                        && job.locked_by.as_deref() == Some(worker_id)
-                    {
+                    if job.is_locked_by(worker_id) {
                         job.locked_at = Some(now);
                         put(rows, Some(index), &job)?;
                         held += 1;

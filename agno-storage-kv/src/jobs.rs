@@ -175,10 +175,7 @@ impl KvStore {
             let Some((raw, job)) = self.read_job(id).await? else {
                 return Err(lease_lost(id, worker_id, attempt));
             };
-            if job.status != JobStatus::Running
-                || job.locked_by.as_deref() != Some(worker_id)
-                || job.attempt != attempt
-            {
+            if !job.is_held_by(worker_id, attempt) {
                 return Err(lease_lost(id, worker_id, attempt));
             }
             let mut next = job.clone();
@@ -362,9 +359,7 @@ impl JobStore for KvStore {
                     let Some((raw, job)) = self.read_job(id).await? else {
                         return Ok(Some(false));
                     };
-                    if job.status != JobStatus::Running
-                        || job.locked_by.as_deref() != Some(worker_id)
-                    {
+                    if !job.is_locked_by(worker_id) {
                         return Ok(Some(false));
                     }
                     let mut next = job.clone();
