@@ -73,6 +73,38 @@ pub struct AgnoDbBuilder {
     db: AgnoDb,
 }
 
+/// A type that implements every domain store trait and the legacy-runs access: what
+/// [`AgnoDbBuilder::all_stores`] takes. Implemented for every such type.
+pub trait AllStores:
+    SessionStore
+    + RunStore
+    + MemoryStore
+    + MetricsStore
+    + EvalStore
+    + KnowledgeStore
+    + ScheduleStore
+    + LearningStore
+    + JobStore
+    + LegacyRunsStore
+    + 'static
+{
+}
+
+impl<T> AllStores for T where
+    T: SessionStore
+        + RunStore
+        + MemoryStore
+        + MetricsStore
+        + EvalStore
+        + KnowledgeStore
+        + ScheduleStore
+        + LearningStore
+        + JobStore
+        + LegacyRunsStore
+        + 'static
+{
+}
+
 impl AgnoDbBuilder {
     setters! {
         /// The session store.
@@ -97,6 +129,22 @@ impl AgnoDbBuilder {
         migrations: dyn MigrationTarget;
         /// Access to pre-v3 runs blobs.
         legacy: dyn LegacyRunsStore;
+    }
+
+    /// Every domain store and the legacy-runs access from one value that implements them
+    /// all (an adapter's store type): the nine domain setters and [`AgnoDbBuilder::legacy`]
+    /// in one call.
+    pub fn all_stores<S: AllStores>(self, stores: Arc<S>) -> Self {
+        self.sessions(stores.clone())
+            .runs(stores.clone())
+            .memories(stores.clone())
+            .metrics(stores.clone())
+            .evals(stores.clone())
+            .knowledge(stores.clone())
+            .schedules(stores.clone())
+            .learnings(stores.clone())
+            .jobs(stores.clone())
+            .legacy(stores)
     }
 
     /// Writes survive a restart.

@@ -37,7 +37,7 @@ mod tables;
 pub mod user_memory;
 
 pub use capabilities::Capabilities;
-pub use db::{AgnoDb, AgnoDbBuilder};
+pub use db::{AgnoDb, AgnoDbBuilder, AllStores};
 pub use error::{Error, ErrorKind, Result};
 pub use eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore, EvalType};
 pub use job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore};

@@ -127,17 +127,8 @@ pub fn agno_db<B: DocBackend>(db: &B) -> AgnoDb {
         builder = builder.max_json_depth(max);
     }
     builder
-        .sessions(me.clone())
-        .runs(me.clone())
-        .memories(me.clone())
-        .metrics(me.clone())
-        .evals(me.clone())
-        .knowledge(me.clone())
-        .schedules(me.clone())
-        .learnings(me.clone())
-        .jobs(me.clone())
-        .migrations(me.clone())
-        .legacy(me)
+        .all_stores(me.clone())
+        .migrations(me)
         .durable(B::DURABLE)
         .build()
 }

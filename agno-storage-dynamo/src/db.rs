@@ -494,17 +494,8 @@ impl DynamoDb {
             // Keys hold 2,048 bytes (hash) and guard keys combine two ids (owner and name or
             // idempotency key): 200 characters of up to 4 bytes each fit both.
             .max_id_chars(200)
-            .sessions(me.clone())
-            .runs(me.clone())
-            .memories(me.clone())
-            .metrics(me.clone())
-            .evals(me.clone())
-            .knowledge(me.clone())
-            .schedules(me.clone())
-            .learnings(me.clone())
-            .jobs(me.clone())
-            .migrations(me.clone())
-            .legacy(me)
+            .all_stores(me.clone())
+            .migrations(me)
             .durable(true)
             .build()
     }

@@ -221,16 +221,7 @@ impl JsonDb {
     pub fn agno_db(&self) -> AgnoDb {
         let s = self.store.clone();
         AgnoDb::builder(self.backend)
-            .sessions(s.clone())
-            .runs(s.clone())
-            .memories(s.clone())
-            .metrics(s.clone())
-            .evals(s.clone())
-            .knowledge(s.clone())
-            .schedules(s.clone())
-            .learnings(s.clone())
-            .jobs(s.clone())
-            .legacy(s.clone())
+            .all_stores(s.clone())
             .migrations(Arc::new(crate::migrate::JsonMigrations { store: s }))
             .durable(self.durable)
             .build()

@@ -248,16 +248,7 @@ mod client {
         pub fn agno_db(&self) -> AgnoDb {
             let s = self.store.clone();
             AgnoDb::builder(s.server)
-                .sessions(s.clone())
-                .runs(s.clone())
-                .memories(s.clone())
-                .metrics(s.clone())
-                .evals(s.clone())
-                .knowledge(s.clone())
-                .schedules(s.clone())
-                .learnings(s.clone())
-                .jobs(s.clone())
-                .legacy(s.clone())
+                .all_stores(s.clone())
                 .migrations(Arc::new(KvMigrations {
                     store: s,
                     lease: self.lock_lease,

@@ -180,17 +180,8 @@ impl MongoDb {
             // per level, and on a 2 MiB worker stack in a debug build 98 levels overflow it
             // (measured by the nesting case) and 64 do not.
             .max_json_depth(64)
-            .sessions(me.clone())
-            .runs(me.clone())
-            .memories(me.clone())
-            .metrics(me.clone())
-            .evals(me.clone())
-            .knowledge(me.clone())
-            .schedules(me.clone())
-            .learnings(me.clone())
-            .jobs(me.clone())
-            .migrations(me.clone())
-            .legacy(me)
+            .all_stores(me.clone())
+            .migrations(me)
             .durable(true)
             .build()
     }

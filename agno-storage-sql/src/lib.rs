@@ -225,16 +225,7 @@ impl SqlDb {
             builder = builder.max_json_depth(max);
         }
         builder
-            .sessions(s.clone())
-            .runs(s.clone())
-            .memories(s.clone())
-            .metrics(s.clone())
-            .evals(s.clone())
-            .knowledge(s.clone())
-            .schedules(s.clone())
-            .learnings(s.clone())
-            .jobs(s.clone())
-            .legacy(s.clone())
+            .all_stores(s.clone())
             .migrations(Arc::new(migrate::SqlMigrations { store: s }))
             .durable(true)
             .build()
