@@ -265,7 +265,7 @@ impl RawRunWriter for RawRuns {
 }
 
 /// Runs the whole suite against `backend` (its `AGNO_TEST_*_URL`, or a container with the
-/// `conformance-tests/containers` feature), as harness `name`: drops stale test prefixes
+/// `agno-storage-testkit/containers` feature), as harness `name`: drops stale test prefixes
 /// first, this run's keys afterwards.
 pub fn run_suite(name: &'static str, backend: Backend) -> ExitCode {
     let url = match servers::url_for_suite(backend) {
