@@ -7,7 +7,7 @@ use agno_storage_core::{AgnoDb, OpenMode, Result};
 use object_store::ObjectStore;
 use serde_json::Value;
 
-use crate::files::{Concurrency, Files, Table, TableFile, FILES};
+use crate::files::{table_files, Concurrency, Files, TableFile};
 use crate::store::JsonStore;
 
 /// One set of agno JSON tables: a directory, or a prefix in an object store.
@@ -185,7 +185,7 @@ impl JsonDb {
     ) -> Result<Self> {
         if !mode.creates() {
             let present = files.existing_files().await?;
-            let known = FILES.map(Table::file_name);
+            let known: Vec<String> = table_files().map(TableFile::file_name).collect();
             if !present.iter().any(|f| known.contains(f)) {
                 return Err(OpenMode::no_database(what, "none of agno's table files exists")
                     .with_backend(files.backend()));

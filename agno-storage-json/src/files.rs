@@ -31,19 +31,9 @@ pub(crate) use agno_storage_core::Table;
 
 /// Every table file: every table but our bookkeeping (`Table::Meta`), which JSON stores
 /// do not keep.
-pub(crate) const FILES: [Table; 11] = [
-    Table::Sessions,
-    Table::Runs,
-    Table::Memories,
-    Table::Metrics,
-    Table::Evals,
-    Table::Knowledge,
-    Table::Schedules,
-    Table::ScheduleRuns,
-    Table::Learnings,
-    Table::Jobs,
-    Table::Versions,
-];
+pub(crate) fn table_files() -> impl Iterator<Item = Table> {
+    Table::ALL.into_iter().filter(|t| *t != Table::Meta)
+}
 
 /// A table's file, named as agno 3.1.10 names it.
 pub(crate) trait TableFile {
