@@ -7,8 +7,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-#[cfg(feature = "mysql")]
-use crate::dialect::Dialect;
+use crate::dialect::Claim;
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, SqlStore, Where};
 use crate::value::{Row, SqlValue};
@@ -121,23 +120,11 @@ impl JobStore for SqlStore {
             SqlValue::int(job.created_at),
             SqlValue::Int(job.updated_at),
         ];
-        let inserted = match self.dialect {
-            // A key collision is an error there (no DO NOTHING); the race is sorted out below.
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => {
-                let read = self.select_by(Tbl::Jobs, "id", &job.id);
-                match self.write_returning((sql, params), read).await {
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => Vec::new(),
-                    other => other?,
-                }
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                self.exec
-                    .query(&format!("{sql} ON CONFLICT DO NOTHING RETURNING *"), params)
-                    .await?
-            }
-        };
+        let read = self.select_by(Tbl::Jobs, "id", &job.id);
+        let inserted = self
+            .dialect
+            .insert_if_absent(self, (sql, params), read)
+            .await?;
         if let Some(row) = inserted.first() {
             return Ok(EnqueueOutcome {
                 rejection: None,
@@ -167,57 +154,32 @@ impl JobStore for SqlStore {
     ) -> Result<Option<Job>> {
         self.check(Tbl::Jobs)?;
         let now = now_epoch_seconds();
-        let table = self.t(Tbl::Jobs);
         let claimable = "available_at <= ? AND (deployment_id IS NULL OR deployment_id = ?) AND \
              (status = 'queued' OR (status = 'running' AND locked_at <= ? AND attempt < max_attempts))";
-        let claim_params = || {
-            [
-                SqlValue::int(now),
-                SqlValue::opt_text(deployment_id),
-                SqlValue::int(now - lock_grace_seconds),
-            ]
+        let claim = Claim {
+            table: Tbl::Jobs,
+            predicate: (
+                claimable,
+                vec![
+                    SqlValue::int(now),
+                    SqlValue::opt_text(deployment_id),
+                    SqlValue::int(now - lock_grace_seconds),
+                ],
+            ),
+            order: "created_at ASC, id ASC",
+            set: (
+                "status = 'running', locked_by = ?, locked_at = ?, attempt = attempt + 1, updated_at = ?",
+                vec![
+                    SqlValue::text(worker_id),
+                    SqlValue::int(now),
+                    SqlValue::int(now),
+                ],
+            ),
         };
-        let candidate = format!(
-            "SELECT id FROM {table} WHERE {claimable} ORDER BY created_at ASC, id ASC LIMIT 1{}",
-            self.dialect.skip_locked()
-        );
-        let set = "status = 'running', locked_by = ?, locked_at = ?, attempt = attempt + 1, updated_at = ?";
-        let set_params = || {
-            vec![
-                SqlValue::text(worker_id),
-                SqlValue::int(now),
-                SqlValue::int(now),
-            ]
-        };
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql {
-            // MySQL cannot name the updated table in the UPDATE's subquery: the candidate is
-            // locked first, then updated, in one transaction.
-            let mut tx = self.exec.begin(None).await?;
-            let rows = tx.query(&candidate, claim_params().to_vec()).await?;
-            let Some(id) = rows.first().map(|r| r.str("id")).transpose()? else {
-                tx.commit().await?;
-                return Ok(None);
-            };
-            let mut params = set_params();
-            params.push(SqlValue::text(&id));
-            tx.execute(&format!("UPDATE {table} SET {set} WHERE id = ?"), params)
-                .await?;
-            let (read, key) = self.select_by(Tbl::Jobs, "id", &id);
-            let row = tx.query(&read, key).await?.into_iter().next();
-            tx.commit().await?;
-            return row.as_ref().map(job_from_row).transpose();
-        }
-        let sql = format!(
-            "UPDATE {table} SET {set} WHERE {claimable} AND id = ({candidate}) RETURNING *"
-        );
-        let mut params = set_params();
-        params.extend(claim_params());
-        params.extend(claim_params());
-        self.exec
-            .query(&sql, params)
+        self.dialect
+            .claim(self, claim)
             .await?
-            .first()
+            .as_ref()
             .map(job_from_row)
             .transpose()
     }

@@ -30,7 +30,6 @@ fn knowledge_from_row(row: &Row) -> Result<KnowledgeContent> {
 /// A content row with NUL stripped from its text fields, as agno's PostgreSQL adapter
 /// writes it (PostgreSQL text cannot hold NUL; agno sanitizes knowledge rows only). Its
 /// id, owner and links are identifiers, refused with NUL before they get here.
-#[cfg(feature = "postgres")]
 fn without_nul(mut c: KnowledgeContent) -> KnowledgeContent {
     let strip = |s: &mut String| s.retain(|ch| ch != '\0');
     strip(&mut c.name);
@@ -53,11 +52,10 @@ impl SqlStore {
 impl KnowledgeStore for SqlStore {
     async fn upsert_knowledge_content(&self, c: KnowledgeContent) -> Result<KnowledgeContent> {
         self.check(Tbl::Knowledge)?;
-        #[cfg(feature = "postgres")]
-        let c = if matches!(self.dialect, crate::dialect::Dialect::Postgres) {
-            without_nul(c)
-        } else {
+        let c = if self.dialect.text_holds_nul() {
             c
+        } else {
+            without_nul(c)
         };
         let fields: Vec<(&str, SqlValue, bool)> = vec![
             ("name", SqlValue::text(&c.name), true),

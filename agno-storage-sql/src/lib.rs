@@ -55,6 +55,7 @@ mod metrics;
 mod migrate;
 #[cfg(feature = "mysql")]
 mod mysql;
+mod named;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod run_cache;
@@ -113,15 +114,7 @@ impl SqlDb {
         let path = path.as_ref();
         let exec = sqlite::SqliteExecutor::open_with_mode(path, mode)?;
         let what = path.display().to_string();
-        Self::init(
-            Arc::new(exec),
-            dialect::Dialect::Sqlite,
-            None,
-            tables,
-            mode,
-            &what,
-        )
-        .await
+        Self::init(Arc::new(exec), &dialect::Sqlite, None, tables, mode, &what).await
     }
 
     /// Connects to PostgreSQL at `url` and uses `schema` (agno's default is `ai`), creating
@@ -146,7 +139,7 @@ impl SqlDb {
         let exec = postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}")).await?;
         Self::init(
             Arc::new(exec),
-            dialect::Dialect::Postgres,
+            &dialect::Postgres,
             Some(schema.to_owned()),
             tables,
             mode,
@@ -178,7 +171,7 @@ impl SqlDb {
         let exec = mysql::MySqlExecutor::connect(url, schema.to_owned()).await?;
         Self::init(
             Arc::new(exec),
-            dialect::Dialect::MySql,
+            &dialect::MySql,
             Some(schema.to_owned()),
             tables,
             mode,
@@ -191,7 +184,7 @@ impl SqlDb {
     /// checks what exists; `what` names the database in errors.
     async fn init(
         exec: Arc<dyn exec::Executor>,
-        dialect: dialect::Dialect,
+        dialect: &'static dyn dialect::Dialect,
         schema: Option<String>,
         tables: TableNames,
         mode: OpenMode,

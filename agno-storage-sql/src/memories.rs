@@ -1,14 +1,11 @@
 //! User memories (`agno_memories`).
 
-#[cfg(feature = "sqlite")]
-use agno_storage_core::json::to_python_json;
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, MemoryQuery, MemoryStats, MemoryStore,
     Page, Pagination, Result, UserMemory,
 };
 use serde_json::Value;
 
-use crate::dialect::{like_pattern, Dialect};
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -40,13 +37,6 @@ fn memory_from_row(row: &Row) -> Result<UserMemory> {
         created_at: row.i64("created_at")?,
         updated_at: row.opt_i64("updated_at")?,
     })
-}
-
-/// The text of a JSON string as agno's SQLite column stores it (ASCII escapes, no quotes).
-#[cfg(feature = "sqlite")]
-fn escaped_text(s: &str) -> String {
-    let quoted = to_python_json(&Value::String(s.to_owned()));
-    quoted[1..quoted.len() - 1].to_owned()
 }
 
 #[async_trait]
@@ -138,44 +128,12 @@ impl MemoryStore for SqlStore {
         w.eq("agent_id", query.agent_id.as_deref());
         w.eq("team_id", query.team_id.as_deref());
         for topic in &query.topics {
-            match self.dialect {
-                #[cfg(feature = "sqlite")]
-                Dialect::Sqlite => w.push(
-                    "CAST(topics AS TEXT) LIKE ? ESCAPE '\\'",
-                    [SqlValue::text(like_pattern(&to_python_json(
-                        &Value::String(topic.clone()),
-                    )))],
-                ),
-                #[cfg(feature = "postgres")]
-                Dialect::Postgres => w.push(
-                    "topics @> ?",
-                    [SqlValue::Json(Some(Value::from(vec![topic.clone()])))],
-                ),
-                #[cfg(feature = "mysql")]
-                Dialect::MySql => w.push(
-                    "JSON_CONTAINS(topics, ?)",
-                    [SqlValue::Json(Some(Value::String(topic.clone())))],
-                ),
-            }
+            let (clause, param) = self.dialect.topic_filter(topic);
+            w.push(clause, [param]);
         }
         if let Some(search) = &query.search_content {
-            match self.dialect {
-                #[cfg(feature = "sqlite")]
-                Dialect::Sqlite => w.push(
-                    "memory LIKE ? ESCAPE '\\'",
-                    [SqlValue::text(like_pattern(&escaped_text(search)))],
-                ),
-                #[cfg(feature = "postgres")]
-                Dialect::Postgres => w.push(
-                    "(memory #>> '{}') ILIKE ? ESCAPE '\\'",
-                    [SqlValue::text(like_pattern(search))],
-                ),
-                #[cfg(feature = "mysql")]
-                Dialect::MySql => w.push(
-                    self.dialect.ilike("JSON_UNQUOTE(memory)"),
-                    [SqlValue::text(like_pattern(search))],
-                ),
-            }
+            let (clause, param) = self.dialect.memory_search(search);
+            w.push(clause, [param]);
         }
         let from = format!("FROM {}{}", self.t(Tbl::Memories), w.sql());
         let total = self.count(&from, w.params.clone()).await?;

@@ -99,39 +99,29 @@ impl MetricsStore for SqlStore {
                 (sql.clone(), params)
             })
             .collect();
-        let mut out = Vec::with_capacity(records.len());
-        #[cfg(feature = "mysql")]
-        if d == crate::dialect::Dialect::MySql {
-            // No RETURNING: each row is read back by its key in the same transaction.
-            let read = format!(
-                "SELECT * FROM {} WHERE user_id = ? AND date = ? AND aggregation_period = ?",
-                self.t(Tbl::Metrics)
-            );
-            let mut tx = self.exec.begin(None).await?;
-            for ((sql, params), r) in statements.into_iter().zip(&records) {
-                tx.execute(&sql, params).await?;
+        // Each row is read back by its key where the dialect has no RETURNING.
+        let read = format!(
+            "SELECT * FROM {} WHERE user_id = ? AND date = ? AND aggregation_period = ?",
+            self.t(Tbl::Metrics)
+        );
+        let writes = statements
+            .into_iter()
+            .zip(&records)
+            .map(|(write, r)| {
                 let key = vec![
                     SqlValue::text(r.stored_user_id()),
                     SqlValue::Date(Some(r.date)),
                     SqlValue::text(&r.aggregation_period),
                 ];
-                for row in tx.query(&read, key).await? {
-                    out.push(metrics_from_row(&row)?);
-                }
-            }
-            tx.commit().await?;
-            return Ok(out);
-        }
-        let statements = statements
-            .into_iter()
-            .map(|(sql, params)| (format!("{sql} RETURNING *"), params))
+                (write, (read.clone(), key))
+            })
             .collect();
-        for rows in self.exec.transaction(statements).await? {
-            for row in rows {
-                out.push(metrics_from_row(&row)?);
-            }
-        }
-        Ok(out)
+        self.dialect
+            .writes_returning(self, writes)
+            .await?
+            .iter()
+            .map(metrics_from_row)
+            .collect()
     }
 
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {

@@ -10,10 +10,9 @@ use agno_storage_core::{
     TableType,
 };
 
-use crate::dialect::Dialect;
-use crate::schema::{migration_added_columns, spec, Tbl};
-#[cfg(feature = "sqlite")]
-use crate::store::quote_literal;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::exec::Statement;
+use crate::schema::{migration_added_columns, spec, Tbl, OWNER_KEY};
 use crate::store::SqlStore;
 use crate::value::SqlValue;
 
@@ -194,25 +193,18 @@ impl MigrationStep for AddColumnsStep {
                 ));
             }
         }
-        #[cfg(feature = "mysql")]
-        if s.dialect == Dialect::MySql
-            && !crate::schema::mysql_spec(t).owner_unique.is_empty()
-            && !s
-                .columns(t)
-                .await?
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c == crate::schema::OWNER_KEY)
-        {
-            s.exec
-                .execute(
-                    &format!("ALTER TABLE {} ADD COLUMN {}", s.t(t), ddl.owner_key_def()),
-                    vec![],
-                )
-                .await?;
-            changed = true;
+        // Where per-owner unique keys replace partial indexes, their owner column first.
+        let mut columns = s.columns(t).await?.unwrap_or_default();
+        if let Some(def) = ddl.owner_key_def(t) {
+            if !columns.iter().any(|c| c == OWNER_KEY) {
+                s.exec
+                    .execute(&format!("ALTER TABLE {} ADD COLUMN {def}", s.t(t)), vec![])
+                    .await?;
+                columns.push(OWNER_KEY.to_owned());
+                changed = true;
+            }
         }
-        for (index, sql) in ddl.partial_unique_indexes(t) {
+        for (index, sql) in ddl.partial_unique_indexes(t, &columns) {
             if let Err(e) = s.create_indexes(t, vec![(index.clone(), sql)]).await {
                 if e.kind() == ErrorKind::AlreadyExists {
                     return Err(Error::new(
@@ -264,13 +256,7 @@ impl MigrationStep for MetricsStep {
         let Some(existing) = s.columns(Tbl::Metrics).await? else {
             return Ok(StepOutcome::NothingToDo);
         };
-        match s.dialect {
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql_metrics_up(s, &existing).await,
-            #[cfg(any(feature = "sqlite", feature = "postgres"))]
-            #[allow(unreachable_patterns)]
-            _ => rekey_metrics(s, &existing).await,
-        }
+        s.dialect.migrate_metrics(s, &existing).await
     }
     async fn down(&self, table: &TableRef) -> Result<StepOutcome> {
         Err(Error::new(
@@ -280,205 +266,28 @@ impl MigrationStep for MetricsStep {
     }
 }
 
-/// The metrics step on SQLite (a table rebuild in one transaction, as agno does) and
-/// PostgreSQL (new column and key in one transaction).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-async fn rekey_metrics(s: &SqlStore, existing: &[String]) -> Result<StepOutcome> {
-    if existing.iter().any(|c| c == "user_id") {
-        return Ok(StepOutcome::NothingToDo);
-    }
-    let name = s.names.name(Tbl::Metrics);
+/// The statement that drops the newest unfinished shared day of the metrics, so it is
+/// recomputed per user (deleting an unfinished day loses nothing).
+pub(crate) fn drop_unfinished_metrics(s: &SqlStore) -> Statement {
     let table = s.t(Tbl::Metrics);
-    let drop_unfinished = format!(
-        "DELETE FROM {table} WHERE completed = ? AND user_id = '' AND date = (SELECT MAX(date) FROM {table}) \
-         AND date > COALESCE((SELECT MAX(date) FROM {table} WHERE completed = ?), ?)"
-    );
-    let drop_params = vec![
-        SqlValue::Bool(Some(false)),
-        SqlValue::Bool(Some(true)),
-        SqlValue::Date(chrono::NaiveDate::from_ymd_opt(1, 1, 1)),
-    ];
-    let statements = match s.dialect {
-        #[cfg(feature = "sqlite")]
-        Dialect::Sqlite => {
-            let backup_name = format!("{name}_pre_v3_0_0");
-            let backup = s.ddl().qualify(&backup_name);
-            let indexes = s
-                .exec
-                .query(
-                    &format!("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = {} AND sql IS NOT NULL", quote_literal(&name)),
-                    vec![],
-                )
-                .await?;
-            let carried: Vec<String> = spec(Tbl::Metrics)
-                .columns
-                .iter()
-                .filter(|c| c.name != "user_id" && existing.iter().any(|e| e == c.name))
-                .map(|c| s.q(c.name))
-                .collect();
-            let mut statements = vec![(format!("ALTER TABLE {table} RENAME TO {}", s.q(&backup_name)), vec![])];
-            for index in indexes {
-                statements.push((format!("DROP INDEX IF EXISTS {}", s.q(&index.str("name")?)), vec![]));
-            }
-            statements.push((s.ddl().create_table(Tbl::Metrics), vec![]));
-            statements.push((
-                format!("INSERT INTO {table} ({0}, user_id) SELECT {0}, '' FROM {backup}", carried.join(", ")),
-                vec![],
-            ));
-            statements.push((drop_unfinished, drop_params));
-            statements.push((format!("DROP TABLE {backup}"), vec![]));
-            statements
-        }
-        #[cfg(feature = "postgres")]
-        Dialect::Postgres => vec![
-            (format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS user_id VARCHAR NOT NULL DEFAULT ''"), vec![]),
-            (format!("ALTER TABLE {table} ALTER COLUMN user_id DROP DEFAULT"), vec![]),
-            (format!("ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {}", s.q(&format!("{name}_uq_metrics_date_period"))), vec![]),
-            (
-                format!(
-                    "ALTER TABLE {table} ADD CONSTRAINT {} UNIQUE (user_id, date, aggregation_period)",
-                    s.q(&format!("{name}_uq_metrics_user_date_period"))
-                ),
-                vec![],
-            ),
-            (drop_unfinished, drop_params),
+    (
+        format!(
+            "DELETE FROM {table} WHERE completed = ? AND user_id = '' AND date = (SELECT MAX(date) FROM {table}) \
+             AND date > COALESCE((SELECT MAX(date) FROM {table} WHERE completed = ?), ?)"
+        ),
+        vec![
+            SqlValue::Bool(Some(false)),
+            SqlValue::Bool(Some(true)),
+            SqlValue::Date(chrono::NaiveDate::from_ymd_opt(1, 1, 1)),
         ],
-        #[cfg(feature = "mysql")]
-        Dialect::MySql => {
-            return Err(Error::new(
-                ErrorKind::Unexpected,
-                "MySQL metrics are migrated by their own step",
-            ))
-        }
-    };
+    )
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+/// Applies a metrics rekey made of `statements` in one transaction (SQLite, PostgreSQL).
+pub(crate) async fn rekey_metrics(s: &SqlStore, statements: Vec<Statement>) -> Result<StepOutcome> {
     s.exec.transaction(statements).await?;
     s.refresh(Tbl::Metrics).await?;
     Ok(StepOutcome::Applied)
-}
-
-/// The metrics step on MySQL, whose DDL commits on its own: every change is checked before
-/// it is made, so a run interrupted anywhere completes on the next one, and the step is
-/// only reported done (and the table stamped) once all of it is. As agno's MySQL step: the
-/// new key goes on before the legacy one comes off, the newest unfinished shared day is
-/// dropped so it is recomputed per user (deleting an unfinished day loses nothing: it is
-/// recomputed anyway), and `user_id` ends without a default.
-#[cfg(feature = "mysql")]
-async fn mysql_metrics_up(s: &SqlStore, existing: &[String]) -> Result<StepOutcome> {
-    let name = s.names.name(Tbl::Metrics);
-    let table = s.t(Tbl::Metrics);
-    let mut changed = false;
-    if !existing.iter().any(|c| c == "user_id") {
-        s.exec
-            .execute(
-                &format!(
-                    "ALTER TABLE {table} ADD COLUMN `user_id` VARCHAR(128) NOT NULL DEFAULT ''"
-                ),
-                vec![],
-            )
-            .await?;
-        changed = true;
-    }
-    // Unique keys by their column sets.
-    let keys = s
-        .exec
-        .query(
-            "SELECT index_name AS index_name, GROUP_CONCAT(column_name ORDER BY seq_in_index SEPARATOR ',') AS cols \
-             FROM information_schema.statistics WHERE table_schema = ? AND table_name = ? AND non_unique = 0 \
-             GROUP BY index_name",
-            vec![SqlValue::opt_text(s.schema.as_deref()), SqlValue::text(&name)],
-        )
-        .await?;
-    let mut has_new = false;
-    let mut legacy = Vec::new();
-    for key in &keys {
-        let cols = key.str("cols")?;
-        match cols.as_str() {
-            "user_id,date,aggregation_period" => has_new = true,
-            "date,aggregation_period" | "aggregation_period,date" => {
-                legacy.push(key.str("index_name")?)
-            }
-            _ => {}
-        }
-    }
-    if !has_new {
-        let unique = format!("{name}_uq_metrics_user_date_period");
-        let added = s
-            .exec
-            .execute(
-                &format!(
-                    "ALTER TABLE {table} ADD CONSTRAINT {} UNIQUE (`user_id`, `date`, `aggregation_period`)",
-                    s.q(&unique)
-                ),
-                vec![],
-            )
-            .await;
-        match added {
-            Err(e)
-                if e.kind() == ErrorKind::AlreadyExists
-                    && s.index_names(Tbl::Metrics).await?.contains(&unique) => {}
-            other => {
-                other?;
-            }
-        }
-        changed = true;
-    }
-    if !legacy.is_empty() {
-        // Separate reads: MySQL cannot subquery the table a DELETE targets.
-        let mut dates = Vec::new();
-        for filter in ["", " WHERE completed = TRUE"] {
-            let rows = s
-                .exec
-                .query(
-                    &format!("SELECT MAX(date) AS d FROM {table}{filter}"),
-                    vec![],
-                )
-                .await?;
-            dates.push(rows.first().map(|r| r.opt_date("d")).transpose()?.flatten());
-        }
-        let (newest, last_completed) = (dates[0], dates[1]);
-        if let Some(newest) = newest.filter(|n| last_completed.is_none_or(|c| n > &c)) {
-            s.exec
-                .execute(
-                    &format!(
-                        "DELETE FROM {table} WHERE completed = FALSE AND user_id = '' AND date = ?"
-                    ),
-                    vec![SqlValue::Date(Some(newest))],
-                )
-                .await?;
-        }
-        for index in legacy {
-            s.exec
-                .execute(&format!("DROP INDEX {} ON {table}", s.q(&index)), vec![])
-                .await?;
-        }
-        changed = true;
-    }
-    let default = s
-        .exec
-        .query(
-            "SELECT column_default AS d FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'user_id'",
-            vec![SqlValue::opt_text(s.schema.as_deref()), SqlValue::text(&name)],
-        )
-        .await?;
-    if default
-        .first()
-        .map(|r| r.opt_str("d"))
-        .transpose()?
-        .flatten()
-        .is_some()
-    {
-        s.exec
-            .execute(
-                &format!("ALTER TABLE {table} MODIFY COLUMN `user_id` VARCHAR(128) NOT NULL"),
-                vec![],
-            )
-            .await?;
-        changed = true;
-    }
-    s.refresh(Tbl::Metrics).await?;
-    Ok(if changed {
-        StepOutcome::Applied
-    } else {
-        StepOutcome::NothingToDo
-    })
 }

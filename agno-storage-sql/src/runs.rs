@@ -8,10 +8,8 @@ use agno_storage_core::{
     RunQuery, RunRecord, RunStore, RunType,
 };
 use serde_json::Value;
-#[cfg(feature = "sqlite")]
-use std::sync::Arc;
 
-use crate::dialect::{like_pattern, Dialect};
+use crate::dialect::{like_pattern, Dialect, InsertChunk};
 use crate::schema::Tbl;
 use crate::store::{in_list, limit_offset, order_by, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -47,123 +45,51 @@ pub(crate) fn run_from_row(mut row: Row) -> Result<RunRecord> {
     })
 }
 
-const RUN_COLUMNS: &str =
+pub(crate) const RUN_COLUMNS: &str =
     "run_id, session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, run_data, created_at, updated_at";
 
-/// The columns an upsert hands back (everything but `run_data`, which the caller has).
-const RETURNED: &str =
-    "session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, created_at, updated_at";
-
-fn run_params(run: &RunRecord) -> Vec<SqlValue> {
-    vec![
-        SqlValue::text(&run.run_id),
-        SqlValue::text(&run.session_id),
-        SqlValue::text(run.run_type.as_str()),
-        SqlValue::opt_text(run.agent_id.as_deref()),
-        SqlValue::opt_text(run.team_id.as_deref()),
-        SqlValue::opt_text(run.workflow_id.as_deref()),
-        SqlValue::opt_text(run.user_id.as_deref()),
-        SqlValue::opt_text(run.parent_run_id.as_deref()),
-        SqlValue::opt_text(run.status.as_deref()),
-        SqlValue::Int(run.run_index),
-    ]
+/// A run's value for the parameter `name`, one of [`RUN_COLUMNS`]: `run_data` encoded for
+/// the dialect, `updated_at` the one given.
+pub(crate) fn run_param(
+    d: &dyn Dialect,
+    run: &RunRecord,
+    updated_at: Option<i64>,
+    name: &str,
+) -> Option<SqlValue> {
+    let text = |v: &Option<String>| SqlValue::opt_text(v.as_deref());
+    Some(match name {
+        "run_id" => SqlValue::text(&run.run_id),
+        "session_id" => SqlValue::text(&run.session_id),
+        "run_type" => SqlValue::text(run.run_type.as_str()),
+        "agent_id" => text(&run.agent_id),
+        "team_id" => text(&run.team_id),
+        "workflow_id" => text(&run.workflow_id),
+        "user_id" => text(&run.user_id),
+        "parent_run_id" => text(&run.parent_run_id),
+        "status" => text(&run.status),
+        "run_index" => SqlValue::Int(run.run_index),
+        "run_data" => d.json_param(&run.run_data),
+        "created_at" => SqlValue::int(run.created_at),
+        "updated_at" => SqlValue::Int(updated_at),
+        _ => return None,
+    })
 }
 
 /// Rows per multi-row `INSERT` of the legacy-runs copy: 13 parameters each, far under
 /// SQLite's 32,766, PostgreSQL's 65,535 and MySQL's 65,535.
 const INSERT_CHUNK: usize = 200;
 
-/// [`run_params`] with the writer's `user_id` after `session_id`, for the owner check of
-/// the `writable_session` subquery.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn writable_run_params(run: &RunRecord) -> Vec<SqlValue> {
-    let mut params = run_params(run);
-    params.insert(2, SqlValue::opt_text(run.user_id.as_deref()));
-    params
-}
-
 #[async_trait]
 impl RunStore for SqlStore {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
         self.check(Tbl::Runs)?;
         let now = now_epoch_seconds();
-        let d = self.dialect;
         let statement = self
             .upsert_run_sql
-            .get_or_init(|| self.upsert_run_statement());
-        let sql = statement.sql.as_str();
-        let tail = [
-            SqlValue::json_for(d, &run.run_data),
-            SqlValue::int(run.created_at),
-            SqlValue::int(now),
-        ];
-        let result = match d {
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => {
-                let mut params = writable_run_params(&run);
-                params.push(SqlValue::text(&run.session_id));
-                params.extend(tail);
-                match self.exec.execute_noting(sql, params).await {
-                    // The owner guard kept the stored row.
-                    Ok((0, _)) => Ok(Vec::new()),
-                    Ok((_, notes)) => {
-                        let note = |tag: &str| notes.iter().find(|n| n.tag == tag);
-                        match note(NOTE_UPDATED) {
-                            Some(updated) => Ok(vec![Row {
-                                columns: statement.noted.clone(),
-                                values: updated.values.clone(),
-                            }]),
-                            // Inserted: the row is the input with its run_index and update
-                            // time.
-                            None => {
-                                let assigned = note(NOTE_INDEX)
-                                    .and_then(|n| n.values.first())
-                                    .and_then(|v| match v {
-                                        SqlValue::Int(i) => *i,
-                                        _ => None,
-                                    });
-                                return Ok(RunRecord {
-                                    run_index: run.run_index.or(assigned),
-                                    updated_at: Some(now),
-                                    ..run
-                                });
-                            }
-                        }
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => {
-                let mut params = writable_run_params(&run);
-                params.push(SqlValue::text(&run.session_id));
-                params.extend(tail);
-                if run.run_index.is_some() {
-                    // An explicit run_index needs no lock: the statement is atomic on its own.
-                    self.exec.query(sql, params).await
-                } else {
-                    // agno's lock: concurrent appends to one session read MAX(run_index) one
-                    // at a time.
-                    self.exec
-                        .transaction(vec![
-                            (
-                                "SELECT pg_advisory_xact_lock(hashtext('agno_run_index'), hashtext(?)) AS locked".into(),
-                                vec![SqlValue::text(&run.session_id)],
-                            ),
-                            (sql.to_owned(), params),
-                        ])
-                        .await
-                        .map(|mut r| r.pop().unwrap_or_default())
-                }
-            }
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => {
-                self.upsert_run_mysql(&run, sql, &statement.next_index, tail)
-                    .await
-            }
-        };
-        let rows = match result {
-            Ok(rows) => rows,
+            .get_or_init(|| self.dialect.run_upsert(self));
+        // Who may write is decided here: the dialect's statement only reports what it found.
+        let written = match self.dialect.upsert_run(self, statement, &run, now).await {
+            Ok(written) => written,
             // A missing or foreign session surfaces as a constraint error; say which.
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::InvalidInput) => {
                 run.check_session(
@@ -176,12 +102,20 @@ impl RunStore for SqlStore {
             }
             Err(e) => return Err(e),
         };
+        let mut row = match written {
+            RunWrite::Refused => return Err(owned_by_another_user("run", &run.run_id)),
+            #[cfg(feature = "sqlite")]
+            RunWrite::Inserted(assigned) => {
+                return Ok(RunRecord {
+                    run_index: run.run_index.or(assigned),
+                    updated_at: Some(now),
+                    ..run
+                })
+            }
+            RunWrite::Stored(row) => row,
+        };
         // The stored row is the input with the columns the upsert keeps or assigns; it is
         // rebuilt from them rather than by decoding `run_data` again.
-        let mut row = rows
-            .into_iter()
-            .next()
-            .ok_or_else(|| owned_by_another_user("run", &run.run_id))?;
         Ok(RunRecord {
             session_id: row.take_str("session_id")?,
             agent_id: row.take_opt_str("agent_id")?,
@@ -268,67 +202,47 @@ impl RunStore for SqlStore {
     }
 }
 
-/// `upsert_run`'s statement.
-pub(crate) struct RunUpsert {
-    /// The upsert: PostgreSQL's says `RETURNING`, SQLite's notes what it stored
-    /// (`agno_note`), MySQL's row is read back.
-    sql: String,
-    /// The subquery computing a session's next `run_index` (MySQL runs it first).
-    #[cfg(feature = "mysql")]
-    next_index: String,
-    /// SQLite: the columns an update's [`NOTE_UPDATED`] note holds, in order.
+/// What [`Dialect::upsert_run`] did.
+pub(crate) enum RunWrite {
+    /// The stored row's columns ([`RETURNED`]) after an insert or update.
+    Stored(Row),
+    /// Inserted as given, with the `run_index` the database assigned when it had none
+    /// (SQLite, which notes the index instead of returning the row).
     #[cfg(feature = "sqlite")]
-    noted: Arc<[String]>,
+    Inserted(Option<i64>),
+    /// The owner guard kept the stored row: the run belongs to another user.
+    Refused,
 }
 
-/// `set` with its `updated_at` value noted with the row the update stores, columns
-/// `noted` after `updated_at`: each the set value or the kept one (the set expressions see
-/// the row before the update).
-#[cfg(feature = "sqlite")]
-fn noting_update<'a>(
-    d: Dialect,
-    mut set: Vec<(&'a str, String)>,
-    noted: &[String],
-) -> Vec<(&'a str, String)> {
-    let after: Vec<String> = noted
-        .iter()
-        .map(|c| {
-            set.iter()
-                .find(|(column, _)| column == c)
-                .map_or_else(|| d.stored(c), |(_, e)| e.clone())
-        })
-        .collect();
-    if let Some((_, updated_at)) = set.iter_mut().find(|(c, _)| *c == "updated_at") {
-        *updated_at = format!(
-            "agno_note({updated_at}, '{NOTE_UPDATED}', {})",
-            after.join(", ")
-        );
-    }
-    set
-}
-
-/// SQLite's note of the `run_index` an insert computed.
-#[cfg(feature = "sqlite")]
-const NOTE_INDEX: &str = "index";
-/// SQLite's note of the row an update stored (columns [`RunUpsert::noted`]).
-#[cfg(feature = "sqlite")]
-const NOTE_UPDATED: &str = "updated";
+/// The columns an upsert hands back (everything but `run_data`, which the caller has).
+pub(crate) const RETURNED: &str =
+    "session_id, run_type, agent_id, team_id, workflow_id, user_id, parent_run_id, status, run_index, created_at, updated_at";
 
 impl SqlStore {
-    /// `upsert_run`'s statement (see [`RunUpsert`]).
-    fn upsert_run_statement(&self) -> RunUpsert {
-        let d = self.dialect;
-        let runs = self.t(Tbl::Runs);
-        let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
-        let next_index =
-            format!("(SELECT COALESCE(MAX(run_index) + 1, 0) FROM {runs} WHERE session_id = ?)");
-        // The session id, but NULL (refused by NOT NULL, also on the conflict path) when the
-        // session is missing or belongs to another user: the owner check costs no round trip.
-        let writable_session = format!(
-            "(SELECT session_id FROM {} WHERE session_id = ? AND (user_id IS NULL OR user_id = ?))",
+    /// The session's next `run_index` (parameter `:session_id`).
+    pub(crate) fn next_run_index(&self) -> String {
+        format!(
+            "(SELECT COALESCE(MAX(run_index) + 1, 0) FROM {} WHERE session_id = :session_id)",
+            self.t(Tbl::Runs)
+        )
+    }
+
+    /// The session id, but NULL (refused by NOT NULL, also on the conflict path) when the
+    /// session is missing or belongs to another user than `:user_id`: the owner check of
+    /// the session costs no round trip.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn writable_session(&self) -> String {
+        format!(
+            "(SELECT session_id FROM {} WHERE session_id = :session_id AND (user_id IS NULL OR user_id = :user_id))",
             self.t(Tbl::Sessions)
-        );
-        let set = vec![
+        )
+    }
+
+    /// What an update of a stored run sets: agno's columns, the owner kept when the writer
+    /// names none, the first `run_index` kept.
+    pub(crate) fn run_upsert_set(&self) -> Vec<(&'static str, String)> {
+        let d = self.dialect;
+        vec![
             ("status", d.excluded("status")),
             ("run_data", d.excluded("run_data")),
             (
@@ -349,53 +263,34 @@ impl SqlStore {
                 ),
             ),
             ("updated_at", d.excluded("updated_at")),
-        ];
-        // SQLite: an update notes the row it stores (`updated_at` first).
-        #[cfg(feature = "sqlite")]
-        let noted: Vec<String> = std::iter::once("updated_at")
-            .chain(RETURNED.split(", ").filter(|c| *c != "updated_at"))
-            .map(str::to_owned)
+        ]
+    }
+
+    /// `upsert_run`'s upsert under agno's owner guard: `session` and `run_index` are the
+    /// expressions inserted for those columns, every other column its named parameter.
+    pub(crate) fn run_upsert_sql(
+        &self,
+        session: &str,
+        run_index: &str,
+        set: Vec<(&str, String)>,
+    ) -> String {
+        let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
+        let values: Vec<String> = columns
+            .iter()
+            .map(|c| match *c {
+                "session_id" => session.to_owned(),
+                "run_index" => run_index.to_owned(),
+                other => format!(":{other}"),
+            })
             .collect();
-        #[cfg(feature = "sqlite")]
-        let set = if d == Dialect::Sqlite {
-            noting_update(d, set, &noted[1..])
-        } else {
-            set
-        };
-        let values = match d {
-            // MySQL cannot read the table it inserts into: it computes the index first.
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => format!(
-                "(?, {writable_session}, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, agno_note({next_index}, '{NOTE_INDEX}')), ?, ?, ?)"
-            ),
-            #[allow(unreachable_patterns)]
-            _ => format!(
-                "(?, {writable_session}, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, {next_index}), ?, ?, ?)"
-            ),
-        };
-        let sql = self.upsert_sql(&Upsert {
+        self.upsert_sql(&Upsert {
             table: Tbl::Runs,
             columns: &columns,
-            values,
+            values: format!("({})", values.join(", ")),
             conflict: "run_id",
             set,
-            guard: Some(d.owner_guard()),
-        });
-        let sql = match d {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => format!("{sql} RETURNING {RETURNED}"),
-            #[allow(unreachable_patterns)]
-            _ => sql,
-        };
-        RunUpsert {
-            sql,
-            #[cfg(feature = "mysql")]
-            next_index,
-            #[cfg(feature = "sqlite")]
-            noted: noted.into(),
-        }
+            guard: Some(self.dialect.owner_guard()),
+        })
     }
 
     /// The owner of session `session_id`; `None` when there is no such session.
@@ -410,71 +305,6 @@ impl SqlStore {
             .first()
             .map(|row| row.opt_str("user_id"))
             .transpose()
-    }
-
-    /// MySQL's upsert: without a run_index, agno's named lock of the session is held while
-    /// the next index is read and the row written (as agno's MySQLDb does, so Rust and
-    /// Python writers serialize); the row is read back in the same transaction.
-    #[cfg(feature = "mysql")]
-    async fn upsert_run_mysql(
-        &self,
-        run: &RunRecord,
-        sql: &str,
-        next_index: &str,
-        tail: [SqlValue; 3],
-    ) -> Result<Vec<Row>> {
-        let lock = run
-            .run_index
-            .is_none()
-            .then(|| crate::exec::NamedLock::run_index(&run.session_id));
-        let mut tx = self.exec.begin(lock).await?;
-        // The session row stays share-locked until commit: it cannot be deleted and
-        // recreated by another user between this check and the insert.
-        let owner = tx
-            .query(
-                &format!(
-                    "SELECT user_id FROM {} WHERE session_id = ? LOCK IN SHARE MODE",
-                    self.t(Tbl::Sessions)
-                ),
-                vec![SqlValue::text(&run.session_id)],
-            )
-            .await?
-            .first()
-            .map(|row| row.opt_str("user_id"))
-            .transpose()?;
-        run.check_session(owner.as_ref().map(Option::as_deref))?;
-        let mut params = run_params(run);
-        if run.run_index.is_none() {
-            let next = tx
-                .query(
-                    &format!("SELECT {next_index} AS next"),
-                    vec![SqlValue::text(&run.session_id)],
-                )
-                .await?
-                .first()
-                .map(|r| r.opt_i64("next"))
-                .transpose()?
-                .flatten()
-                .unwrap_or(0);
-            params[9] = SqlValue::int(next); // run_index, after the nine text columns
-        }
-        params.extend(tail);
-        tx.execute(sql, params).await?;
-        let rows = tx
-            .query(
-                &format!(
-                    "SELECT {RETURNED} FROM {} WHERE run_id = ?",
-                    self.t(Tbl::Runs)
-                ),
-                vec![SqlValue::text(&run.run_id)],
-            )
-            .await?;
-        tx.commit().await?;
-        let refused = crate::store::owned_by_other(run.user_id.as_deref());
-        Ok(match rows.into_iter().next() {
-            Some(row) if !refused(&row)? => vec![row],
-            _ => Vec::new(),
-        })
     }
 
     /// Removes deleted runs from legacy blobs so the merge cannot bring them back.
@@ -570,76 +400,38 @@ impl LegacyRunsStore for SqlStore {
             return Ok(InsertedRuns::default());
         }
         let table = self.t(Tbl::Runs);
-        let row_values = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
+        let row_values = format!("({})", vec!["?"; columns.len()].join(", "));
         // Multi-row statements, a chunk at a time: far fewer round trips and statement
         // executions than one per run, and every chunk stays under each dialect's parameter
         // limit (13 per row, plus the chunk's ids in the count).
-        let chunks: Vec<&[RunRecord]> = rows.chunks(INSERT_CHUNK).collect();
-        let chunk_sql = |chunk: &[RunRecord]| {
-            let values = vec![row_values; chunk.len()].join(", ");
-            let mut params = Vec::with_capacity(chunk.len() * 13);
+        let mut chunks = Vec::with_capacity(rows.len().div_ceil(INSERT_CHUNK));
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut params = Vec::with_capacity(chunk.len() * columns.len());
             for run in chunk {
-                params.extend(run_params(run));
-                params.extend([
-                    SqlValue::json_for(self.dialect, &run.run_data),
-                    SqlValue::int(run.created_at),
-                    SqlValue::Int(run.updated_at),
-                ]);
+                for column in &columns {
+                    params.extend(run_param(self.dialect, run, run.updated_at, column));
+                }
             }
             let ids: Vec<String> = chunk.iter().map(|r| r.run_id.clone()).collect();
             let (list, id_params) = in_list(&ids);
-            let count = format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id IN {list}");
-            (values, params, (count, id_params))
-        };
-        let n = |rows: &[Row]| -> Result<u64> {
-            Ok(rows
-                .first()
-                .map(|row| row.i64("n"))
-                .transpose()?
-                .unwrap_or(0)
-                .max(0) as u64)
-        };
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql {
-            // A no-op update keeps the stored row; with found-rows counting MySQL reports
-            // it like an insert, so the rows present before and after are counted instead.
-            let mut tx = self.exec.begin(None).await?;
-            let mut outcome = InsertedRuns::default();
-            for chunk in chunks {
-                let (values, params, (count, id_params)) = chunk_sql(chunk);
-                let before = n(&tx.query(&count, id_params.clone()).await?)?;
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON DUPLICATE KEY UPDATE run_id = run_id"
-                    ),
-                    params,
-                )
-                .await?;
-                let present = n(&tx.query(&count, id_params).await?)?;
-                outcome.inserted += present.saturating_sub(before);
-                outcome.present += present;
-            }
-            tx.commit().await?;
-            return Ok(outcome);
-        }
-        let mut statements: Vec<crate::exec::Statement> = Vec::with_capacity(chunks.len() * 2);
-        for chunk in chunks {
-            let (values, params, count) = chunk_sql(chunk);
-            statements.push((
-                format!(
-                    "INSERT INTO {table} ({RUN_COLUMNS}) VALUES {values} ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
-                ),
+            chunks.push(InsertChunk {
+                values: vec![row_values.as_str(); chunk.len()].join(", "),
                 params,
-            ));
-            statements.push(count);
+                count: (
+                    format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id IN {list}"),
+                    id_params,
+                ),
+            });
         }
-        let results = self.exec.transaction(statements).await?;
-        let mut outcome = InsertedRuns::default();
-        for pair in results.chunks(2) {
-            outcome.inserted += pair.first().map_or(0, |r| r.len() as u64);
-            outcome.present += n(pair.get(1).map(Vec::as_slice).unwrap_or_default())?;
-        }
-        Ok(outcome)
+        self.dialect
+            .insert_absent(
+                self,
+                &format!("INSERT INTO {table} ({RUN_COLUMNS}) VALUES"),
+                "run_id",
+                chunks,
+            )
+            .await
     }
 
     async fn count_legacy_runs(&self) -> Result<u64> {

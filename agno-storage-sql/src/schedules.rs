@@ -6,9 +6,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::dialect::ColType;
-#[cfg(feature = "mysql")]
-use crate::dialect::Dialect;
+use crate::dialect::{Claim, ColType};
 use crate::schema::{spec, Tbl};
 use crate::store::{limit_offset, SqlStore, Where};
 use crate::value::{Row, SqlValue};
@@ -327,56 +325,26 @@ impl ScheduleStore for SqlStore {
     ) -> Result<Option<Schedule>> {
         self.check(Tbl::Schedules)?;
         let now = now_epoch_seconds();
-        let table = self.t(Tbl::Schedules);
-        let due = self.due_predicate();
-        let due_params = || {
-            [
-                SqlValue::Bool(Some(true)),
-                SqlValue::int(now),
-                SqlValue::int(now - lock_grace_seconds),
-            ]
-        };
-        let candidate = format!(
-            "SELECT id FROM {table} WHERE {due} ORDER BY next_run_at ASC, id ASC LIMIT 1{}",
-            self.dialect.skip_locked()
-        );
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql {
-            // MySQL cannot name the updated table in the UPDATE's subquery: the candidate is
-            // locked first, then updated, in one transaction.
-            let mut tx = self.exec.begin(None).await?;
-            let rows = tx.query(&candidate, due_params().to_vec()).await?;
-            let Some(id) = rows.first().map(|r| r.str("id")).transpose()? else {
-                tx.commit().await?;
-                return Ok(None);
-            };
-            tx.execute(
-                &format!("UPDATE {table} SET locked_by = ?, locked_at = ? WHERE id = ?"),
+        let claim = Claim {
+            table: Tbl::Schedules,
+            predicate: (
+                self.due_predicate(),
                 vec![
-                    SqlValue::text(worker_id),
+                    SqlValue::Bool(Some(true)),
                     SqlValue::int(now),
-                    SqlValue::text(&id),
+                    SqlValue::int(now - lock_grace_seconds),
                 ],
-            )
-            .await?;
-            let (read, key) = self.select_by(Tbl::Schedules, "id", &id);
-            let row = tx.query(&read, key).await?.into_iter().next();
-            tx.commit().await?;
-            return row.as_ref().map(schedule_from_row).transpose();
-        }
-        // One statement: the candidate is chosen and locked, then re-checked, so two
-        // claimers never get the same schedule (SQLite serializes writers; PostgreSQL
-        // skips rows another claimer holds).
-        let sql = format!(
-            "UPDATE {table} SET locked_by = ?, locked_at = ? WHERE {due} AND id = ({candidate}) RETURNING *"
-        );
-        let mut params = vec![SqlValue::text(worker_id), SqlValue::int(now)];
-        params.extend(due_params());
-        params.extend(due_params());
-        self.exec
-            .query(&sql, params)
+            ),
+            order: "next_run_at ASC, id ASC",
+            set: (
+                "locked_by = ?, locked_at = ?",
+                vec![SqlValue::text(worker_id), SqlValue::int(now)],
+            ),
+        };
+        self.dialect
+            .claim(self, claim)
             .await?
-            .first()
+            .as_ref()
             .map(schedule_from_row)
             .transpose()
     }

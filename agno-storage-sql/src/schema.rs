@@ -512,7 +512,6 @@ pub(crate) struct MySqlSpec {
 
 /// A stored generated column `COALESCE(user_id, '')` on MySQL tables with per-owner unique
 /// keys (NULLs never collide in a MySQL unique index).
-#[cfg(feature = "mysql")]
 pub(crate) const OWNER_KEY: &str = "owner_key";
 
 #[cfg(feature = "mysql")]
@@ -575,7 +574,7 @@ pub(crate) fn mysql_spec(t: Tbl) -> MySqlSpec {
 
 /// Renders DDL for one database: a dialect, an optional schema and the table names.
 pub(crate) struct Ddl<'a> {
-    pub(crate) dialect: Dialect,
+    pub(crate) dialect: &'static dyn Dialect,
     pub(crate) schema: Option<&'a str>,
     pub(crate) names: &'a TableNames,
 }
@@ -609,35 +608,28 @@ impl Ddl<'_> {
     /// The columns of a table in the dialect's physical order.
     fn columns(&self, t: Tbl) -> Vec<&'static Column> {
         let s = spec(t);
-        #[cfg(feature = "mysql")]
-        if let (Dialect::MySql, Some(order)) = (self.dialect, mysql_spec(t).order) {
-            return order
+        match self.dialect.column_order(t) {
+            Some(order) => order
                 .iter()
                 .filter_map(|name| s.columns.iter().find(|c| c.name == *name))
-                .collect();
+                .collect(),
+            None => s.columns.iter().collect(),
         }
-        s.columns.iter().collect()
     }
 
-    /// Whether agno declares the index (a column or a composite's declared name) on this
-    /// dialect.
-    fn declares_index(&self, t: Tbl, name: &str) -> bool {
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql {
-            return !mysql_spec(t).skip_indexes.contains(&name);
-        }
-        let _ = (t, name);
-        true
-    }
-
-    /// The generated owner column of a MySQL table with per-owner unique keys.
-    #[cfg(feature = "mysql")]
-    pub(crate) fn owner_key_def(&self) -> String {
-        format!(
-            "{} VARCHAR(128) GENERATED ALWAYS AS (COALESCE({}, '')) STORED",
-            self.dialect.quote(OWNER_KEY),
-            self.dialect.quote("user_id")
-        )
+    /// The generated owner column of a table with per-owner unique keys, where the dialect
+    /// replaces partial unique indexes with them ([`Dialect::owner_unique_keys`]).
+    pub(crate) fn owner_key_def(&self, t: Tbl) -> Option<String> {
+        self.dialect
+            .owner_unique_keys(t)
+            .is_some_and(|keys| !keys.is_empty())
+            .then(|| {
+                format!(
+                    "{} VARCHAR(128) GENERATED ALWAYS AS (COALESCE({}, '')) STORED",
+                    self.dialect.quote(OWNER_KEY),
+                    self.dialect.quote("user_id")
+                )
+            })
     }
 
     pub(crate) fn create_table(&self, t: Tbl) -> String {
@@ -649,10 +641,7 @@ impl Ddl<'_> {
             .into_iter()
             .map(|c| self.column_def(c))
             .collect();
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql && !mysql_spec(t).owner_unique.is_empty() {
-            parts.push(self.owner_key_def());
-        }
+        parts.extend(self.owner_key_def(t));
         parts.push(format!("PRIMARY KEY ({})", q(s.primary_key)));
         for (declared, cols) in s.unique {
             parts.push(format!(
@@ -685,17 +674,12 @@ impl Ddl<'_> {
         let name = self.names.name(t);
         let q = |c: &str| self.dialect.quote(c);
         let has = |c: &str| existing.iter().any(|e| e == c);
-        let if_not_exists = match self.dialect {
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => "",
-            #[allow(unreachable_patterns)]
-            _ => "IF NOT EXISTS ",
-        };
+        let if_not_exists = self.dialect.if_not_exists();
         let mut out = Vec::new();
         for c in s
             .columns
             .iter()
-            .filter(|c| c.index && has(c.name) && self.declares_index(t, c.name))
+            .filter(|c| c.index && has(c.name) && self.dialect.declares_index(t, c.name))
         {
             let index = format!("idx_{name}_{}", c.name);
             let sql = format!(
@@ -706,15 +690,10 @@ impl Ddl<'_> {
             );
             out.push((index, sql));
         }
-        for (_declared, cols) in s.composite_indexes.iter().filter(|(declared, cols)| {
-            cols.iter().all(|c| has(c)) && self.declares_index(t, declared)
+        for (declared, cols) in s.composite_indexes.iter().filter(|(declared, cols)| {
+            cols.iter().all(|c| has(c)) && self.dialect.declares_index(t, declared)
         }) {
-            let index = match self.dialect {
-                #[cfg(feature = "mysql")]
-                Dialect::MySql => format!("{name}_{_declared}"),
-                #[allow(unreachable_patterns)]
-                _ => format!("idx_{name}_{}", cols.join("_")),
-            };
+            let index = self.dialect.composite_index_name(&name, declared, cols);
             let sql = format!(
                 "CREATE INDEX {if_not_exists}{} ON {} ({})",
                 q(&index),
@@ -727,15 +706,21 @@ impl Ddl<'_> {
     }
 
     /// The partial unique indexes (`{table}_{declared}`), as separate statements so a
-    /// duplicate can be reported per index; on MySQL the unique keys over the owner column
-    /// that replace them.
-    pub(crate) fn partial_unique_indexes(&self, t: Tbl) -> Vec<(String, String)> {
+    /// duplicate can be reported per index; where the dialect has none, the unique keys over
+    /// the owner column that replace them, once `existing` columns include it (it arrives
+    /// with the migration).
+    pub(crate) fn partial_unique_indexes(
+        &self,
+        t: Tbl,
+        existing: &[String],
+    ) -> Vec<(String, String)> {
         let name = self.names.name(t);
         let q = |c: &str| self.dialect.quote(c);
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql {
-            return mysql_spec(t)
-                .owner_unique
+        if let Some(keys) = self.dialect.owner_unique_keys(t) {
+            if !existing.iter().any(|c| c == OWNER_KEY) {
+                return Vec::new();
+            }
+            return keys
                 .iter()
                 .map(|(declared, cols)| {
                     let index = format!("{name}_{declared}");

@@ -14,7 +14,7 @@ use crate::value::{Row, SqlValue};
 
 pub(crate) struct SqlStore {
     pub(crate) exec: Arc<dyn Executor>,
-    pub(crate) dialect: Dialect,
+    pub(crate) dialect: &'static dyn Dialect,
     pub(crate) schema: Option<String>,
     pub(crate) names: TableNames,
     /// Tables that exist but lack columns this code needs: table → missing columns.
@@ -25,7 +25,7 @@ pub(crate) struct SqlStore {
     /// Whether the sessions table still has agno 2.x's `runs` column.
     legacy_runs_column: AtomicBool,
     /// `upsert_run`'s statement, built on first use (the tables' names never change).
-    pub(crate) upsert_run_sql: std::sync::OnceLock<crate::runs::RunUpsert>,
+    pub(crate) upsert_run_sql: std::sync::OnceLock<crate::named::NamedSql>,
     /// Runs of recently read sessions, reused while the database is unchanged.
     pub(crate) run_cache: RunCache,
 }
@@ -41,7 +41,7 @@ pub(crate) fn iso_now() -> String {
 impl SqlStore {
     pub(crate) fn new(
         exec: Arc<dyn Executor>,
-        dialect: Dialect,
+        dialect: &'static dyn Dialect,
         schema: Option<String>,
         names: TableNames,
     ) -> Self {
@@ -248,32 +248,8 @@ impl SqlStore {
     /// The column names of a table, or `None` when it does not exist.
     pub(crate) async fn columns(&self, t: Tbl) -> Result<Option<Vec<String>>> {
         let name = self.names.name(t);
-        let rows: Vec<Row> = match self.dialect {
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => {
-                self.exec
-                    .query(&format!("SELECT name AS column_name FROM pragma_table_info({})", quote_literal(&name)), vec![])
-                    .await?
-            }
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => {
-                self.exec
-                    .query(
-                        "SELECT column_name::text AS column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
-                        vec![SqlValue::opt_text(self.schema.as_deref()), SqlValue::text(name)],
-                    )
-                    .await?
-            }
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => {
-                self.exec
-                    .query(
-                        "SELECT column_name AS column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
-                        vec![SqlValue::opt_text(self.schema.as_deref()), SqlValue::text(name)],
-                    )
-                    .await?
-            }
-        };
+        let (sql, params) = self.dialect.columns_query(self.schema.as_deref(), &name);
+        let rows: Vec<Row> = self.exec.query(&sql, params).await?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -287,31 +263,8 @@ impl SqlStore {
     /// table gets its indexes and a `3.0.0` stamp; an existing one is checked for the
     /// columns this code needs and otherwise left untouched until migrated.
     pub(crate) async fn ensure_schema(&self) -> Result<()> {
-        #[cfg(feature = "postgres")]
-        if let (Dialect::Postgres, Some(schema)) = (self.dialect, &self.schema) {
-            let sql = format!("CREATE SCHEMA IF NOT EXISTS {}", self.q(schema));
-            if let Err(e) = self.exec.execute(&sql, vec![]).await {
-                // Two processes creating the schema at once: the loser sees a duplicate.
-                if e.kind() != ErrorKind::AlreadyExists {
-                    return Err(e);
-                }
-            }
-        }
-        #[cfg(feature = "mysql")]
-        if let (Dialect::MySql, Some(schema)) = (self.dialect, &self.schema) {
-            // A MySQL schema is a database, as agno's `create_schema` makes it; an existing
-            // one needs no CREATE privilege.
-            let exists = self
-                .exec
-                .query(
-                    "SELECT 1 AS present FROM information_schema.schemata WHERE schema_name = ?",
-                    vec![SqlValue::text(schema)],
-                )
-                .await?;
-            if exists.is_empty() {
-                let sql = format!("CREATE DATABASE IF NOT EXISTS {}", self.q(schema));
-                self.exec.execute(&sql, vec![]).await?;
-            }
+        if let Some(schema) = &self.schema {
+            self.dialect.create_schema(self, schema).await?;
         }
         for t in Tbl::ALL {
             self.ensure_table(t).await?;
@@ -319,51 +272,13 @@ impl SqlStore {
         Ok(())
     }
 
-    /// The index names of a table (MySQL, which has no `CREATE INDEX IF NOT EXISTS`).
-    #[cfg(feature = "mysql")]
-    pub(crate) async fn index_names(&self, t: Tbl) -> Result<Vec<String>> {
-        self.exec
-            .query(
-                "SELECT DISTINCT index_name AS index_name FROM information_schema.statistics WHERE table_schema = ? AND table_name = ?",
-                vec![
-                    SqlValue::opt_text(self.schema.as_deref()),
-                    SqlValue::text(self.names.name(t)),
-                ],
-            )
-            .await?
-            .iter()
-            .map(|r| r.str("index_name"))
-            .collect()
-    }
-
-    /// Creates indexes from `(name, sql)` pairs: SQLite and PostgreSQL skip existing ones
-    /// themselves (`IF NOT EXISTS`); on MySQL existing names are skipped here, and an index
-    /// another process created meanwhile counts as created.
+    /// Creates indexes from `(name, sql)` pairs, skipping existing ones.
     pub(crate) async fn create_indexes(
         &self,
         t: Tbl,
         indexes: Vec<(String, String)>,
     ) -> Result<()> {
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql {
-            let present = self.index_names(t).await?;
-            for (name, sql) in indexes.into_iter().filter(|(n, _)| !present.contains(n)) {
-                match self.exec.execute(&sql, vec![]).await {
-                    Err(e)
-                        if e.kind() == ErrorKind::AlreadyExists
-                            && self.index_names(t).await?.contains(&name) => {}
-                    other => {
-                        other?;
-                    }
-                }
-            }
-            return Ok(());
-        }
-        let _ = t;
-        for (_, sql) in indexes {
-            self.exec.execute(&sql, vec![]).await?;
-        }
-        Ok(())
+        self.dialect.create_indexes(self, t, indexes).await
     }
 
     async fn ensure_table(&self, t: Tbl) -> Result<()> {
@@ -396,13 +311,7 @@ impl SqlStore {
         let ddl = self.ddl();
         self.create_indexes(t, ddl.create_indexes(t, &existing))
             .await?;
-        #[cfg(feature = "mysql")]
-        if self.dialect == Dialect::MySql && !existing.iter().any(|c| c == crate::schema::OWNER_KEY)
-        {
-            // The owner column arrives with the migration.
-            return Ok(());
-        }
-        for index in ddl.partial_unique_indexes(t) {
+        for index in ddl.partial_unique_indexes(t, &existing) {
             if let Err(e) = self.create_indexes(t, vec![index]).await {
                 // Duplicates in a pre-v3 table: the migration reports them; reads still work.
                 if e.kind() != ErrorKind::AlreadyExists {
@@ -456,15 +365,9 @@ impl SqlStore {
     }
 }
 
-/// A SQL string literal (for the few places a name cannot be a bound parameter).
-#[cfg(feature = "sqlite")]
-pub(crate) fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
 /// `ORDER BY` for a validated sort column: `updated_at` falls back to `created_at`.
 pub(crate) fn order_by(
-    dialect: Dialect,
+    dialect: &dyn Dialect,
     sort: &agno_storage_core::Sort,
     allowed: &[&str],
 ) -> Result<Option<String>> {
@@ -564,57 +467,11 @@ impl SqlStore {
     }
 
     pub(crate) fn upsert_sql(&self, u: &Upsert<'_>) -> String {
-        let d = self.dialect;
-        let columns = u
-            .columns
-            .iter()
-            .map(|c| d.quote(c))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let table = self.t(u.table);
-        match d {
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => {
-                let mut set: Vec<&(&str, String)> = u.set.iter().collect();
-                set.sort_by_key(|(c, _)| *c == "user_id");
-                let set: Vec<String> = set
-                    .into_iter()
-                    .map(|(c, e)| match &u.guard {
-                        Some(g) => format!("{0} = IF({g}, {e}, {0})", d.quote(c)),
-                        None => format!("{} = {e}", d.quote(c)),
-                    })
-                    .collect();
-                format!(
-                    "INSERT INTO {table} ({columns}) VALUES {} ON DUPLICATE KEY UPDATE {}",
-                    u.values,
-                    set.join(", ")
-                )
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                let set: Vec<String> = u
-                    .set
-                    .iter()
-                    .map(|(c, e)| format!("{} = {e}", d.quote(c)))
-                    .collect();
-                format!(
-                    "INSERT INTO {table} AS t ({columns}) VALUES {} ON CONFLICT ({}) DO UPDATE SET {}{}",
-                    u.values,
-                    u.conflict,
-                    set.join(", "),
-                    u.guard
-                        .as_ref()
-                        .map(|g| format!(" WHERE {g}"))
-                        .unwrap_or_default()
-                )
-            }
-        }
+        self.dialect.upsert_sql(&self.t(u.table), u)
     }
 
-    /// Runs an upsert made by [`SqlStore::upsert_sql`] and returns the stored row, or
-    /// `None` when its guard kept the stored row. SQLite and PostgreSQL say
-    /// `RETURNING {returning}`; MySQL reads the row back by `key` in the same transaction
-    /// and asks `refused` whether the guard held it back.
+    /// Runs an upsert made by [`SqlStore::upsert_sql`] and returns the stored row (see
+    /// [`Dialect::upsert_returning`]).
     pub(crate) async fn upsert_returning(
         &self,
         table: Tbl,
@@ -624,89 +481,23 @@ impl SqlStore {
         key: (&str, SqlValue),
         refused: &(dyn Fn(&Row) -> Result<bool> + Sync),
     ) -> Result<Option<Row>> {
-        match self.dialect {
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => {
-                let read = format!(
-                    "SELECT {returning} FROM {} WHERE {} = ?",
-                    self.t(table),
-                    self.q(key.0)
-                );
-                let mut tx = self.exec.begin(None).await?;
-                tx.execute(&sql, params).await?;
-                let row = tx.query(&read, vec![key.1]).await?.into_iter().next();
-                tx.commit().await?;
-                match row {
-                    Some(row) if !refused(&row)? => Ok(Some(row)),
-                    _ => Ok(None),
-                }
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                let _ = (table, key, refused);
-                Ok(self
-                    .exec
-                    .query(&format!("{sql} RETURNING {returning}"), params)
-                    .await?
-                    .into_iter()
-                    .next())
-            }
-        }
+        self.dialect
+            .upsert_returning(self, table, (sql, params), returning, key, refused)
+            .await
     }
 
-    /// Runs `write` (an `INSERT` or `UPDATE`) and returns the rows it wrote: `RETURNING *`
-    /// on SQLite and PostgreSQL; on MySQL, `read` in the same transaction when the write
-    /// touched a row.
+    /// Runs `write` and returns the rows it wrote (see [`Dialect::write_returning`]).
     pub(crate) async fn write_returning(
         &self,
         write: Statement,
         read: Statement,
     ) -> Result<Vec<Row>> {
-        match self.dialect {
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => {
-                let mut tx = self.exec.begin(None).await?;
-                let rows = if tx.execute(&write.0, write.1).await? > 0 {
-                    tx.query(&read.0, read.1).await?
-                } else {
-                    Vec::new()
-                };
-                tx.commit().await?;
-                Ok(rows)
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                let _ = read;
-                self.exec
-                    .query(&format!("{} RETURNING *", write.0), write.1)
-                    .await
-            }
-        }
+        self.dialect.write_returning(self, write, read).await
     }
 
-    /// Runs the statements in one transaction and returns the rows the last one (a
-    /// `DELETE` or `UPDATE`) affected.
-    pub(crate) async fn transaction_count(&self, mut statements: Vec<Statement>) -> Result<u64> {
-        match self.dialect {
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => {
-                let mut tx = self.exec.begin(None).await?;
-                let mut last = 0;
-                for (sql, params) in statements {
-                    last = tx.execute(&sql, params).await?;
-                }
-                tx.commit().await?;
-                Ok(last)
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                if let Some(last) = statements.last_mut() {
-                    last.0.push_str(" RETURNING 1");
-                }
-                let results = self.exec.transaction(statements).await?;
-                Ok(results.last().map_or(0, |rows| rows.len() as u64))
-            }
-        }
+    /// Runs the statements in one transaction and returns the rows the last one affected.
+    pub(crate) async fn transaction_count(&self, statements: Vec<Statement>) -> Result<u64> {
+        self.dialect.transaction_count(self, statements).await
     }
 }
 

@@ -2,13 +2,10 @@
 
 use std::sync::Arc;
 
-use agno_storage_core::json::to_python_json;
 use agno_storage_core::legacy::{decode_legacy_json, unwrap_double_encoded};
 use agno_storage_core::{Error, ErrorKind, Result};
 use chrono::NaiveDate;
 use serde_json::Value;
-
-use crate::dialect::Dialect;
 
 /// A bound parameter or a fetched cell. Every variant carries its SQL type, so a NULL can be
 /// bound with the right type on PostgreSQL.
@@ -36,17 +33,6 @@ impl SqlValue {
     /// only when asked to; by default absent values are SQL NULL.
     pub(crate) fn json(v: Option<&Value>) -> Self {
         SqlValue::Json(v.cloned())
-    }
-    /// [`SqlValue::json`] of a present value, encoded now as agno's JSON text where the
-    /// dialect stores JSON as text (SQLite, MySQL) instead of copying the value; PostgreSQL
-    /// binds a copy as JSONB.
-    pub(crate) fn json_for(dialect: Dialect, v: &Value) -> Self {
-        match dialect {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => SqlValue::Json(Some(agno_storage_core::json::clone_deep(v))),
-            #[allow(unreachable_patterns)]
-            _ => SqlValue::Text(Some(to_python_json(v))),
-        }
     }
 }
 

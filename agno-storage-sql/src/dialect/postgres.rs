@@ -1,0 +1,165 @@
+//! PostgreSQL: `RETURNING`, `SKIP LOCKED`, JSONB, schemas, agno's advisory lock per session.
+
+use agno_storage_core::migration::StepOutcome;
+use agno_storage_core::{async_trait, ErrorKind, Result, RunRecord};
+use serde_json::Value;
+
+use super::{like_pattern, ColType, Dialect, RowVersioning};
+use crate::exec::Statement;
+use crate::migrate::{drop_unfinished_metrics, rekey_metrics};
+use crate::named::NamedSql;
+use crate::runs::{run_param, RunWrite, RETURNED};
+use crate::schema::Tbl;
+use crate::store::SqlStore;
+use crate::value::SqlValue;
+
+/// The PostgreSQL dialect.
+pub(crate) struct Postgres;
+
+#[async_trait]
+impl Dialect for Postgres {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    /// 512 keeps any id of 4-byte characters under a B-tree entry's 2,704-byte limit.
+    fn max_id_chars(&self) -> Option<usize> {
+        Some(512)
+    }
+
+    fn col_type(&self, t: ColType) -> String {
+        match t {
+            ColType::Str(_) => "VARCHAR",
+            ColType::LongText => "TEXT",
+            ColType::BigInt => "BIGINT",
+            ColType::Json => "JSONB",
+            ColType::Bool => "BOOLEAN",
+            ColType::Date => "DATE",
+        }
+        .into()
+    }
+
+    fn ilike(&self, expr: &str) -> String {
+        format!("{expr} ILIKE ? ESCAPE '\\'")
+    }
+
+    fn json_field_text(&self, column: &str, field: &str) -> String {
+        format!("COALESCE({column}->>'{field}', '')")
+    }
+
+    /// JSONB: a copy of the value, bound as JSON.
+    fn json_param(&self, v: &Value) -> SqlValue {
+        SqlValue::Json(Some(agno_storage_core::json::clone_deep(v)))
+    }
+
+    fn text_holds_nul(&self) -> bool {
+        false
+    }
+
+    /// `xmin`, the writing transaction.
+    fn row_versioning(&self, alias: &str, key: &str) -> Option<RowVersioning> {
+        let version = format!("CAST({alias}.xmin AS TEXT)");
+        // A 64-bit hash per row, seeded by the one `?`, summed: order-free, and it changes
+        // when any row is added, removed or rewritten (but for a 2^-64 chance).
+        let digest = format!(
+            "CAST(count(*) AS TEXT) || ':' || CAST(COALESCE(sum(hashtextextended(                     {alias}.{key} || ':' || {version}, ?)), 0) AS TEXT)"
+        );
+        Some(RowVersioning { version, digest })
+    }
+
+    fn topic_filter(&self, topic: &str) -> (String, SqlValue) {
+        (
+            "topics @> ?".into(),
+            SqlValue::Json(Some(Value::from(vec![topic.to_owned()]))),
+        )
+    }
+
+    fn memory_search(&self, search: &str) -> (String, SqlValue) {
+        (
+            "(memory #>> '{}') ILIKE ? ESCAPE '\\'".into(),
+            SqlValue::text(like_pattern(search)),
+        )
+    }
+
+    fn columns_query(&self, schema: Option<&str>, table: &str) -> Statement {
+        (
+            "SELECT column_name::text AS column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position".into(),
+            vec![SqlValue::opt_text(schema), SqlValue::text(table)],
+        )
+    }
+
+    async fn create_schema(&self, s: &SqlStore, schema: &str) -> Result<()> {
+        let sql = format!("CREATE SCHEMA IF NOT EXISTS {}", s.q(schema));
+        match s.exec.execute(&sql, vec![]).await {
+            // Two processes creating the schema at once: the loser sees a duplicate.
+            Err(e) if e.kind() != ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn run_upsert(&self, s: &SqlStore) -> NamedSql {
+        let run_index = format!("COALESCE(:run_index, {})", s.next_run_index());
+        let sql = s.run_upsert_sql(&s.writable_session(), &run_index, s.run_upsert_set());
+        NamedSql::new(&format!("{sql} RETURNING {RETURNED}"))
+    }
+
+    async fn upsert_run(
+        &self,
+        s: &SqlStore,
+        statement: &NamedSql,
+        run: &RunRecord,
+        now: i64,
+    ) -> Result<RunWrite> {
+        let params = statement.bind(|name| run_param(self, run, Some(now), name))?;
+        let rows = if run.run_index.is_some() {
+            // An explicit run_index needs no lock: the statement is atomic on its own.
+            s.exec.query(statement.sql(), params).await?
+        } else {
+            // agno's lock: concurrent appends to one session read MAX(run_index) one at a
+            // time.
+            let lock = (
+                "SELECT pg_advisory_xact_lock(hashtext('agno_run_index'), hashtext(?)) AS locked"
+                    .into(),
+                vec![SqlValue::text(&run.session_id)],
+            );
+            s.exec
+                .transaction(vec![lock, (statement.sql().to_owned(), params)])
+                .await?
+                .pop()
+                .unwrap_or_default()
+        };
+        Ok(rows
+            .into_iter()
+            .next()
+            .map_or(RunWrite::Refused, RunWrite::Stored))
+    }
+
+    /// A new column and key in one transaction.
+    async fn migrate_metrics(&self, s: &SqlStore, existing: &[String]) -> Result<StepOutcome> {
+        if existing.iter().any(|c| c == "user_id") {
+            return Ok(StepOutcome::NothingToDo);
+        }
+        let name = s.names.name(Tbl::Metrics);
+        let table = s.t(Tbl::Metrics);
+        let statements = vec![
+            (format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS user_id VARCHAR NOT NULL DEFAULT ''"), vec![]),
+            (format!("ALTER TABLE {table} ALTER COLUMN user_id DROP DEFAULT"), vec![]),
+            (
+                format!(
+                    "ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {}",
+                    s.q(&format!("{name}_uq_metrics_date_period"))
+                ),
+                vec![],
+            ),
+            (
+                format!(
+                    "ALTER TABLE {table} ADD CONSTRAINT {} UNIQUE (user_id, date, aggregation_period)",
+                    s.q(&format!("{name}_uq_metrics_user_date_period"))
+                ),
+                vec![],
+            ),
+            drop_unfinished_metrics(s),
+        ];
+        rekey_metrics(s, statements).await
+    }
+}
