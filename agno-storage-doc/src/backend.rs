@@ -57,6 +57,16 @@ pub enum Pre<B: DocBackend> {
     At(B::Version),
 }
 
+/// A uniqueness guard: a meta document whose existence holds a key (a schedule name, a job
+/// idempotency key) for the record it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    /// The guard document's id in the meta collection.
+    pub id: String,
+    /// The field holding the id of the record that holds the key.
+    pub holder: &'static str,
+}
+
 /// The outcome of a commit whose preconditions may fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Commit {
@@ -139,8 +149,28 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
             .filter(|s| s.str(key_field) == Some(key)))
     }
 
-    /// The document id of a metrics row (agno's, which differ per backend).
-    fn metrics_id(&self, record: &MetricsRecord) -> String;
+    /// The meta document that holds a schedule's `(user_id, name)` where
+    /// [`DocBackend::SCHEDULE_NAME_GUARDS`] (default: a digest id, holder field
+    /// `schedule_id`).
+    fn schedule_name_guard(&self, user_id: Option<&str>, name: &str) -> Guard {
+        Guard {
+            id: digest_id("schedule_name", &[user_id, Some(name)]),
+            holder: "schedule_id",
+        }
+    }
+
+    /// The meta document that holds a job's idempotency key for its owner (default: a
+    /// digest id, holder field `job_id`).
+    fn job_key_guard(&self, user_id: Option<&str>, key: &str) -> Guard {
+        Guard {
+            id: digest_id("job_key", &[user_id, Some(key)]),
+            holder: "job_id",
+        }
+    }
+
+    /// The document id of a metrics row (agno's, which differ per backend): of the stored
+    /// row of `record`'s `(date, owner, period)` when there is one.
+    async fn metrics_id(&self, record: &MetricsRecord) -> Result<String>;
 
     /// Whether a stored metrics row predates per-user buckets (default: never).
     fn is_legacy_metric(&self, _fields: &Fields) -> bool {

@@ -14,13 +14,7 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
-use crate::{
-    backoff, digest_id, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS,
-};
-
-fn key_guard(user_id: Option<&str>, key: &str) -> String {
-    digest_id("job_key", &[user_id, Some(key)])
-}
+use crate::{backoff, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 impl<B: DocBackend> Docs<B> {
     async fn job_doc(&self, id: &str) -> Result<Option<(Stored<B>, Job)>> {
@@ -45,17 +39,26 @@ impl<B: DocBackend> Docs<B> {
             .collect()
     }
 
-    /// The job a key guard points to.
+    /// The job that holds idempotency key `key` of `user_id`. A guard whose job is gone or
+    /// belongs to another owner (left by a writer that does not keep guards) is removed.
     async fn guarded_job(&self, user_id: Option<&str>, key: &str) -> Result<Option<Job>> {
-        let Some(guard) = self
-            .get(self.collection(Table::Meta), &key_guard(user_id, key))
-            .await?
-        else {
+        let meta = self.collection(Table::Meta);
+        let guard = self.job_key_guard(user_id, key);
+        let Some(stored) = self.get(meta, &guard.id).await? else {
             return Ok(None);
         };
-        match guard.str("job_id") {
-            Some(id) => Ok(self.job_doc(id).await?.map(|(_, j)| j)),
-            None => Ok(None),
+        let holder = match stored.str(guard.holder) {
+            Some(id) => self.job_doc(id).await?.map(|(_, j)| j),
+            None => None,
+        };
+        match holder {
+            Some(job) if job.user_id.as_deref() == user_id => Ok(Some(job)),
+            _ => {
+                let orphan = self.delete(meta, &guard.id, stored.unchanged());
+                self.commit("free an orphaned idempotency key", vec![orphan])
+                    .await?;
+                Ok(None)
+            }
         }
     }
 
@@ -127,15 +130,16 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 Pre::Absent,
             )];
             if let Some(key) = &job.idempotency_key {
-                let fields = object(json!({
+                let guard = self.job_key_guard(job.user_id.as_deref(), key);
+                let mut fields = object(json!({
                     "kind": "job_key",
-                    "job_id": job.id,
                     "user_id": job.user_id,
                     "idempotency_key": key,
                 }));
+                fields.insert(guard.holder.into(), job.id.clone().into());
                 writes.push(self.put(
                     self.collection(Table::Meta),
-                    &key_guard(job.user_id.as_deref(), key),
+                    &guard.id,
                     &fields,
                     Pre::Absent,
                 ));
@@ -152,7 +156,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                         Some(key) => self
                             .get(
                                 self.collection(Table::Meta),
-                                &key_guard(job.user_id.as_deref(), key),
+                                &self.job_key_guard(job.user_id.as_deref(), key).id,
                             )
                             .await?
                             .is_some(),
@@ -312,7 +316,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
             if let Some(key) = &job.idempotency_key {
                 writes.push(self.delete(
                     self.collection(Table::Meta),
-                    &key_guard(job.user_id.as_deref(), key),
+                    &self.job_key_guard(job.user_id.as_deref(), key).id,
                     Pre::Any,
                 ));
             }

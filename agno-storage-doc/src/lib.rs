@@ -26,7 +26,9 @@ mod schedules;
 mod sessions;
 
 pub use agno_storage_core::{Table, TableNames};
-pub use backend::{backoff, digest_id, opt, Commit, DocBackend, Fields, Pre, Stored, CAS_ATTEMPTS};
+pub use backend::{
+    backoff, digest_id, opt, Commit, DocBackend, Fields, Guard, Pre, Stored, CAS_ATTEMPTS,
+};
 pub use jobs::claim_oldest_job;
 pub use memory::InMemoryDb;
 pub use migrate::{holds_agno_docs, migration_steps, stamp_new_database};

@@ -11,18 +11,26 @@ use serde_json::Value;
 use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 impl<B: DocBackend> Docs<B> {
-    /// A stored memory; agno writes `created_at` as ISO text, read as epoch seconds.
+    /// A stored memory; agno writes `created_at` (and on some backends `updated_at`) as
+    /// ISO text (naive = UTC), read as epoch seconds; a memory without `created_at` reads
+    /// its `updated_at`.
     fn decode_memory(&self, stored: &Stored<B>) -> Result<UserMemory> {
         let mut fields = stored.fields.clone();
-        if let Some(Value::String(text)) = fields.get("created_at") {
-            let seconds = chrono::DateTime::parse_from_rfc3339(text)
-                .map(|t| t.timestamp())
-                .or_else(|_| {
-                    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
-                        .map(|t| t.and_utc().timestamp())
-                })
-                .unwrap_or_default();
-            fields.insert("created_at".into(), Value::from(seconds));
+        for key in ["created_at", "updated_at"] {
+            if let Some(Value::String(text)) = fields.get(key) {
+                let seconds = chrono::DateTime::parse_from_rfc3339(text)
+                    .map(|t| t.timestamp())
+                    .or_else(|_| {
+                        chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+                            .map(|t| t.and_utc().timestamp())
+                    })
+                    .unwrap_or_default();
+                fields.insert(key.into(), Value::from(seconds));
+            }
+        }
+        if fields.get("created_at").is_none_or(Value::is_null) {
+            let fallback = fields.get("updated_at").cloned().unwrap_or(Value::from(0));
+            fields.insert("created_at".into(), fallback);
         }
         self.decode_fields(fields, "a memory")
     }

@@ -236,15 +236,15 @@ impl DocBackend for InMemoryDb {
             .is_some_and(|docs| !docs.is_empty()))
     }
 
-    fn metrics_id(&self, record: &MetricsRecord) -> String {
-        crate::digest_id(
+    async fn metrics_id(&self, record: &MetricsRecord) -> Result<String> {
+        Ok(crate::digest_id(
             "metrics",
             &[
                 Some(&record.date.to_string()),
                 Some(&record.aggregation_period),
                 Some(record.stored_user_id()),
             ],
-        )
+        ))
     }
 
     fn lock_lease(&self) -> Duration {

@@ -21,7 +21,7 @@ impl<B: DocBackend> MetricsStore for Docs<B> {
         let coll = self.collection(Table::Metrics);
         let mut stored = Vec::with_capacity(records.len());
         for record in records {
-            let id = self.metrics_id(&record);
+            let id = self.metrics_id(&record).await?;
             let mut done = None;
             for attempt in 0..CAS_ATTEMPTS {
                 let mut next = record.clone();

@@ -15,9 +15,7 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
-use crate::{
-    backoff, digest_id, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS,
-};
+use crate::{backoff, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 fn name_taken(name: &str) -> Error {
     Error::new(
@@ -26,25 +24,22 @@ fn name_taken(name: &str) -> Error {
     )
 }
 
-fn name_guard(user_id: Option<&str>, name: &str) -> String {
-    digest_id("schedule_name", &[user_id, Some(name)])
-}
-
 impl<B: DocBackend> Docs<B> {
     /// The writes that take `schedule`'s `(user_id, name)`: its guard document, if any.
     fn take_name(&self, schedule: &Schedule) -> Vec<B::Write> {
         if !B::SCHEDULE_NAME_GUARDS {
             return Vec::new();
         }
-        let fields = object(json!({
+        let guard = self.schedule_name_guard(schedule.user_id.as_deref(), &schedule.name);
+        let mut fields = object(json!({
             "kind": "schedule_name",
-            "schedule_id": schedule.id,
             "user_id": schedule.user_id,
             "name": schedule.name,
         }));
+        fields.insert(guard.holder.into(), schedule.id.clone().into());
         vec![self.put(
             self.collection(Table::Meta),
-            &name_guard(schedule.user_id.as_deref(), &schedule.name),
+            &guard.id,
             &fields,
             Pre::Absent,
         )]
@@ -55,14 +50,13 @@ impl<B: DocBackend> Docs<B> {
         if !B::SCHEDULE_NAME_GUARDS {
             return Vec::new();
         }
-        vec![self.delete(
-            self.collection(Table::Meta),
-            &name_guard(schedule.user_id.as_deref(), &schedule.name),
-            Pre::Any,
-        )]
+        let guard = self.schedule_name_guard(schedule.user_id.as_deref(), &schedule.name);
+        vec![self.delete(self.collection(Table::Meta), &guard.id, Pre::Any)]
     }
 
-    /// Whether another schedule than `id` holds `(user_id, name)`.
+    /// Whether another schedule than `id` holds `(user_id, name)`. A guard whose schedule
+    /// is gone or renamed (left by a writer that does not keep guards) is removed, and the
+    /// name is free.
     async fn name_held(&self, user_id: Option<&str>, name: &str, id: &str) -> Result<bool> {
         if !B::SCHEDULE_NAME_GUARDS {
             let docs = self
@@ -73,10 +67,25 @@ impl<B: DocBackend> Docs<B> {
                 .await?;
             return Ok(docs.iter().any(|d| d.str("id") != Some(id)));
         }
-        let guard = self
-            .get(self.collection(Table::Meta), &name_guard(user_id, name))
-            .await?;
-        Ok(guard.is_some_and(|g| g.str("schedule_id") != Some(id)))
+        let meta = self.collection(Table::Meta);
+        let guard = self.schedule_name_guard(user_id, name);
+        let Some(stored) = self.get(meta, &guard.id).await? else {
+            return Ok(false);
+        };
+        let holder = stored.str(guard.holder).unwrap_or_default();
+        if holder == id {
+            return Ok(false);
+        }
+        let live = self
+            .schedule_doc(holder)
+            .await?
+            .is_some_and(|(_, s)| s.name == name && s.user_id.as_deref() == user_id);
+        if !live {
+            let stale = self.delete(meta, &guard.id, stored.unchanged());
+            self.commit("free a stale schedule name", vec![stale])
+                .await?;
+        }
+        Ok(live)
     }
 
     async fn schedule_doc(&self, id: &str) -> Result<Option<(Stored<B>, Schedule)>> {

@@ -113,11 +113,6 @@ pub(crate) fn from_json<T: DeserializeOwned>(map: Map<String, Value>, what: &str
         .map_err(|e| Error::serialization(what, e).with_backend(BACKEND))
 }
 
-/// An item as a record whose object and array fields are `json`.
-pub(crate) fn record<T: DeserializeOwned>(item: &Item, json: &[&str], what: &str) -> Result<T> {
-    from_json(from_item(item, json), what)
-}
-
 /// The string attribute `name` of an item.
 pub(crate) fn s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     match item.get(name) {

@@ -21,6 +21,7 @@ use tokio::sync::Mutex;
 
 use crate::codec::{Item, BACKEND};
 use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
+use agno_storage_doc::Docs;
 
 /// Static credentials (an access key pair), e.g. for DynamoDB Local.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,8 +303,8 @@ impl Cond {
 pub(crate) enum TxOutcome {
     /// Every write applied.
     Applied,
-    /// Cancelled; per item, whether its condition failed.
-    Cancelled(Vec<bool>),
+    /// Cancelled: a condition failed.
+    Cancelled,
 }
 
 /// Whether an SDK error is a failed condition.
@@ -490,11 +491,20 @@ impl DynamoDb {
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
         let me = Arc::new(self.clone());
+        // The domains on the document engine; the rest are still this crate's own.
+        let docs = Arc::new(Docs(self.clone()));
         AgnoDb::builder(BACKEND)
-            // Keys hold 2,048 bytes (hash) and guard keys combine two ids (owner and name or
-            // idempotency key): 200 characters of up to 4 bytes each fit both.
-            .max_id_chars(200)
-            .all_stores(me.clone())
+            .max_id_chars(MAX_ID_CHARS)
+            .sessions(me.clone())
+            .runs(me.clone())
+            .memories(docs.clone())
+            .metrics(docs.clone())
+            .evals(docs.clone())
+            .knowledge(docs.clone())
+            .schedules(docs.clone())
+            .learnings(docs.clone())
+            .jobs(docs)
+            .legacy(me.clone())
             .migrations(me)
             .durable(true)
             .build()
@@ -688,11 +698,15 @@ impl DynamoDb {
         Ok((out.items.unwrap_or_default(), next))
     }
 
-    /// The items of `tbl` whose string attribute `attr` is `value` (a filtered consistent
-    /// scan, following `LastEvaluatedKey` through empty pages). For tables without a GSI on
-    /// `attr`; where agno declares one, [`DynamoDb::query_index`] reads only the matches.
-    pub(crate) async fn scan_eq(&self, tbl: Table, attr: &str, value: &str) -> Result<Vec<Item>> {
+    /// The items of `tbl` whose attributes equal `eq` (a null: absent), by a consistent
+    /// Scan filtered on the server, following `LastEvaluatedKey` through empty pages.
+    pub(crate) async fn scan_where(
+        &self,
+        tbl: Table,
+        eq: &[(&str, serde_json::Value)],
+    ) -> Result<Vec<Item>> {
         let name = self.ensure(tbl).await?;
+        let (filter, names, values) = crate::doc::filter_of(eq).parts();
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
         loop {
@@ -703,9 +717,9 @@ impl DynamoDb {
                 .table_name(name)
                 .consistent_read(true)
                 .set_limit(self.inner.page_size)
-                .filter_expression("#a = :v")
-                .expression_attribute_names("#a", attr)
-                .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
+                .set_filter_expression(filter.clone())
+                .set_expression_attribute_names(names.clone())
+                .set_expression_attribute_values(values.clone())
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
@@ -800,9 +814,20 @@ impl DynamoDb {
     /// Deletes the item keyed `key` when `cond` holds; `false` when it does not or when
     /// nothing was there.
     pub(crate) async fn delete(&self, tbl: Table, key: &str, cond: Option<Cond>) -> Result<bool> {
-        let name = self.ensure(tbl).await?;
         let cond = cond.unwrap_or_default().exists(tbl.key());
-        let (expr, names, values) = cond.parts();
+        self.delete_if(tbl, key, Some(cond)).await
+    }
+
+    /// Deletes the item keyed `key` when `cond` holds (deleting nothing is no failure);
+    /// `false` when the condition does not hold.
+    pub(crate) async fn delete_if(
+        &self,
+        tbl: Table,
+        key: &str,
+        cond: Option<Cond>,
+    ) -> Result<bool> {
+        let name = self.ensure(tbl).await?;
+        let (expr, names, values) = cond.map(Cond::parts).unwrap_or((None, None, None));
         let out = self
             .inner
             .client
@@ -874,13 +899,12 @@ impl DynamoDb {
             Ok(_) => Ok(TxOutcome::Applied),
             Err(e) => {
                 if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
-                    let failed = c
+                    if c
                         .cancellation_reasons()
                         .iter()
-                        .map(|r| r.code() == Some("ConditionalCheckFailed"))
-                        .collect::<Vec<_>>();
-                    if failed.iter().any(|f| *f) {
-                        return Ok(TxOutcome::Cancelled(failed));
+                        .any(|r| r.code() == Some("ConditionalCheckFailed"))
+                    {
+                        return Ok(TxOutcome::Cancelled);
                     }
                     return Err(Error::new(
                         ErrorKind::Conflict,
@@ -893,6 +917,10 @@ impl DynamoDb {
         }
     }
 }
+
+/// The longest id: keys hold 2,048 bytes (hash) and guard keys combine two ids (owner and
+/// name or idempotency key): 200 characters of up to 4 bytes each fit both.
+pub(crate) const MAX_ID_CHARS: usize = 200;
 
 /// How many times a compare-and-set loop retries after a concurrent change before giving
 /// up with `Conflict`.

@@ -41,21 +41,9 @@ mod codec;
 #[cfg(feature = "dynamodb")]
 mod db;
 #[cfg(feature = "dynamodb")]
-mod evals;
-#[cfg(feature = "dynamodb")]
-mod jobs;
-#[cfg(feature = "dynamodb")]
-mod knowledge;
-#[cfg(feature = "dynamodb")]
-mod learnings;
-#[cfg(feature = "dynamodb")]
-mod memories;
-#[cfg(feature = "dynamodb")]
-mod metrics;
+mod doc;
 #[cfg(feature = "dynamodb")]
 mod migrate;
-#[cfg(feature = "dynamodb")]
-mod schedules;
 #[cfg(feature = "dynamodb")]
 mod sessions;
 

@@ -114,7 +114,7 @@ impl LeaseRecord for DynamoLease {
 }
 
 impl DynamoDb {
-    fn lock_key(&self) -> String {
+    pub(crate) fn lock_key(&self) -> String {
         format!("{LOCK_KEY}#{}", self.inner.names.versions)
     }
 
@@ -160,8 +160,10 @@ impl MigrationTarget for DynamoDb {
     fn steps(&self) -> Vec<Arc<dyn MigrationStep>> {
         let me = Arc::new(self.clone());
         vec![
-            Arc::new(CopyLegacyRunsStep::new(me.clone())),
-            Arc::new(RekeyLearningsStep::new(me)),
+            Arc::new(CopyLegacyRunsStep::new(me)),
+            Arc::new(RekeyLearningsStep::new(Arc::new(agno_storage_doc::Docs(
+                self.clone(),
+            )))),
         ]
     }
 

@@ -27,7 +27,7 @@ use crate::DynamoDb;
 
 const LEGACY: &str = "runs";
 /// The object fields of a session item (stored as `S` JSON).
-const SESSION_JSON: &[&str] = &[
+pub(crate) const SESSION_JSON: &[&str] = &[
     "session_data",
     "agent_data",
     "team_data",

@@ -423,12 +423,15 @@ impl DocBackend for FirestoreDb {
 
     /// agno 3.1.10's ids: `{date}_shared_daily` for the shared bucket and
     /// `{date}_{sha256(user_id)}_daily` per user.
-    fn metrics_id(&self, record: &MetricsRecord) -> String {
+    async fn metrics_id(&self, record: &MetricsRecord) -> Result<String> {
         let owner = match record.user_id.as_deref().filter(|u| !u.is_empty()) {
             Some(u) => hex::encode(Sha256::digest(u.as_bytes())),
             None => "shared".to_owned(),
         };
-        format!("{}_{owner}_{}", record.date, record.aggregation_period)
+        Ok(format!(
+            "{}_{owner}_{}",
+            record.date, record.aggregation_period
+        ))
     }
 
     fn is_legacy_metric(&self, fields: &Fields) -> bool {

@@ -718,8 +718,8 @@ impl DocBackend for SurrealDb {
 
     /// agno's record id: `{date}|{user_id}`, `""` for the shared bucket
     /// (`db/surrealdb/metrics.py`).
-    fn metrics_id(&self, record: &MetricsRecord) -> String {
-        format!("{}|{}", record.date, record.stored_user_id())
+    async fn metrics_id(&self, record: &MetricsRecord) -> Result<String> {
+        Ok(format!("{}|{}", record.date, record.stored_user_id()))
     }
 
     async fn claim_next_job(
