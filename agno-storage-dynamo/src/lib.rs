@@ -1,6 +1,6 @@
 //! Amazon DynamoDB storage for agno-storage, byte-compatible with agno 3.1.10's `DynamoDb`.
 //!
-//! [`DynamoDb`] implements every store trait of `agno-storage-core` over the tables agno's
+//! [`DynamoDb::agno_db`] serves every store of `agno-storage-core` over the tables agno's
 //! Python `DynamoDb` uses (`agno_sessions`, `agno_runs`, `agno_memories`, `agno_metrics`,
 //! `agno_eval_runs`, `agno_knowledge`, `agno_schema_versions`), with agno's key schema,
 //! GSIs (provisioned 5/5, projection `ALL`) and attribute encoding (objects and arrays as
@@ -19,6 +19,11 @@
 //! cascade) Query agno's `session_id-created_at-index`, as agno does, so they cost the
 //! session's runs rather than the runs table. Like every GSI read they are eventually
 //! consistent: on DynamoDB a run written a moment ago may not show yet.
+//!
+//! `DynamoDb` is a document backend of `agno-storage-doc` (items as documents, the item as
+//! read as the compare-and-set version): metrics, evals, knowledge, memories, schedules,
+//! learnings and jobs are the engine's stores over it, `agno_storage_doc::Docs<DynamoDb>`.
+//! Sessions and runs are still this crate's own (`DynamoDb` implements them).
 //!
 //! Every read-modify-write is a conditional write: a compare-and-set on the whole item
 //! (owner guards, claims, releases, fenced job settlements), or `TransactWriteItems` with a
