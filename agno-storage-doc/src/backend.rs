@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agno_storage_core::legacy::InsertedRuns;
+use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
 use agno_storage_core::{
     async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord, Table, UserMemory,
 };
@@ -125,7 +125,9 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// error.
     async fn commit_all(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<()>;
 
-    /// Document `id` of `collection`, if it exists.
+    /// Document `id` of `collection`, if it exists. A backend that stores a run's
+    /// `run_data` as JSON text hands text it cannot parse over as a string (the engine then
+    /// reports the run as undecodable and session reads pass the text on).
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>>;
 
     /// Every document of `collection` whose fields equal `eq` (a null matches a null or
@@ -204,6 +206,18 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// [`crate::copy_runs_cas`]).
     async fn copy_legacy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
         crate::copy_runs_cas(self, rows).await
+    }
+
+    /// [`agno_storage_core::legacy::LegacyRunsStore::legacy_runs_page`]: the next sessions
+    /// after `after` that keep agno 2.x's `runs` field (default:
+    /// [`crate::legacy_page_by_id`], every session read and ordered by id per page;
+    /// override it where the database pages natively).
+    async fn legacy_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LegacySessionRuns>> {
+        crate::legacy_page_by_id(self, after, limit).await
     }
 
     /// Deletes session `session_id` (when `user_id` may see it), its runs and its run-index

@@ -23,6 +23,32 @@ impl<B: DocBackend> Docs<B> {
     }
 }
 
+/// [`LegacyRunsStore::legacy_runs_page`] over [`DocBackend::query`]: the sessions with a
+/// legacy `runs` field, ordered by `session_id`, after `after`.
+pub async fn legacy_page_by_id<B: DocBackend>(
+    db: &B,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<LegacySessionRuns>> {
+    Ok(Docs::of(db)
+        .legacy_sessions()
+        .await?
+        .into_iter()
+        .filter_map(|d| {
+            let session_id = d.str("session_id")?.to_owned();
+            if after.is_some_and(|a| session_id.as_str() <= a) {
+                return None;
+            }
+            Some(LegacySessionRuns {
+                session_id,
+                user_id: d.str("user_id").map(str::to_owned),
+                runs: d.fields.get(LEGACY_RUNS).cloned().unwrap_or_default(),
+            })
+        })
+        .take(limit)
+        .collect())
+}
+
 #[async_trait]
 impl<B: DocBackend> LegacyRunsStore for Docs<B> {
     async fn legacy_runs_page(
@@ -30,23 +56,7 @@ impl<B: DocBackend> LegacyRunsStore for Docs<B> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<LegacySessionRuns>> {
-        Ok(self
-            .legacy_sessions()
-            .await?
-            .into_iter()
-            .filter_map(|d| {
-                let session_id = d.str("session_id")?.to_owned();
-                if after.is_some_and(|a| session_id.as_str() <= a) {
-                    return None;
-                }
-                Some(LegacySessionRuns {
-                    session_id,
-                    user_id: d.str("user_id").map(str::to_owned),
-                    runs: d.fields.get(LEGACY_RUNS).cloned().unwrap_or_default(),
-                })
-            })
-            .take(limit)
-            .collect())
+        self.legacy_page(after, limit).await
     }
 
     async fn insert_runs_if_absent(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {

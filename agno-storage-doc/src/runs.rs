@@ -58,10 +58,27 @@ impl<B: DocBackend> Docs<B> {
     }
 }
 
-/// A run document as a record: an error naming the run when its fields do not decode or its
-/// `run_data` is nested deeper than [`json::MAX_DEPTH`] (what agno's Python reads).
+/// The `run_data` JSON text a backend that stores it as text could not parse: it hands
+/// that text over as a string in place of the dict (see [`DocBackend::get`]).
+fn unparsed_run_data(data: &Value) -> Option<&str> {
+    data.as_str().filter(|t| t.trim_start().starts_with('{'))
+}
+
+/// A run document as a record: an error naming the run when its fields do not decode, its
+/// `run_data` is text that does not parse, or it is nested deeper than [`json::MAX_DEPTH`]
+/// (what agno's Python reads).
 pub(crate) fn decode_run<B: DocBackend>(doc: &Stored<B>) -> Result<RunRecord> {
     if let Some(data) = doc.fields.get("run_data") {
+        if let Some(text) = unparsed_run_data(data) {
+            let why = json::from_str::<Value>(text)
+                .err()
+                .map_or_else(|| "not a JSON object".to_owned(), |e| e.to_string());
+            return Err(Error::new(
+                ErrorKind::Serialization,
+                format!("cannot decode run {}'s run_data: {why}", doc.id),
+            )
+            .with_backend(B::BACKEND));
+        }
         json::check_depth("run_data", data, json::MAX_DEPTH).map_err(|e| {
             Error::new(
                 ErrorKind::Serialization,
@@ -78,7 +95,10 @@ pub(crate) fn decode_run<B: DocBackend>(doc: &Stored<B>) -> Result<RunRecord> {
 fn undecoded_session_run<B: DocBackend>(doc: &Stored<B>) -> Option<SessionRun> {
     let run_id = doc.str("run_id")?.to_owned();
     let data = doc.fields.get("run_data")?;
-    let text = serde_json::to_string(data).ok()?;
+    let text = match unparsed_run_data(data) {
+        Some(text) => text.to_owned(),
+        None => serde_json::to_string(data).ok()?,
+    };
     let number = |name: &str| doc.fields.get(name).and_then(Value::as_i64);
     Some(SessionRun {
         run_id,
@@ -101,7 +121,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
         else {
             return Ok(None);
         };
-        let run: RunRecord = stored.decode("a run")?;
+        let run = decode_run(&stored)?;
         Ok((run.run_id == run_id && visible_to(run.user_id.as_deref(), user_id)).then_some(run))
     }
 

@@ -491,20 +491,9 @@ impl DynamoDb {
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
         let me = Arc::new(self.clone());
-        // The domains on the document engine; the rest are still this crate's own.
-        let docs = Arc::new(Docs(self.clone()));
         AgnoDb::builder(BACKEND)
             .max_id_chars(MAX_ID_CHARS)
-            .sessions(me.clone())
-            .runs(me.clone())
-            .memories(docs.clone())
-            .metrics(docs.clone())
-            .evals(docs.clone())
-            .knowledge(docs.clone())
-            .schedules(docs.clone())
-            .learnings(docs.clone())
-            .jobs(docs)
-            .legacy(me.clone())
+            .all_stores(Arc::new(Docs(self.clone())))
             .migrations(me)
             .durable(true)
             .build()
@@ -658,21 +647,6 @@ impl DynamoDb {
             .await
             .map_err(sdk_err("get item"))?;
         Ok(out.item)
-    }
-
-    /// Every item of `tbl`, read consistently, following `LastEvaluatedKey` to the end.
-    pub(crate) async fn scan(&self, tbl: Table) -> Result<Vec<Item>> {
-        let mut items = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let (page, next) = self.scan_page(tbl, start.take()).await?;
-            items.extend(page);
-            match next {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
-        Ok(items)
     }
 
     /// One consistent Scan request of `tbl` from `start` (exclusive; `None`: the beginning):

@@ -8,7 +8,10 @@
 
 use std::time::Duration;
 
-use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result, Table, UserMemory};
+use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
+use agno_storage_core::{
+    async_trait, Error, ErrorKind, MetricsRecord, Result, RunRecord, Table, UserMemory,
+};
 use agno_storage_doc::{Commit, DocBackend, Fields, Guard, Pre, Stored};
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::DateTime;
@@ -49,7 +52,7 @@ impl DynamoWrite {
 /// on read; any other `S` stays a string even when it looks like JSON.
 pub(crate) fn json_attributes(table: Table) -> &'static [&'static str] {
     match table {
-        Table::Sessions => crate::sessions::SESSION_JSON,
+        Table::Sessions => crate::runs::SESSION_JSON,
         Table::Runs => &["run_data"],
         Table::Memories => &["topics"],
         Table::Metrics => &["token_metrics", "model_metrics"],
@@ -314,6 +317,28 @@ impl DocBackend for DynamoDb {
             }),
         );
         Ok(fields)
+    }
+
+    /// The atomic counter item (see [`DynamoDb::write_run`]).
+    async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
+        DynamoDb::write_run(self, run).await
+    }
+
+    async fn copy_legacy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
+        self.copy_runs(rows).await
+    }
+
+    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.delete_session_and_runs(session_id, user_id).await
+    }
+
+    /// Scan pages from `after` (see [`DynamoDb::legacy_page`]).
+    async fn legacy_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LegacySessionRuns>> {
+        DynamoDb::legacy_page(self, after, limit).await
     }
 
     fn lock_lease(&self) -> Duration {

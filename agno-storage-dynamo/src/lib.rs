@@ -21,9 +21,10 @@
 //! consistent: on DynamoDB a run written a moment ago may not show yet.
 //!
 //! `DynamoDb` is a document backend of `agno-storage-doc` (items as documents, the item as
-//! read as the compare-and-set version): metrics, evals, knowledge, memories, schedules,
-//! learnings and jobs are the engine's stores over it, `agno_storage_doc::Docs<DynamoDb>`.
-//! Sessions and runs are still this crate's own (`DynamoDb` implements them).
+//! read as the compare-and-set version): every store is the engine's over it,
+//! `agno_storage_doc::Docs<DynamoDb>`, with this crate's native paths as the engine's
+//! hooks: the run-index counter, the legacy-run copy, the session delete cascade and the
+//! paged read of agno 2.x's `runs` attributes.
 //!
 //! Every read-modify-write is a conditional write: a compare-and-set on the whole item
 //! (owner guards, claims, releases, fenced job settlements), or `TransactWriteItems` with a
@@ -50,7 +51,7 @@ mod doc;
 #[cfg(feature = "dynamodb")]
 mod migrate;
 #[cfg(feature = "dynamodb")]
-mod sessions;
+mod runs;
 
 #[cfg(feature = "dynamodb")]
 pub use agno_storage_core::TableNames;

@@ -158,12 +158,10 @@ impl MigrationTarget for DynamoDb {
     }
 
     fn steps(&self) -> Vec<Arc<dyn MigrationStep>> {
-        let me = Arc::new(self.clone());
+        let docs = Arc::new(agno_storage_doc::Docs(self.clone()));
         vec![
-            Arc::new(CopyLegacyRunsStep::new(me)),
-            Arc::new(RekeyLearningsStep::new(Arc::new(agno_storage_doc::Docs(
-                self.clone(),
-            )))),
+            Arc::new(CopyLegacyRunsStep::new(docs.clone())),
+            Arc::new(RekeyLearningsStep::new(docs)),
         ]
     }
 
