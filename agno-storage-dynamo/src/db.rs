@@ -895,16 +895,3 @@ impl DynamoDb {
 /// The longest id: keys hold 2,048 bytes (hash) and guard keys combine two ids (owner and
 /// name or idempotency key): 200 characters of up to 4 bytes each fit both.
 pub(crate) const MAX_ID_CHARS: usize = 200;
-
-/// How many times a compare-and-set loop retries after a concurrent change before giving
-/// up with `Conflict`.
-pub(crate) const MAX_ATTEMPTS: u32 = 100;
-
-/// `Conflict` after [`MAX_ATTEMPTS`] lost races.
-pub(crate) fn contention(what: &str) -> Error {
-    Error::new(
-        ErrorKind::Conflict,
-        format!("{what}: concurrent writers kept changing the item; retry"),
-    )
-    .with_backend(BACKEND)
-}

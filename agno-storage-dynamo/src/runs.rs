@@ -14,7 +14,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 
 use crate::codec::{self, from_item, from_json, n, nv, record_item, s, sv, Item};
-use crate::db::{contention, Cond, Table, MAX_ATTEMPTS};
+use agno_storage_doc::{backoff, DocBackend, CAS_ATTEMPTS};
+
+use crate::db::{Cond, Table};
 use crate::DynamoDb;
 
 const LEGACY: &str = "runs";
@@ -72,7 +74,8 @@ impl DynamoDb {
     /// session, so such a mix may share an index; reads order equal indexes by `created_at`.
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
         let pk = counter_key(&self.inner.names.runs, session_id);
-        for _ in 0..MAX_ATTEMPTS {
+        // A retry follows a seed, not a lost race: no pause.
+        for _ in 0..CAS_ATTEMPTS {
             if let Some(next) = self.take_run_index(&pk).await? {
                 return Ok(next);
             }
@@ -90,7 +93,7 @@ impl DynamoDb {
             self.put(Table::Meta, item, Some(Cond::absent("pk")))
                 .await?;
         }
-        Err(contention("allocate run_index"))
+        Err(self.contended("allocate run_index"))
     }
 
     /// Takes the counter's `next` and advances it by one; `None` when there is no counter.
@@ -156,7 +159,10 @@ impl DynamoDb {
         let session = self.get(Table::Sessions, &run.session_id).await?;
         run.check_session(session.as_ref().map(|item| s(item, "user_id")))?;
         let id = run.run_id.clone();
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..CAS_ATTEMPTS {
+            if attempt > 0 {
+                backoff(attempt).await;
+            }
             let now = now_epoch_seconds();
             let old = self.get(Table::Runs, &id).await?;
             let next = match &old {
@@ -194,7 +200,7 @@ impl DynamoDb {
                 return Ok(next);
             }
         }
-        Err(contention("upsert_run"))
+        Err(self.contended("upsert run"))
     }
 
     /// Deletes session `session_id` when `user_id` may delete it, then the runs of the
