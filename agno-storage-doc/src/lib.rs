@@ -33,7 +33,7 @@ pub use jobs::claim_oldest_job;
 pub use legacy::legacy_page_by_id;
 pub use memory::InMemoryDb;
 pub use migrate::{holds_agno_docs, migration_steps, stamp_new_database};
-pub use runs::{copy_runs_cas, run_counter_id, updated_run, write_run_cas};
+pub use runs::{copy_runs_cas, next_indexes_after, run_counter_id, updated_run, write_run_cas};
 pub use sessions::delete_session_cas;
 
 use backend::object;

@@ -16,6 +16,21 @@ use serde_json::Value;
 use crate::sessions::LEGACY_RUNS;
 use crate::{backoff, digest_id, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
+/// The next free `run_index` of each session among `rows` (one past its highest given
+/// index): where a legacy-run copy raises the sessions' counters before it writes, so an
+/// append racing the copy cannot take an index a copied run is about to hold.
+pub fn next_indexes_after(rows: &[RunRecord]) -> Vec<(&str, i64)> {
+    let mut next: Vec<(&str, i64)> = Vec::new();
+    for row in rows {
+        let Some(index) = row.run_index else { continue };
+        match next.iter_mut().find(|(sid, _)| *sid == row.session_id) {
+            Some((_, top)) => *top = (*top).max(index + 1),
+            None => next.push((&row.session_id, index + 1)),
+        }
+    }
+    next
+}
+
 /// The meta document holding `session_id`'s next `run_index`.
 pub fn run_counter_id(session_id: &str) -> String {
     digest_id("run_index", &[Some(session_id)])

@@ -270,16 +270,8 @@ impl DynamoDb {
     pub(crate) async fn copy_runs(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
         // Raise the sessions' counters first, so an append racing the copy cannot take an
         // index a copied run is about to hold.
-        let mut highest: Vec<(&str, i64)> = Vec::new();
-        for row in &rows {
-            let Some(index) = row.run_index else { continue };
-            match highest.iter_mut().find(|(sid, _)| *sid == row.session_id) {
-                Some((_, top)) => *top = (*top).max(index),
-                None => highest.push((&row.session_id, index)),
-            }
-        }
-        for (session_id, top) in highest {
-            self.raise_run_counter(session_id, top + 1).await?;
+        for (session_id, next) in agno_storage_doc::next_indexes_after(&rows) {
+            self.raise_run_counter(session_id, next).await?;
         }
         let mut outcome = InsertedRuns::default();
         for row in rows {

@@ -138,16 +138,8 @@ impl FirestoreDb {
     pub(crate) async fn copy_runs_counted(&self, rows: Vec<RunRecord>) -> Result<InsertedRuns> {
         // Raise the sessions' run counters first, so an append racing the copy cannot take
         // an index a copied run is about to hold.
-        let mut highest: Vec<(&str, i64)> = Vec::new();
-        for row in &rows {
-            let Some(index) = row.run_index else { continue };
-            match highest.iter_mut().find(|(sid, _)| *sid == row.session_id) {
-                Some((_, top)) => *top = (*top).max(index),
-                None => highest.push((&row.session_id, index)),
-            }
-        }
-        for (session_id, top) in highest {
-            self.raise_run_counter(session_id, top + 1).await?;
+        for (session_id, next) in agno_storage_doc::next_indexes_after(&rows) {
+            self.raise_run_counter(session_id, next).await?;
         }
         // Create-only writes: a run already stored (newer than its legacy copy) is kept as it
         // is, unlike agno 3.1.10's `batch.set`, which reverts it.
