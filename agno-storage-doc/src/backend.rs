@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
+use agno_storage_core::migration::MigrationLock;
 use agno_storage_core::{
     async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord, Table, UserMemory,
 };
@@ -11,6 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+
+use crate::Docs;
 
 /// How many times a compare-and-set loop re-reads after losing a race.
 pub const CAS_ATTEMPTS: usize = 64;
@@ -89,6 +92,11 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// collection, written in the schedule's commits; `false` where the backend enforces the
     /// uniqueness itself (a failed commit is then a [`Commit::Conflict`]).
     const SCHEDULE_NAME_GUARDS: bool;
+    /// Whether a job's `(user_id, idempotency_key)` is held by a guard document in the meta
+    /// collection, written in the enqueue's commit (default); `false` where the backend
+    /// enforces the uniqueness itself (a commit that would store a second job with the key
+    /// is then a [`Commit::Conflict`]).
+    const JOB_KEY_GUARDS: bool = true;
     /// The longest identifier, in characters, the backend's document ids and indexed
     /// fields hold (`None`: no limit); see `agno_storage_core::Capabilities::max_id_chars`.
     const MAX_ID_CHARS: Option<usize>;
@@ -226,6 +234,14 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         crate::delete_session_cas(self, session_id, user_id).await
     }
 
+    /// [`MigrationTarget::lock`](agno_storage_core::migration::MigrationTarget::lock)
+    /// (default: a lock document in the meta collection, taken and renewed by
+    /// compare-and-set under [`DocBackend::lock_lease`]; override it where the backend has
+    /// a lock of its own).
+    async fn migration_lock(&self) -> Result<MigrationLock> {
+        Docs::of(self).take_lock().await
+    }
+
     /// The migration lock's lease.
     fn lock_lease(&self) -> Duration;
 
@@ -278,6 +294,15 @@ fn decode<T: DeserializeOwned>(backend: &'static str, fields: Fields, what: &str
             format!("cannot decode {what}: {e}"),
         )
         .with_backend(backend)
+    })
+}
+
+/// Whether `fields` equal `eq`, as [`DocBackend::query`] matches (a null matches a null or
+/// missing field): for backends that filter documents themselves.
+pub fn matches_eq(fields: &Fields, eq: &[(&str, Value)]) -> bool {
+    eq.iter().all(|(k, want)| match fields.get(*k) {
+        Some(have) => have == want,
+        None => want.is_null(),
     })
 }
 

@@ -42,6 +42,15 @@ impl<B: DocBackend> Docs<B> {
     /// The job that holds idempotency key `key` of `user_id`. A guard whose job is gone or
     /// belongs to another owner (left by a writer that does not keep guards) is removed.
     async fn guarded_job(&self, user_id: Option<&str>, key: &str) -> Result<Option<Job>> {
+        if !B::JOB_KEY_GUARDS {
+            let held = self
+                .jobs_where(&[
+                    ("idempotency_key", opt(Some(key))),
+                    ("user_id", opt(user_id)),
+                ])
+                .await?;
+            return Ok(held.into_iter().map(|(_, j)| j).next());
+        }
         let meta = self.collection(Table::Meta);
         let guard = self.job_key_guard(user_id, key);
         let Some(stored) = self.get(meta, &guard.id).await? else {
@@ -129,7 +138,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 &self.to_fields(&job, "a job")?,
                 Pre::Absent,
             )];
-            if let Some(key) = &job.idempotency_key {
+            if let Some(key) = job.idempotency_key.as_ref().filter(|_| B::JOB_KEY_GUARDS) {
                 let guard = self.job_key_guard(job.user_id.as_deref(), key);
                 let mut fields = object(json!({
                     "kind": "job_key",
@@ -153,11 +162,15 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 }
                 Commit::Conflict => {
                     let key_taken = match &job.idempotency_key {
-                        Some(key) => self
+                        Some(key) if B::JOB_KEY_GUARDS => self
                             .get(
                                 self.collection(Table::Meta),
                                 &self.job_key_guard(job.user_id.as_deref(), key).id,
                             )
+                            .await?
+                            .is_some(),
+                        Some(key) => self
+                            .guarded_job(job.user_id.as_deref(), key)
                             .await?
                             .is_some(),
                         None => false,
@@ -313,7 +326,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
             }
             let mut writes =
                 vec![self.delete(self.collection(Table::Jobs), &stored.id, stored.unchanged())];
-            if let Some(key) = &job.idempotency_key {
+            if let Some(key) = job.idempotency_key.as_ref().filter(|_| B::JOB_KEY_GUARDS) {
                 writes.push(self.delete(
                     self.collection(Table::Meta),
                     &self.job_key_guard(job.user_id.as_deref(), key).id,

@@ -27,7 +27,8 @@ mod sessions;
 
 pub use agno_storage_core::{Table, TableNames};
 pub use backend::{
-    backoff, digest_id, opt, Commit, DocBackend, Fields, Guard, Pre, Stored, CAS_ATTEMPTS,
+    backoff, digest_id, matches_eq, opt, Commit, DocBackend, Fields, Guard, Pre, Stored,
+    CAS_ATTEMPTS,
 };
 pub use jobs::claim_oldest_job;
 pub use legacy::legacy_page_by_id;
@@ -154,6 +155,6 @@ impl<B: DocBackend> MigrationTarget for Docs<B> {
     /// has passed, retrying every 100 ms. `Conflict` after a minute (or two leases, if
     /// longer) while a live holder keeps renewing it.
     async fn lock(&self) -> Result<MigrationLock> {
-        self.take_lock().await
+        self.0.migration_lock().await
     }
 }

@@ -135,13 +135,6 @@ fn collection_name(collection: &str) -> &'static str {
         .unwrap_or("agno_storage_unknown")
 }
 
-fn matches(fields: &Fields, eq: &[(&str, Value)]) -> bool {
-    eq.iter().all(|(k, want)| match fields.get(*k) {
-        Some(have) => have == want,
-        None => want.is_null(),
-    })
-}
-
 #[async_trait]
 impl DocBackend for InMemoryDb {
     const BACKEND: &'static str = "memory";
@@ -219,7 +212,7 @@ impl DocBackend for InMemoryDb {
             .get(collection)
             .into_iter()
             .flatten()
-            .filter(|(_, (fields, _))| matches(fields, eq))
+            .filter(|(_, (fields, _))| crate::matches_eq(fields, eq))
             .map(|(id, (fields, version))| Stored {
                 id: id.clone(),
                 fields: fields.clone(),

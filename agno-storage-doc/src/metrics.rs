@@ -21,9 +21,10 @@ impl<B: DocBackend> MetricsStore for Docs<B> {
         let coll = self.collection(Table::Metrics);
         let mut stored = Vec::with_capacity(records.len());
         for record in records {
-            let id = self.metrics_id(&record).await?;
             let mut done = None;
             for attempt in 0..CAS_ATTEMPTS {
+                // Again after a conflict: a concurrent writer may have created the row.
+                let id = self.metrics_id(&record).await?;
                 let mut next = record.clone();
                 let pre = match self.get(coll, &id).await? {
                     Some(existing) => {

@@ -7,13 +7,15 @@ use agno_storage_core::{AgnoDb, OpenMode, Result};
 use object_store::ObjectStore;
 use serde_json::Value;
 
+use agno_storage_doc::Docs;
+
+use crate::backend::{Inner, JsonFiles};
 use crate::files::{table_files, Concurrency, Files, TableFile};
-use crate::store::JsonStore;
 
 /// One set of agno JSON tables: a directory, or a prefix in an object store.
 #[derive(Clone)]
 pub struct JsonDb {
-    store: Arc<JsonStore>,
+    files: JsonFiles,
     backend: &'static str,
     durable: bool,
 }
@@ -194,17 +196,17 @@ impl JsonDb {
         let backend = files.backend();
         #[cfg(not(feature = "fs"))]
         let _ = dir;
-        let store = Arc::new(JsonStore {
+        let files = JsonFiles(Arc::new(Inner {
             files,
             migration_lock: Arc::new(tokio::sync::Mutex::new(())),
             #[cfg(feature = "fs")]
             dir,
-        });
+        }));
         if mode.creates() {
-            store.stamp_new_tables().await?;
+            files.stamp_new_tables().await?;
         }
         Ok(JsonDb {
-            store,
+            files,
             backend,
             durable,
         })
@@ -214,15 +216,18 @@ impl JsonDb {
     /// (`runs_blob`: the array, or an encoded JSON string of it), for migration tests and
     /// imports. Migrate afterwards with [`agno_storage_core::MigrationManager`].
     pub async fn write_legacy_session(&self, session: Session, runs_blob: Value) -> Result<()> {
-        self.store.write_legacy_session(session, runs_blob).await
+        let id = session.session_id.clone();
+        Docs::of(&self.files)
+            .write_legacy_session(&id, session, runs_blob)
+            .await
     }
 
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
-        let s = self.store.clone();
+        let docs = Arc::new(Docs(self.files.clone()));
         AgnoDb::builder(self.backend)
-            .all_stores(s.clone())
-            .migrations(Arc::new(crate::migrate::JsonMigrations { store: s }))
+            .all_stores(docs.clone())
+            .migrations(docs)
             .durable(self.durable)
             .build()
     }

@@ -308,6 +308,16 @@ pub(crate) fn undecodable_raw_field(row: &Value, key: &str) -> Option<String> {
     Some(fields.get(key)?.get().to_owned())
 }
 
+/// Every top-level field of an undecodable row whose value this crate can decode.
+pub(crate) fn undecodable_fields(row: &Value) -> serde_json::Map<String, Value> {
+    let raw: HashMap<String, Box<serde_json::value::RawValue>> = undecodable(row)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    raw.into_iter()
+        .filter_map(|(key, value)| Some((key, serde_json::from_str(value.get()).ok()?)))
+        .collect()
+}
+
 /// The string field `key` of an undecodable row, when it is a string this crate can read.
 pub(crate) fn undecodable_field(row: &Value, key: &str) -> Option<String> {
     serde_json::from_str(&undecodable_raw_field(row, key)?).ok()

@@ -32,8 +32,9 @@
 //! - Atomic `run_index` per session, owner guards on every upsert, scoped deletes, atomic
 //!   schedule and job claims, and stamps written only after a table's migration succeeded.
 //!
-//! One operation changes one file atomically; an operation touching two files (deleting a
-//! session and its runs) writes them one after the other, as agno does. Reads take no lock:
+//! The stores are the document engine's (`agno-storage-doc`) over this crate's backend, a
+//! row per document. One operation changes one file atomically; an operation touching two
+//! files (deleting a session and its runs) writes them one after the other, as agno does. Reads take no lock:
 //! a file is always replaced whole. Every operation reads the whole table, as agno does, so
 //! its cost grows with the table. Keys of agno's rows this crate does not model (a legacy
 //! `runs` blob, `workflow_name`, fields of newer releases) are kept on every rewrite.
@@ -71,21 +72,12 @@ macro_rules! with_a_store {
 }
 
 with_a_store! {
+    mod backend;
     mod db;
-    mod doc;
-    mod evals;
     mod files;
-    mod jobs;
-    mod knowledge;
-    mod learnings;
-    mod legacy;
-    mod memories;
-    mod metrics;
     mod migrate;
+    mod rows;
     mod runs;
-    mod schedules;
-    mod sessions;
-    mod store;
 
     pub use db::JsonDb;
     /// The `object_store` release this crate is built on, for building stores to pass to

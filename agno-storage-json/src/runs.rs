@@ -1,186 +1,150 @@
-//! Runs (`agno_runs.json`): one row per run, as agno's `build_single_run_row` lays it out.
+//! The engine's hooks whose default commits span tables, as JSON files do them: one
+//! read-modify-write of `agno_runs.json` per run write or legacy copy (the session's next
+//! `run_index` is one past the highest in the file, read in the same cycle, so no counter
+//! document is kept and runs agno writes are counted too), and a session's delete as two
+//! file writes, the session, then its runs, as agno's `JsonDb` deletes them.
 
 use std::collections::HashSet;
 
-use agno_storage_core::legacy::legacy_runs_list;
-use agno_storage_core::run::{RunQuery, RunRecord, RunStore};
-use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Page, Result,
-    Unreadable,
-};
+use agno_storage_core::legacy::InsertedRuns;
+use agno_storage_core::{now_epoch_seconds, visible_to, Result, RunRecord};
+use agno_storage_doc::{updated_run, DocBackend};
 use serde_json::Value;
 
-use crate::doc::{fields, find, from_row, put, shape, text, Doc, Nulls};
-use crate::files::{
-    undecodable, undecodable_error, undecodable_field, undecodable_raw_field, Step, Table,
-};
-use crate::sessions::session_owner;
-use crate::store::JsonStore;
+use crate::backend::JsonFiles;
+use crate::files::{undecodable, undecodable_field, undecodable_raw_field, Step, Table};
+use crate::rows::{layout, text};
 
-const RUN_KEYS: &[&str] = &[
-    "run_id",
-    "session_id",
-    "run_type",
-    "agent_id",
-    "team_id",
-    "workflow_id",
-    "user_id",
-    "parent_run_id",
-    "status",
-    "run_index",
-    "run_data",
-    "created_at",
-    "updated_at",
-];
-
-impl Doc for RunRecord {
-    const TABLE: Table = Table::Runs;
-    const KEY: &'static str = "run_id";
-
-    fn decode(row: &Value) -> Result<Self> {
-        from_row(Table::Runs, Self::KEY, row)
-    }
-
-    fn encode(&self, existing: Option<&Value>) -> Result<Value> {
-        Ok(shape(fields(self)?, RUN_KEYS, Nulls::Keep, existing))
-    }
+/// The row of run `run_id` (one kept undecoded included).
+fn run_position(rows: &[Value], run_id: &str) -> Option<usize> {
+    rows.iter().position(|r| {
+        text(r, "run_id") == Some(run_id)
+            || (undecodable(r).is_some()
+                && undecodable_field(r, "run_id").as_deref() == Some(run_id))
+    })
 }
 
-#[async_trait]
-impl RunStore for JsonStore {
-    async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
-        let sessions = self.files.load(Table::Sessions).await?;
-        run.check_session(session_owner(&sessions, &run.session_id))?;
-        let now = now_epoch_seconds();
-        self.files
-            .modify(Table::Runs, |rows| {
-                let mut run = run.clone();
-                match find::<RunRecord>(rows, &run.run_id)? {
-                    Some((index, mut stored)) => {
-                        if !writable_by(stored.user_id.as_deref(), run.user_id.as_deref()) {
-                            return Err(owned_by_another_user("run", &run.run_id));
-                        }
-                        stored.status = run.status;
-                        stored.run_data = run.run_data;
-                        if run.user_id.is_some() {
-                            stored.user_id = run.user_id;
-                        }
-                        stored.parent_run_id = run.parent_run_id;
-                        stored.updated_at = Some(now);
-                        stored.run_index = stored.run_index.or(run.run_index);
-                        put(rows, Some(index), &stored)?;
-                        Ok(Step::Write(stored))
-                    }
-                    None => {
-                        let sid = Some(run.session_id.as_str());
-                        let next_index = rows
-                            .iter()
-                            .filter_map(|r| match undecodable(r) {
-                                None => (text(r, "session_id") == sid)
-                                    .then(|| r.get("run_index").and_then(Value::as_i64))
-                                    .flatten(),
-                                // A row kept undecoded still holds its place in the session.
-                                Some(_) => (undecodable_field(r, "session_id").as_deref() == sid)
-                                    .then(|| undecodable_raw_field(r, "run_index")?.parse().ok())
-                                    .flatten(),
-                            })
-                            .max()
-                            .map_or(0, |m| m + 1);
-                        run.run_index = run.run_index.or(Some(next_index));
-                        run.updated_at = Some(now);
-                        put(rows, None, &run)?;
-                        Ok(Step::Write(run))
-                    }
-                }
-            })
-            .await
-    }
+/// One past the highest `run_index` of `session_id` in `rows` (0 for none).
+fn next_index(rows: &[Value], session_id: &str) -> i64 {
+    rows.iter()
+        .filter_map(|r| match undecodable(r) {
+            None => (text(r, "session_id") == Some(session_id))
+                .then(|| r.get("run_index").and_then(Value::as_i64))
+                .flatten(),
+            // A row kept undecoded still holds its place in the session.
+            Some(_) => (undecodable_field(r, "session_id").as_deref() == Some(session_id))
+                .then(|| undecodable_raw_field(r, "run_index")?.parse().ok())
+                .flatten(),
+        })
+        .max()
+        .map_or(0, |m| m + 1)
+}
 
-    async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
-        Ok(self
-            .get::<RunRecord>(run_id)
-            .await?
-            .filter(|r| visible_to(r.user_id.as_deref(), user_id)))
-    }
+/// A run as its row, over the row it replaces.
+fn run_row(db: &JsonFiles, run: &RunRecord, existing: Option<&Value>) -> Result<Value> {
+    Ok(layout(Table::Runs, db.to_fields(run, "a run")?, existing))
+}
 
-    async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
-        query.pagination.validate()?;
-        let (mut runs, mut unreadable) = (Vec::new(), Vec::new());
-        for row in &self.files.load(Table::Runs).await? {
-            let Some(stored) = undecodable(row) else {
-                let run = RunRecord::decode(row)?;
-                if query.matches(&run) {
-                    runs.push(run);
+/// [`DocBackend::write_run`]: the session's owner is checked, then the run is written in
+/// one cycle of the runs file, its `run_index` one past the session's highest.
+pub(crate) async fn write_run(db: &JsonFiles, run: RunRecord) -> Result<RunRecord> {
+    let sessions = db.files.load(Table::Sessions).await?;
+    let owner = sessions
+        .iter()
+        .find(|r| text(r, "session_id") == Some(run.session_id.as_str()))
+        .map(|r| text(r, "user_id"));
+    run.check_session(owner)?;
+    let now = now_epoch_seconds();
+    db.files
+        .modify(Table::Runs, |rows| {
+            let (next, at) = match run_position(rows, &run.run_id) {
+                Some(i) => {
+                    let stored: RunRecord = db.decode_fields(
+                        crate::rows::view(Table::Runs, &rows[i])?,
+                        "a run",
+                    )?;
+                    let mut current = updated_run(stored, &run, now)?;
+                    current.run_index = current.run_index.or(run.run_index);
+                    (current, Some(i))
                 }
-                continue;
+                None => {
+                    let mut new = run.clone();
+                    new.run_index = new
+                        .run_index
+                        .or_else(|| Some(next_index(rows, &run.session_id)));
+                    new.updated_at = Some(now);
+                    (new, None)
+                }
             };
-            // Named when it may match: in the session asked for, visible to the caller.
-            let field = |key| undecodable_field(row, key);
-            let in_session = query
-                .session_id
-                .as_ref()
-                .is_none_or(|s| field("session_id").as_ref() == Some(s));
-            if in_session && visible_to(field("user_id").as_deref(), query.user_id.as_deref()) {
-                unreadable.push(Unreadable {
-                    id: field("run_id").unwrap_or_default(),
-                    error: undecodable_error(stored),
-                });
+            match at {
+                Some(i) => rows[i] = run_row(db, &next, Some(&rows[i]))?,
+                None => rows.push(run_row(db, &next, None)?),
             }
-        }
-        let mut page = query.page(runs)?;
-        page.unreadable = unreadable;
-        Ok(page)
-    }
+            Ok(Step::Write(next))
+        })
+        .await
+}
 
-    async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        let wanted: HashSet<&str> = run_ids.iter().map(String::as_str).collect();
-        let deleted = self
-            .files
+/// [`DocBackend::copy_legacy_runs`]: every run not yet stored, appended in one cycle of the
+/// runs file (a stored run, newer than its legacy copy, is kept).
+pub(crate) async fn copy_runs(db: &JsonFiles, runs: Vec<RunRecord>) -> Result<InsertedRuns> {
+    db.files
+        .modify(Table::Runs, |rows| {
+            let mut stored: HashSet<String> = rows
+                .iter()
+                .filter_map(|r| text(r, "run_id").map(str::to_owned))
+                .collect();
+            let mut outcome = InsertedRuns::default();
+            for run in &runs {
+                if stored.insert(run.run_id.clone()) {
+                    rows.push(run_row(db, run, None)?);
+                    outcome.inserted += 1;
+                }
+                outcome.present += 1;
+            }
+            Ok(if outcome.inserted > 0 {
+                Step::Write(outcome)
+            } else {
+                Step::Keep(outcome)
+            })
+        })
+        .await
+}
+
+/// [`DocBackend::delete_session`]: the session's row when `user_id` may see it, then its
+/// runs.
+pub(crate) async fn delete_session(
+    db: &JsonFiles,
+    session_id: &str,
+    user_id: Option<&str>,
+) -> Result<bool> {
+    let deleted = db
+        .files
+        .modify(Table::Sessions, |rows| {
+            let before = rows.len();
+            rows.retain(|r| {
+                !(text(r, "session_id") == Some(session_id)
+                    && visible_to(text(r, "user_id"), user_id))
+            });
+            Ok(if rows.len() == before {
+                Step::Keep(false)
+            } else {
+                Step::Write(true)
+            })
+        })
+        .await?;
+    if deleted {
+        db.files
             .modify(Table::Runs, |rows| {
                 let before = rows.len();
-                rows.retain(|r| {
-                    !(text(r, "run_id").is_some_and(|id| wanted.contains(id))
-                        && visible_to(text(r, "user_id"), user_id))
-                });
-                let deleted = (before - rows.len()) as u64;
-                Ok(if deleted == 0 {
-                    Step::Keep(0)
-                } else {
-                    Step::Write(deleted)
-                })
-            })
-            .await?;
-        // Scrub legacy blobs of sessions the caller may see, so a merge cannot resurrect them.
-        self.files
-            .modify(Table::Sessions, |rows| {
-                let mut changed = false;
-                for row in rows.iter_mut() {
-                    if !visible_to(text(row, "user_id"), user_id) {
-                        continue;
-                    }
-                    let Some(blob) = row.get("runs").filter(|b| !b.is_null()) else {
-                        continue;
-                    };
-                    let list = legacy_runs_list(Some(blob));
-                    let kept: Vec<Value> = list
-                        .iter()
-                        .filter(|r| text(r, "run_id").is_none_or(|id| !wanted.contains(id)))
-                        .cloned()
-                        .collect();
-                    if kept.len() != list.len() {
-                        if let Some(map) = row.as_object_mut() {
-                            map.insert("runs".into(), Value::Array(kept));
-                            changed = true;
-                        }
-                    }
-                }
-                Ok(if changed {
-                    Step::Write(())
-                } else {
+                rows.retain(|r| text(r, "session_id") != Some(session_id));
+                Ok(if rows.len() == before {
                     Step::Keep(())
+                } else {
+                    Step::Write(())
                 })
             })
             .await?;
-        Ok(deleted)
     }
+    Ok(deleted)
 }

@@ -1,0 +1,392 @@
+//! Rows of agno's JSON tables as the engine's documents: the layout a write takes (key
+//! order, null handling, memory timestamps, keys this crate does not model carried forward:
+//! agno's `workflow_name`, fields of newer agno releases) and the fields a read hands over.
+
+use agno_storage_core::{Error, ErrorKind, Result};
+use agno_storage_doc::Fields;
+use chrono::{DateTime, NaiveDate, NaiveDateTime};
+use serde_json::{Map, Value};
+
+use crate::files::{
+    undecodable, undecodable_error, undecodable_field, undecodable_fields, undecodable_raw_field,
+    Table, TableFile,
+};
+
+/// A session's legacy runs blob (agno 2.x kept a session's runs inside its row).
+pub(crate) const LEGACY_RUNS: &str = "runs";
+
+/// Whether a null field is written (`asdict`, `model_dump`) or dropped (`UserMemory.to_dict`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nulls {
+    Keep,
+    Drop,
+}
+
+/// The string value of `key` in `row`.
+pub(crate) fn text<'a>(row: &'a Value, key: &str) -> Option<&'a str> {
+    row.get(key).and_then(Value::as_str)
+}
+
+/// Lays out a row: the `order` keys first (a key the record lacks takes the existing row's
+/// value, else null), then the record's other non-null fields, then the existing row's keys
+/// the record does not model. With [`Nulls::Drop`] null values are left out.
+pub(crate) fn shape(
+    mut fields: Map<String, Value>,
+    order: &[&str],
+    nulls: Nulls,
+    existing: Option<&Value>,
+) -> Value {
+    let modeled: Vec<String> = fields.keys().cloned().collect();
+    let old = existing.and_then(Value::as_object);
+    let mut out = Map::with_capacity(fields.len() + 2);
+    for key in order {
+        let value = match fields.remove(*key) {
+            Some(v) => v,
+            None if modeled.iter().any(|m| m == key) => Value::Null,
+            None => old.and_then(|o| o.get(*key)).cloned().unwrap_or(Value::Null),
+        };
+        if nulls == Nulls::Keep || !value.is_null() {
+            out.insert((*key).to_owned(), value);
+        }
+    }
+    for (key, value) in fields {
+        if !value.is_null() {
+            out.insert(key, value);
+        }
+    }
+    for (key, value) in old.into_iter().flatten() {
+        if !out.contains_key(key) && !modeled.contains(key) {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// Lays out a record that agno's JSON stores never wrote: its fields in declaration order
+/// (nulls kept), then the existing row's keys it does not model.
+pub(crate) fn shape_serde(fields: Map<String, Value>, existing: Option<&Value>) -> Value {
+    let mut out = fields;
+    for (key, value) in existing.and_then(Value::as_object).into_iter().flatten() {
+        if !out.contains_key(key) {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// Epoch seconds from a stored timestamp: an integer, a float, or an ISO-8601 string
+/// (`2024-03-09T16:01:40`, with `Z`/offset, a space separator or a bare date). A naive
+/// string is UTC, as agno's `to_epoch_s` reads it.
+pub(crate) fn epoch_of(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Value::String(s) => {
+            let s = s.trim();
+            if let Ok(t) = DateTime::parse_from_rfc3339(&s.replace(' ', "T")) {
+                return Some(t.timestamp());
+            }
+            for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
+                if let Ok(t) = NaiveDateTime::parse_from_str(s, format) {
+                    return Some(t.and_utc().timestamp());
+                }
+            }
+            NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|t| t.and_utc().timestamp())
+        }
+        _ => None,
+    }
+}
+
+/// `ts` as a naive ISO-8601 string in UTC (`2024-03-09T16:01:40`), the shape of agno's
+/// memory timestamps; agno and this crate read it back as the same instant on any host.
+pub(crate) fn iso_utc(ts: i64) -> Value {
+    match DateTime::from_timestamp(ts, 0) {
+        Some(t) => Value::String(t.naive_utc().format("%Y-%m-%dT%H:%M:%S").to_string()),
+        None => Value::from(ts),
+    }
+}
+
+/// Replaces the timestamp fields `keys` of `row` by epoch seconds, so serde can decode them.
+pub(crate) fn normalize_timestamps(row: &mut Value, keys: &[&str]) {
+    let Some(map) = row.as_object_mut() else {
+        return;
+    };
+    for key in keys {
+        if let Some(v) = map.get_mut(*key) {
+            if !v.is_null() && !v.is_i64() {
+                if let Some(ts) = epoch_of(v) {
+                    *v = Value::from(ts);
+                }
+            }
+        }
+    }
+}
+
+/// A table's key field: its rows' document id.
+pub(crate) fn key_field(table: Table) -> &'static str {
+    match table {
+        Table::Sessions => "session_id",
+        Table::Runs | Table::Evals => "run_id",
+        Table::Memories => "memory_id",
+        Table::Learnings => "learning_id",
+        Table::Versions => "table_name",
+        Table::Metrics
+        | Table::Knowledge
+        | Table::Schedules
+        | Table::ScheduleRuns
+        | Table::Jobs
+        | Table::Meta => "id",
+    }
+}
+
+/// The row the engine's `fields` become in `table`, over `existing` (the row they replace),
+/// laid out as agno's JSON stores write it. A session's legacy `runs` blob is the engine's
+/// to keep or drop; every other key of `existing` the fields lack is carried forward.
+pub(crate) fn layout(table: Table, mut fields: Fields, existing: Option<&Value>) -> Value {
+    let (order, nulls): (&[&str], Nulls) = match table {
+        Table::Sessions => {
+            let order = match fields.get("session_type").and_then(Value::as_str) {
+                Some("team") => TEAM_KEYS,
+                Some("workflow") => WORKFLOW_KEYS,
+                _ => AGENT_KEYS,
+            };
+            let runs = fields.shift_remove(LEGACY_RUNS);
+            let mut row = shape(fields, order, Nulls::Keep, existing);
+            if let Some(map) = row.as_object_mut() {
+                map.shift_remove(LEGACY_RUNS);
+                if let Some(runs) = runs.filter(|r| !r.is_null()) {
+                    map.insert(LEGACY_RUNS.into(), runs);
+                }
+            }
+            return row;
+        }
+        Table::Runs => (RUN_KEYS, Nulls::Keep),
+        Table::Memories => {
+            if let Some(ts) = fields.get("created_at").and_then(Value::as_i64) {
+                fields.insert("created_at".into(), iso_utc(ts));
+            }
+            (MEMORY_KEYS, Nulls::Drop)
+        }
+        Table::Metrics => (METRICS_KEYS, Nulls::Keep),
+        Table::Evals => (EVAL_KEYS, Nulls::Keep),
+        Table::Knowledge => (KNOWLEDGE_KEYS, Nulls::Keep),
+        _ => return shape_serde(fields, existing),
+    };
+    shape(fields, order, nulls, existing)
+}
+
+/// A stored row as the engine reads it: timestamps agno writes as text (memories) as epoch
+/// seconds, a session's `created_at` agno left null as its `updated_at` (else 0). A row this
+/// crate cannot decode is a run's fields with its `run_data` as the stored text (the engine
+/// names it unreadable and session reads pass the text on), and an error in other tables.
+pub(crate) fn view(table: Table, row: &Value) -> Result<Fields> {
+    if let Some(stored) = undecodable(row) {
+        if table != Table::Runs {
+            return Err(undecodable_row(table, row, stored));
+        }
+        let mut fields = undecodable_fields(row);
+        if let Some(data) = undecodable_raw_field(row, "run_data") {
+            fields.insert("run_data".into(), Value::String(data));
+        }
+        return Ok(fields);
+    }
+    let mut row = row.clone();
+    match table {
+        Table::Memories => normalize_timestamps(&mut row, &["created_at", "updated_at"]),
+        Table::Sessions => {
+            if let Some(map) = row.as_object_mut() {
+                if map.get("created_at").is_none_or(Value::is_null) {
+                    let fallback = map.get("updated_at").cloned().filter(Value::is_i64);
+                    map.insert("created_at".into(), fallback.unwrap_or(Value::from(0)));
+                }
+            }
+        }
+        _ => {}
+    }
+    match row {
+        Value::Object(map) => Ok(map),
+        other => Err(Error::new(
+            ErrorKind::Serialization,
+            format!(
+                "{} holds a row that is not a JSON object ({other}); repair or remove it",
+                table.file_name()
+            ),
+        )),
+    }
+}
+
+/// The error of reading a row this crate cannot decode.
+fn undecodable_row(table: Table, row: &Value, stored: &str) -> Error {
+    let key = key_field(table);
+    let id = undecodable_field(row, key).unwrap_or_else(|| "?".to_owned());
+    Error::new(
+        ErrorKind::Serialization,
+        format!(
+            "the row {key}={id:?} of {} holds JSON this crate cannot decode ({}); it is \
+             kept as stored, and agno reads it",
+            table.file_name(),
+            undecodable_error(stored)
+        ),
+    )
+}
+
+/// The document id of a stored row: its key, read from the text of an undecodable row.
+pub(crate) fn row_id(table: Table, row: &Value) -> Option<String> {
+    let key = key_field(table);
+    match undecodable(row) {
+        Some(_) => undecodable_field(row, key),
+        None => text(row, key).map(str::to_owned),
+    }
+}
+
+const AGENT_KEYS: &[&str] = &[
+    "session_id",
+    "agent_id",
+    "team_id",
+    "user_id",
+    "workflow_id",
+    "session_data",
+    "metadata",
+    "agent_data",
+    "summary",
+    "created_at",
+    "updated_at",
+    "session_type",
+];
+const TEAM_KEYS: &[&str] = &[
+    "session_id",
+    "team_id",
+    "user_id",
+    "workflow_id",
+    "team_data",
+    "session_data",
+    "metadata",
+    "summary",
+    "created_at",
+    "updated_at",
+    "session_type",
+];
+const WORKFLOW_KEYS: &[&str] = &[
+    "session_id",
+    "user_id",
+    "workflow_id",
+    "workflow_name",
+    "session_data",
+    "workflow_data",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "session_type",
+];
+const RUN_KEYS: &[&str] = &[
+    "run_id",
+    "session_id",
+    "run_type",
+    "agent_id",
+    "team_id",
+    "workflow_id",
+    "user_id",
+    "parent_run_id",
+    "status",
+    "run_index",
+    "run_data",
+    "created_at",
+    "updated_at",
+];
+const MEMORY_KEYS: &[&str] = &[
+    "memory_id",
+    "memory",
+    "topics",
+    "created_at",
+    "updated_at",
+    "input",
+    "user_id",
+    "agent_id",
+    "team_id",
+    "feedback",
+];
+const METRICS_KEYS: &[&str] = &[
+    "id",
+    "date",
+    "completed",
+    "token_metrics",
+    "model_metrics",
+    "created_at",
+    "updated_at",
+    "aggregation_period",
+    "user_id",
+    "users_count",
+    "agent_sessions_count",
+    "team_sessions_count",
+    "workflow_sessions_count",
+    "agent_runs_count",
+    "team_runs_count",
+    "workflow_runs_count",
+];
+const EVAL_KEYS: &[&str] = &[
+    "agent_id",
+    "model_id",
+    "model_provider",
+    "team_id",
+    "workflow_id",
+    "name",
+    "evaluated_component_name",
+    "run_id",
+    "eval_type",
+    "eval_data",
+    "eval_input",
+    "created_at",
+    "updated_at",
+];
+const KNOWLEDGE_KEYS: &[&str] = &[
+    "id",
+    "name",
+    "description",
+    "metadata",
+    "type",
+    "size",
+    "linked_to",
+    "access_count",
+    "status",
+    "status_message",
+    "user_id",
+    "created_at",
+    "updated_at",
+    "external_id",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timestamps_parse_like_agno() {
+        assert_eq!(epoch_of(&json!("2024-03-09T16:01:40")), Some(1_710_000_100));
+        assert_eq!(
+            epoch_of(&json!("2024-03-09T17:01:40+01:00")),
+            Some(1_710_000_100)
+        );
+        assert_eq!(epoch_of(&json!("2024-03-09 16:01:40")), Some(1_710_000_100));
+        assert_eq!(epoch_of(&json!(1_710_000_100)), Some(1_710_000_100));
+        assert_eq!(iso_utc(1_710_000_100), json!("2024-03-09T16:01:40"));
+    }
+
+    #[test]
+    fn shape_orders_and_carries_unknown_keys() {
+        let existing = json!({"b": 1, "legacy": [1], "a": 0});
+        let row = shape(
+            json!({"a": 5, "c": null, "z": 2}).as_object().cloned().unwrap(),
+            &["b", "a", "c"],
+            Nulls::Keep,
+            Some(&existing),
+        );
+        assert_eq!(row, json!({"b": 1, "a": 5, "c": null, "z": 2, "legacy": [1]}));
+        assert_eq!(
+            serde_json::to_string(&row).unwrap(),
+            r#"{"b":1,"a":5,"c":null,"z":2,"legacy":[1]}"#
+        );
+    }
+}
