@@ -107,6 +107,11 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// (`agno_storage_core::Capabilities::durable`).
     const DURABLE: bool = true;
 
+    /// How old, in seconds, the `locked_at` of a migration lock document without a lease
+    /// (written by a version without heartbeats) must be before the lock is taken over: the
+    /// age at which that version broke stale locks.
+    const LEGACY_LOCK_STALE_SECONDS: i64 = 15 * 60;
+
     /// What a compare-and-set compares (an update time, the record as read).
     type Version: Clone + std::fmt::Debug + Send + Sync;
     /// One write of a commit.
@@ -240,6 +245,11 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// a lock of its own).
     async fn migration_lock(&self) -> Result<MigrationLock> {
         Docs::of(self).take_lock().await
+    }
+
+    /// The migration lock document's id in the meta collection (default `migration_lock`).
+    fn lock_id(&self) -> String {
+        "migration_lock".to_owned()
     }
 
     /// The migration lock's lease.

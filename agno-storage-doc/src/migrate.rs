@@ -35,10 +35,6 @@ use serde_json::json;
 
 use crate::{backoff, object, Commit, DocBackend, Docs, Fields, Pre, Stored, Table};
 
-/// A lock document without `lease_until` (from a version without heartbeats) is taken over
-/// once its `locked_at` is this old, as that version broke stale locks.
-const LEGACY_STALE_LOCK_SECONDS: i64 = 15 * 60;
-const LOCK_ID: &str = "migration_lock";
 /// Compare-and-set attempts of one renewal or release before it counts as failed.
 const LOCK_CAS_ATTEMPTS: usize = 5;
 
@@ -91,14 +87,14 @@ fn number<B: DocBackend>(lock: &Stored<B>, field: &str) -> Option<i64> {
 }
 
 /// Whether the lock `lock` may be taken over at `now_ms`: its lease has passed, or (a
-/// document without a lease) its `locked_at` is [`LEGACY_STALE_LOCK_SECONDS`] old, or it has
+/// document without a lease) its `locked_at` is [`DocBackend::LEGACY_LOCK_STALE_SECONDS`] old, or it has
 /// neither field (no version writes such a document).
 fn expired<B: DocBackend>(lock: &Stored<B>, now_ms: i64) -> bool {
     lease_expired(
         number(lock, "lease_until"),
         number(lock, "locked_at"),
         now_ms,
-        LEGACY_STALE_LOCK_SECONDS,
+        B::LEGACY_LOCK_STALE_SECONDS,
     )
 }
 
@@ -107,14 +103,14 @@ impl<B: DocBackend> Docs<B> {
     async fn renew_lock(&self, holder: &str, lease: Duration) -> Result<bool> {
         let meta = self.collection(Table::Meta);
         for attempt in 0..LOCK_CAS_ATTEMPTS {
-            let Some(lock) = self.get(meta, LOCK_ID).await? else {
+            let Some(lock) = self.get(meta, &self.lock_id()).await? else {
                 return Ok(false);
             };
             if lock.str("holder") != Some(holder) {
                 return Ok(false);
             }
             let fields = lock_fields(holder, now_epoch_millis(), lease);
-            let write = self.put(meta, LOCK_ID, &fields, lock.unchanged());
+            let write = self.put(meta, &self.lock_id(), &fields, lock.unchanged());
             if let Commit::Done = self.commit("migration lock heartbeat", vec![write]).await? {
                 return Ok(true);
             }
@@ -128,13 +124,13 @@ impl<B: DocBackend> Docs<B> {
     async fn unlock(&self, holder: &str) -> Result<bool> {
         let meta = self.collection(Table::Meta);
         for attempt in 0..LOCK_CAS_ATTEMPTS {
-            let Some(lock) = self.get(meta, LOCK_ID).await? else {
+            let Some(lock) = self.get(meta, &self.lock_id()).await? else {
                 return Ok(false);
             };
             if lock.str("holder") != Some(holder) {
                 return Ok(false);
             }
-            let write = self.delete(meta, LOCK_ID, lock.unchanged());
+            let write = self.delete(meta, &self.lock_id(), lock.unchanged());
             // A conflict: a heartbeat in flight renewed it meanwhile; read it again.
             if let Commit::Done = self.commit("migration unlock", vec![write]).await? {
                 return Ok(true);
@@ -171,15 +167,15 @@ impl<B: DocBackend> Docs<B> {
         loop {
             let now_ms = now_epoch_millis();
             let fields = lock_fields(&holder, now_ms, lease);
-            let write = self.put(meta, LOCK_ID, &fields, Pre::Absent);
+            let write = self.put(meta, &self.lock_id(), &fields, Pre::Absent);
             if let Commit::Done = self.commit("migration lock", vec![write]).await? {
                 return Ok(self.hold(holder));
             }
-            match self.get(meta, LOCK_ID).await? {
+            match self.get(meta, &self.lock_id()).await? {
                 // Released meanwhile: create it again at once.
                 None => continue,
                 Some(current) if expired(&current, now_ms) => {
-                    let write = self.put(meta, LOCK_ID, &fields, current.unchanged());
+                    let write = self.put(meta, &self.lock_id(), &fields, current.unchanged());
                     if let Commit::Done = self.commit("migration lock", vec![write]).await? {
                         return Ok(self.hold(holder));
                     }

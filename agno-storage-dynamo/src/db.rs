@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::Client;
 use tokio::sync::Mutex;
 
 use crate::codec::{Item, BACKEND};
-use crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE;
+use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 use agno_storage_doc::Docs;
 
 /// Static credentials (an access key pair), e.g. for DynamoDB Local.
@@ -415,7 +415,8 @@ impl DynamoDb {
         }
         if fresh {
             for t in TableType::ALL {
-                me.set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
+                Docs::of(&me)
+                    .set_schema_version(me.inner.names.of(t), SchemaVersion::LATEST)
                     .await?;
             }
         }
@@ -490,11 +491,11 @@ impl DynamoDb {
 
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
-        let me = Arc::new(self.clone());
+        let docs = Arc::new(Docs(self.clone()));
         AgnoDb::builder(BACKEND)
             .max_id_chars(MAX_ID_CHARS)
-            .all_stores(Arc::new(Docs(self.clone())))
-            .migrations(me)
+            .all_stores(docs.clone())
+            .migrations(docs)
             .durable(true)
             .build()
     }

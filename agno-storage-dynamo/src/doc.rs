@@ -141,6 +141,8 @@ impl DocBackend for DynamoDb {
     const SCHEDULE_NAME_GUARDS: bool = true;
     const MAX_ID_CHARS: Option<usize> = Some(crate::db::MAX_ID_CHARS);
     const MAX_JSON_DEPTH: Option<usize> = None;
+    /// Versions without heartbeats broke a lock once its `locked_at` was 10 minutes old.
+    const LEGACY_LOCK_STALE_SECONDS: i64 = 600;
 
     type Version = Item;
     type Write = DynamoWrite;
@@ -341,16 +343,18 @@ impl DocBackend for DynamoDb {
         DynamoDb::legacy_page(self, after, limit).await
     }
 
+    /// `migration_lock#<versions table>` in the meta table: a lease (`holder`, `locked_at`,
+    /// `lease_until`) renewed by a heartbeat; see the engine's `take_lock`.
+    fn lock_id(&self) -> String {
+        format!("migration_lock#{}", self.inner.names.versions)
+    }
+
     fn lock_lease(&self) -> Duration {
         self.inner.lock_lease
     }
 
     fn lock_location(&self) -> String {
-        format!(
-            "item {:?} of table {}",
-            self.lock_key(),
-            self.inner.names.meta
-        )
+        format!("item pk {:?} in {}", self.lock_id(), self.inner.names.meta)
     }
 }
 

@@ -49,15 +49,13 @@ mod db;
 #[cfg(feature = "dynamodb")]
 mod doc;
 #[cfg(feature = "dynamodb")]
-mod migrate;
-#[cfg(feature = "dynamodb")]
 mod runs;
 
+#[cfg(feature = "dynamodb")]
+pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
 #[cfg(feature = "dynamodb")]
 pub use agno_storage_core::TableNames;
 #[cfg(feature = "dynamodb")]
 pub use aws_sdk_dynamodb;
 #[cfg(feature = "dynamodb")]
 pub use db::{DynamoDb, DynamoOptions, StaticCredentials};
-#[cfg(feature = "dynamodb")]
-pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;

@@ -205,10 +205,11 @@ fn v2_tables_migrate_and_agno_reads_them() {
     runtime().block_on(async {
         let store = open(&url, &p).await;
         let db = store.agno_db();
-        let report = agno_storage_core::MigrationManager::new(&store)
-            .up()
-            .await
-            .expect("migration");
+        let report =
+            agno_storage_core::MigrationManager::new(store.agno_db().migrations().unwrap())
+                .up()
+                .await
+                .expect("migration");
         assert!(!report.applied.is_empty());
         let s = db
             .sessions()
@@ -314,10 +315,11 @@ fn v2_tables_migrate_like_agno() {
     agno(&python_v2, "write-v2", &url, &b);
     runtime().block_on(async {
         let store = open(&url, &a).await;
-        let report = agno_storage_core::MigrationManager::new(&store)
-            .up()
-            .await
-            .expect("our migration");
+        let report =
+            agno_storage_core::MigrationManager::new(store.agno_db().migrations().unwrap())
+                .up()
+                .await
+                .expect("our migration");
         assert!(!report.applied.is_empty(), "{report:?}");
     });
     agno(&python_v3, "migrate-v3", &url, &b);

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use agno_storage_core::legacy::copy_legacy_runs;
 use agno_storage_core::{
-    AgnoDb, ErrorKind, MemoryQuery, MigrationTarget, OpenMode, RunQuery, RunRecord, Session,
-    SessionQuery, SessionRead, SessionType, UserMemory,
+    AgnoDb, ErrorKind, MemoryQuery, OpenMode, RunQuery, RunRecord, Session, SessionQuery,
+    SessionRead, SessionType, UserMemory,
 };
 use agno_storage_dynamo::aws_sdk_dynamodb::types::AttributeValue;
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
@@ -394,6 +394,13 @@ fn lock_key(store: &DynamoDb) -> AttributeValue {
     AttributeValue::S(format!("migration_lock#{}", store.names().versions))
 }
 
+/// Takes `store`'s migration lock.
+async fn lock(
+    store: &DynamoDb,
+) -> agno_storage_core::Result<agno_storage_core::migration::MigrationLock> {
+    store.agno_db().migrations()?.lock().await
+}
+
 /// Whether the lock item exists.
 async fn lock_held(store: &DynamoDb) -> bool {
     store
@@ -437,7 +444,7 @@ fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
                 let db = leased(&url, &prefix).await;
                 // Before the lock is written: its lease runs from a moment after this.
                 let taken_at = Instant::now();
-                (db.lock().await.expect("the first lock"), taken_at)
+                (lock(&db).await.expect("the first lock"), taken_at)
             });
             std::mem::forget(lock);
             drop(rt); // the "kill": the heartbeat task dies with its runtime
@@ -448,8 +455,7 @@ fn a_dead_holders_lock_is_taken_over_once_its_lease_passes() {
     };
     rt.block_on(async {
         assert!(lock_held(&store).await, "the dead holder's lock");
-        let lock = store
-            .lock()
+        let lock = lock(&store)
             .await
             .expect("take over the dead holder's lock");
         let waited = taken_at.elapsed();
@@ -470,11 +476,11 @@ fn a_live_holders_lock_is_not_taken_over() {
     let Some(url) = url() else { return };
     runtime().block_on(async {
         let store = leased(&url, &lock_prefix()).await;
-        let held = store.lock().await.expect("lock");
-        let waiting = tokio::time::timeout(LEASE * 3, store.lock()).await;
+        let held = lock(&store).await.expect("lock");
+        let waiting = tokio::time::timeout(LEASE * 3, lock(&store)).await;
         assert!(waiting.is_err(), "a live holder's lock was taken over");
         held.release().await.expect("the holder kept its lock");
-        let next = tokio::time::timeout(Duration::from_secs(5), store.lock())
+        let next = tokio::time::timeout(Duration::from_secs(5), lock(&store))
             .await
             .expect("the released lock is free at once")
             .expect("lock");
@@ -489,7 +495,7 @@ fn a_holder_that_lost_its_lock_reports_it() {
     let Some(url) = url() else { return };
     runtime().block_on(async {
         let store = leased(&url, &lock_prefix()).await;
-        let held = store.lock().await.expect("lock");
+        let held = lock(&store).await.expect("lock");
         store
             .client()
             .delete_item()
