@@ -6,7 +6,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{in_list, limit_offset, order_by, SqlStore, Where};
 use crate::value::{Row, SqlValue};
 
@@ -44,12 +44,12 @@ fn eval_from_row(row: &Row) -> Result<EvalRun> {
 #[async_trait]
 impl EvalStore for SqlStore {
     async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
-        self.check(Tbl::Evals)?;
+        self.check(Table::Evals)?;
         let sql = format!(
             "INSERT INTO {} (run_id, eval_type, eval_data, eval_input, name, agent_id, team_id, workflow_id, model_id, \
              model_provider, evaluated_component_name, user_id, created_at, updated_at) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            self.t(Tbl::Evals)
+            self.t(Table::Evals)
         );
         let params = vec![
             SqlValue::text(&run.run_id),
@@ -67,7 +67,7 @@ impl EvalStore for SqlStore {
             SqlValue::int(run.created_at),
             SqlValue::int(run.updated_at.unwrap_or(run.created_at)),
         ];
-        let read = self.select_by(Tbl::Evals, "run_id", &run.run_id);
+        let read = self.select_by(Table::Evals, "run_id", &run.run_id);
         let rows = self
             .write_returning((sql, params), read)
             .await
@@ -88,13 +88,13 @@ impl EvalStore for SqlStore {
     }
 
     async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
-        self.check(Tbl::Evals)?;
+        self.check(Table::Evals)?;
         let mut w = Where::default();
         w.eq("run_id", Some(run_id));
         w.eq("user_id", user_id);
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Evals), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Evals), w.sql()),
                 w.params,
             )
             .await?
@@ -104,7 +104,7 @@ impl EvalStore for SqlStore {
     }
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
-        self.check(Tbl::Evals)?;
+        self.check(Table::Evals)?;
         let paging = limit_offset(&query.pagination)?;
         let sort = if query.sort.sort_by.is_some() {
             query.sort.clone()
@@ -133,7 +133,7 @@ impl EvalStore for SqlStore {
             Some(EvalFilterType::Workflow) => w.push("workflow_id IS NOT NULL", []),
             None => {}
         }
-        let from = format!("FROM {}{}", self.t(Tbl::Evals), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Evals), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let rows = self
             .exec
@@ -154,18 +154,18 @@ impl EvalStore for SqlStore {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<EvalRun>> {
-        self.check(Tbl::Evals)?;
+        self.check(Table::Evals)?;
         let mut w = Where::default();
         w.eq("run_id", Some(run_id));
         w.eq("user_id", user_id);
         let sql = format!(
             "UPDATE {} SET name = ?, updated_at = ?{}",
-            self.t(Tbl::Evals),
+            self.t(Table::Evals),
             w.sql()
         );
         let mut params = vec![SqlValue::text(name), SqlValue::int(now_epoch_seconds())];
         params.extend(w.params);
-        let read = self.select_by(Tbl::Evals, "run_id", run_id);
+        let read = self.select_by(Table::Evals, "run_id", run_id);
         self.write_returning((sql, params), read)
             .await?
             .first()
@@ -174,7 +174,7 @@ impl EvalStore for SqlStore {
     }
 
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.check(Tbl::Evals)?;
+        self.check(Table::Evals)?;
         if run_ids.is_empty() {
             return Ok(0);
         }
@@ -184,7 +184,7 @@ impl EvalStore for SqlStore {
         w.eq("user_id", user_id);
         self.exec
             .execute(
-                &format!("DELETE FROM {}{}", self.t(Tbl::Evals), w.sql()),
+                &format!("DELETE FROM {}{}", self.t(Table::Evals), w.sql()),
                 w.params,
             )
             .await

@@ -8,7 +8,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::dialect::Claim;
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{in_list, limit_offset, SqlStore, Where};
 use crate::value::{Row, SqlValue};
 
@@ -65,7 +65,7 @@ impl SqlStore {
         }
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Jobs), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Jobs), w.sql()),
                 w.params,
             )
             .await?
@@ -78,7 +78,7 @@ impl SqlStore {
 #[async_trait]
 impl JobStore for SqlStore {
     async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         job.idempotency_key = job.idempotency_key.filter(|k| !k.is_empty());
         if let Some(key) = &job.idempotency_key {
             if let Some(original) = self.job_by_key(key, job.user_id.as_deref()).await? {
@@ -88,7 +88,7 @@ impl JobStore for SqlStore {
                 });
             }
         }
-        let table = self.t(Tbl::Jobs);
+        let table = self.t(Table::Jobs);
         if max_depth > 0
             && self
                 .count(&format!("FROM {table} WHERE status = 'queued'"), vec![])
@@ -120,7 +120,7 @@ impl JobStore for SqlStore {
             SqlValue::int(job.created_at),
             SqlValue::Int(job.updated_at),
         ];
-        let read = self.select_by(Tbl::Jobs, "id", &job.id);
+        let read = self.select_by(Table::Jobs, "id", &job.id);
         let inserted = self
             .dialect
             .insert_if_absent(self, (sql, params), read)
@@ -152,12 +152,12 @@ impl JobStore for SqlStore {
         lock_grace_seconds: i64,
         deployment_id: Option<&str>,
     ) -> Result<Option<Job>> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         let now = now_epoch_seconds();
         let claimable = "available_at <= ? AND (deployment_id IS NULL OR deployment_id = ?) AND \
              (status = 'queued' OR (status = 'running' AND locked_at <= ? AND attempt < max_attempts))";
         let claim = Claim {
-            table: Tbl::Jobs,
+            table: Table::Jobs,
             predicate: (
                 claimable,
                 vec![
@@ -185,12 +185,12 @@ impl JobStore for SqlStore {
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         if ids.is_empty() {
             return Ok(0);
         }
         let (list, id_params) = in_list(ids);
-        let sql = format!("UPDATE {} SET locked_at = ? WHERE id IN {list} AND locked_by = ? AND status = 'running'", self.t(Tbl::Jobs));
+        let sql = format!("UPDATE {} SET locked_at = ? WHERE id IN {list} AND locked_by = ? AND status = 'running'", self.t(Table::Jobs));
         let mut params = vec![SqlValue::int(now_epoch_seconds())];
         params.extend(id_params);
         params.push(SqlValue::text(worker_id));
@@ -205,12 +205,12 @@ impl JobStore for SqlStore {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         check_finish_status(status)?;
         let now = now_epoch_seconds();
         let sql = format!(
             "UPDATE {} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE {FENCE}",
-            self.t(Tbl::Jobs)
+            self.t(Table::Jobs)
         );
         let mut params = vec![
             SqlValue::text(status.as_str()),
@@ -219,7 +219,7 @@ impl JobStore for SqlStore {
             SqlValue::int(now),
         ];
         params.extend(fence_params(id, worker_id, attempt));
-        let read = self.select_by(Tbl::Jobs, "id", id);
+        let read = self.select_by(Table::Jobs, "id", id);
         match self.write_returning((sql, params), read).await?.first() {
             Some(row) => job_from_row(row),
             None => Err(lease_lost(id, worker_id, attempt)),
@@ -234,14 +234,14 @@ impl JobStore for SqlStore {
         error: Option<String>,
         retry_delay_seconds: i64,
     ) -> Result<Job> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         let now = now_epoch_seconds();
         let sql = format!(
             "UPDATE {} SET status = CASE WHEN attempt < max_attempts THEN 'queued' ELSE 'failed' END, \
              available_at = CASE WHEN attempt < max_attempts THEN ? ELSE available_at END, \
              completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ? END, \
              error = ?, locked_by = NULL, locked_at = NULL, updated_at = ? WHERE {FENCE}",
-            self.t(Tbl::Jobs)
+            self.t(Table::Jobs)
         );
         let mut params = vec![
             SqlValue::int(now + retry_delay_seconds.max(0)),
@@ -250,7 +250,7 @@ impl JobStore for SqlStore {
             SqlValue::int(now),
         ];
         params.extend(fence_params(id, worker_id, attempt));
-        let read = self.select_by(Tbl::Jobs, "id", id);
+        let read = self.select_by(Table::Jobs, "id", id);
         match self.write_returning((sql, params), read).await?.first() {
             Some(row) => job_from_row(row),
             None => Err(lease_lost(id, worker_id, attempt)),
@@ -258,7 +258,7 @@ impl JobStore for SqlStore {
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         let now = now_epoch_seconds();
         let mut w = Where::default();
         w.eq("id", Some(id));
@@ -266,7 +266,7 @@ impl JobStore for SqlStore {
         w.eq("user_id", user_id);
         let sql = format!(
             "UPDATE {} SET status = 'cancelled', completed_at = ?, updated_at = ?{}",
-            self.t(Tbl::Jobs),
+            self.t(Table::Jobs),
             w.sql()
         );
         let mut params = vec![SqlValue::int(now), SqlValue::int(now)];
@@ -275,13 +275,13 @@ impl JobStore for SqlStore {
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         let mut w = Where::default();
         w.eq("id", Some(id));
         w.eq("user_id", user_id);
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Jobs), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Jobs), w.sql()),
                 w.params,
             )
             .await?
@@ -291,13 +291,13 @@ impl JobStore for SqlStore {
     }
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         let paging = limit_offset(&query.pagination)?;
         let mut w = Where::default();
         w.eq("status", query.status.map(JobStatus::as_str));
         w.eq("session_id", query.session_id.as_deref());
         w.eq("user_id", query.user_id.as_deref());
-        let from = format!("FROM {}{}", self.t(Tbl::Jobs), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Jobs), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let rows = self
             .exec
@@ -313,10 +313,10 @@ impl JobStore for SqlStore {
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
-        self.check(Tbl::Jobs)?;
+        self.check(Table::Jobs)?;
         let sql = format!(
             "DELETE FROM {} WHERE status IN ('completed', 'failed', 'cancelled') AND completed_at IS NOT NULL AND completed_at <= ?",
-            self.t(Tbl::Jobs)
+            self.t(Table::Jobs)
         );
         self.exec
             .execute(

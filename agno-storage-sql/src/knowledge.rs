@@ -4,7 +4,7 @@ use agno_storage_core::{
     async_trait, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
 
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{limit_offset, order_by, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
@@ -51,7 +51,7 @@ impl SqlStore {
 #[async_trait]
 impl KnowledgeStore for SqlStore {
     async fn upsert_knowledge_content(&self, c: KnowledgeContent) -> Result<KnowledgeContent> {
-        self.check(Tbl::Knowledge)?;
+        self.check(Table::Knowledge)?;
         let c = if self.dialect.text_holds_nul() {
             c
         } else {
@@ -116,7 +116,7 @@ impl KnowledgeStore for SqlStore {
         let mut columns = vec!["id"];
         columns.extend(fields.iter().map(|(n, _, _)| *n));
         let sql = self.upsert_sql(&Upsert {
-            table: Tbl::Knowledge,
+            table: Table::Knowledge,
             columns: &columns,
             values: format!("({})", vec!["?"; columns.len()].join(", ")),
             conflict: "id",
@@ -140,7 +140,7 @@ impl KnowledgeStore for SqlStore {
         };
         let stored = self
             .upsert_returning(
-                Tbl::Knowledge,
+                Table::Knowledge,
                 sql,
                 params,
                 "*",
@@ -162,13 +162,13 @@ impl KnowledgeStore for SqlStore {
         id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<KnowledgeContent>> {
-        self.check(Tbl::Knowledge)?;
+        self.check(Table::Knowledge)?;
         let mut w = Where::default();
         w.eq("id", Some(id));
         self.owner_or_shared(&mut w, user_id);
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Knowledge), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Knowledge), w.sql()),
                 w.params,
             )
             .await?
@@ -181,13 +181,13 @@ impl KnowledgeStore for SqlStore {
         &self,
         query: KnowledgeQuery,
     ) -> Result<Page<KnowledgeContent>> {
-        self.check(Tbl::Knowledge)?;
+        self.check(Table::Knowledge)?;
         let paging = limit_offset(&query.pagination)?;
         let order = order_by(self.dialect, &query.sort, KnowledgeContent::SORTABLE)?;
         let mut w = Where::default();
         w.eq("linked_to", query.linked_to.as_deref());
         self.owner_or_shared(&mut w, query.user_id.as_deref());
-        let from = format!("FROM {}{}", self.t(Tbl::Knowledge), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Knowledge), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let sql = format!(
             "SELECT * {from}{}{paging}",
@@ -201,14 +201,14 @@ impl KnowledgeStore for SqlStore {
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.check(Tbl::Knowledge)?;
+        self.check(Table::Knowledge)?;
         let mut w = Where::default();
         w.eq("id", Some(id));
         w.eq("user_id", user_id);
         Ok(self
             .exec
             .execute(
-                &format!("DELETE FROM {}{}", self.t(Tbl::Knowledge), w.sql()),
+                &format!("DELETE FROM {}{}", self.t(Table::Knowledge), w.sql()),
                 w.params,
             )
             .await?

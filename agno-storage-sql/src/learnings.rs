@@ -6,7 +6,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
@@ -32,10 +32,10 @@ fn learning_from_row(row: &Row) -> Result<Learning> {
 #[async_trait]
 impl LearningStore for SqlStore {
     async fn upsert_learning(&self, l: Learning) -> Result<Learning> {
-        self.check(Tbl::Learnings)?;
+        self.check(Table::Learnings)?;
         let d = self.dialect;
         let sql = self.upsert_sql(&Upsert {
-            table: Tbl::Learnings,
+            table: Table::Learnings,
             columns: &[
                 "learning_id",
                 "learning_type",
@@ -81,7 +81,7 @@ impl LearningStore for SqlStore {
         ];
         let stored = self
             .upsert_returning(
-                Tbl::Learnings,
+                Table::Learnings,
                 sql,
                 params,
                 "*",
@@ -100,13 +100,13 @@ impl LearningStore for SqlStore {
         learning_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Learning>> {
-        self.check(Tbl::Learnings)?;
+        self.check(Table::Learnings)?;
         let mut w = Where::default();
         w.eq("learning_id", Some(learning_id));
         w.eq("user_id", user_id);
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Learnings), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Learnings), w.sql()),
                 w.params,
             )
             .await?
@@ -116,7 +116,7 @@ impl LearningStore for SqlStore {
     }
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
-        self.check(Tbl::Learnings)?;
+        self.check(Table::Learnings)?;
         let paging = limit_offset(&query.pagination)?;
         let sort = match &query.sort.sort_by {
             Some(_) => query.sort.clone(),
@@ -139,7 +139,7 @@ impl LearningStore for SqlStore {
         w.eq("namespace", query.namespace.as_deref());
         w.eq("entity_id", query.entity_id.as_deref());
         w.eq("entity_type", query.entity_type.as_deref());
-        let from = format!("FROM {}{}", self.t(Tbl::Learnings), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Learnings), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let rows = self
             .exec
@@ -155,14 +155,14 @@ impl LearningStore for SqlStore {
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.check(Tbl::Learnings)?;
+        self.check(Table::Learnings)?;
         let mut w = Where::default();
         w.eq("learning_id", Some(learning_id));
         w.eq("user_id", user_id);
         Ok(self
             .exec
             .execute(
-                &format!("DELETE FROM {}{}", self.t(Tbl::Learnings), w.sql()),
+                &format!("DELETE FROM {}{}", self.t(Table::Learnings), w.sql()),
                 w.params,
             )
             .await?

@@ -110,7 +110,7 @@ impl SqlDb {
         tables: TableNames,
         mode: OpenMode,
     ) -> Result<Self> {
-        tables.validate()?;
+        crate::schema::validate_names(&tables)?;
         let path = path.as_ref();
         let exec = sqlite::SqliteExecutor::open_with_mode(path, mode)?;
         let what = path.display().to_string();
@@ -135,7 +135,7 @@ impl SqlDb {
         mode: OpenMode,
     ) -> Result<Self> {
         schema::validate_identifier("PostgreSQL schema name", schema)?;
-        tables.validate()?;
+        crate::schema::validate_names(&tables)?;
         let exec = postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}")).await?;
         Self::init(
             Arc::new(exec),
@@ -167,7 +167,7 @@ impl SqlDb {
         mode: OpenMode,
     ) -> Result<Self> {
         schema::validate_identifier("MySQL database name", schema)?;
-        tables.validate()?;
+        crate::schema::validate_names(&tables)?;
         let exec = mysql::MySqlExecutor::connect(url, schema.to_owned()).await?;
         Self::init(
             Arc::new(exec),

@@ -6,7 +6,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
@@ -42,10 +42,10 @@ fn memory_from_row(row: &Row) -> Result<UserMemory> {
 #[async_trait]
 impl MemoryStore for SqlStore {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
-        self.check(Tbl::Memories)?;
+        self.check(Table::Memories)?;
         let d = self.dialect;
         let sql = self.upsert_sql(&Upsert {
-            table: Tbl::Memories,
+            table: Table::Memories,
             columns: &[
                 "memory_id",
                 "memory",
@@ -85,7 +85,7 @@ impl MemoryStore for SqlStore {
         ];
         let stored = self
             .upsert_returning(
-                Tbl::Memories,
+                Table::Memories,
                 sql,
                 params,
                 "*",
@@ -104,13 +104,13 @@ impl MemoryStore for SqlStore {
         memory_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<UserMemory>> {
-        self.check(Tbl::Memories)?;
+        self.check(Table::Memories)?;
         let mut w = Where::default();
         w.eq("memory_id", Some(memory_id));
         w.eq("user_id", user_id);
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Memories), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Memories), w.sql()),
                 w.params,
             )
             .await?
@@ -120,7 +120,7 @@ impl MemoryStore for SqlStore {
     }
 
     async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>> {
-        self.check(Tbl::Memories)?;
+        self.check(Table::Memories)?;
         let paging = limit_offset(&query.pagination)?;
         let order = order_by(self.dialect, &query.sort, UserMemory::SORTABLE)?;
         let mut w = Where::default();
@@ -135,7 +135,7 @@ impl MemoryStore for SqlStore {
             let (clause, param) = self.dialect.memory_search(search);
             w.push(clause, [param]);
         }
-        let from = format!("FROM {}{}", self.t(Tbl::Memories), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Memories), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let sql = format!(
             "SELECT * {from}{}{paging}",
@@ -149,14 +149,14 @@ impl MemoryStore for SqlStore {
     }
 
     async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {
-        self.check(Tbl::Memories)?;
+        self.check(Table::Memories)?;
         let mut w = Where::default();
         w.push("topics IS NOT NULL", []);
         w.eq("user_id", user_id);
         let rows = self
             .exec
             .query(
-                &format!("SELECT topics FROM {}{}", self.t(Tbl::Memories), w.sql()),
+                &format!("SELECT topics FROM {}{}", self.t(Table::Memories), w.sql()),
                 w.params,
             )
             .await?;
@@ -180,12 +180,12 @@ impl MemoryStore for SqlStore {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<MemoryStats>> {
-        self.check(Tbl::Memories)?;
+        self.check(Table::Memories)?;
         let paging = limit_offset(&pagination)?;
         let mut w = Where::default();
         w.push("user_id IS NOT NULL", []);
         w.eq("user_id", user_id);
-        let table = self.t(Tbl::Memories);
+        let table = self.t(Table::Memories);
         let total = self
             .count(
                 &format!(
@@ -217,7 +217,7 @@ impl MemoryStore for SqlStore {
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.check(Tbl::Memories)?;
+        self.check(Table::Memories)?;
         if memory_ids.is_empty() {
             return Ok(0);
         }
@@ -227,7 +227,7 @@ impl MemoryStore for SqlStore {
         w.eq("user_id", user_id);
         self.exec
             .execute(
-                &format!("DELETE FROM {}{}", self.t(Tbl::Memories), w.sql()),
+                &format!("DELETE FROM {}{}", self.t(Table::Memories), w.sql()),
                 w.params,
             )
             .await

@@ -6,7 +6,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::exec::Statement;
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
@@ -44,7 +44,7 @@ fn metrics_from_row(row: &Row) -> Result<MetricsRecord> {
 #[async_trait]
 impl MetricsStore for SqlStore {
     async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
-        self.check(Tbl::Metrics)?;
+        self.check(Table::Metrics)?;
         let d = self.dialect;
         let mut columns = vec!["id"];
         columns.extend(COUNTS);
@@ -59,7 +59,7 @@ impl MetricsStore for SqlStore {
             "completed",
         ]);
         let sql = self.upsert_sql(&Upsert {
-            table: Tbl::Metrics,
+            table: Table::Metrics,
             columns: &columns,
             values: format!("({})", vec!["?"; columns.len()].join(", ")),
             conflict: "user_id, date, aggregation_period",
@@ -102,7 +102,7 @@ impl MetricsStore for SqlStore {
         // Each row is read back by its key where the dialect has no RETURNING.
         let read = format!(
             "SELECT * FROM {} WHERE user_id = ? AND date = ? AND aggregation_period = ?",
-            self.t(Tbl::Metrics)
+            self.t(Table::Metrics)
         );
         let writes = statements
             .into_iter()
@@ -125,8 +125,8 @@ impl MetricsStore for SqlStore {
     }
 
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
-        self.check(Tbl::Metrics)?;
-        let table = self.t(Tbl::Metrics);
+        self.check(Table::Metrics)?;
+        let table = self.t(Table::Metrics);
         let mut owner = Where::default();
         owner.eq("user_id", query.user_id.as_deref());
         let mut w = Where::default();

@@ -12,33 +12,20 @@ use agno_storage_core::{
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::exec::Statement;
-use crate::schema::{migration_added_columns, spec, Tbl, OWNER_KEY};
+use crate::schema::{migration_added_columns, spec, Table, OWNER_KEY};
 use crate::store::SqlStore;
 use crate::value::SqlValue;
-
-pub(crate) fn tbl(t: TableType) -> Tbl {
-    match t {
-        TableType::Memories => Tbl::Memories,
-        TableType::Sessions => Tbl::Sessions,
-        TableType::Metrics => Tbl::Metrics,
-        TableType::Evals => Tbl::Evals,
-        TableType::Knowledge => Tbl::Knowledge,
-        TableType::Schedules => Tbl::Schedules,
-        TableType::ScheduleRuns => Tbl::ScheduleRuns,
-        TableType::Learnings => Tbl::Learnings,
-    }
-}
 
 #[async_trait]
 impl SchemaVersionStore for SqlStore {
     async fn get_schema_version(&self, table_name: &str) -> Result<Option<SchemaVersion>> {
-        if self.is_absent(Tbl::Versions) {
+        if self.is_absent(Table::Versions) {
             // Opened with OpenMode::Existing on a database without the versions table.
             return Ok(None);
         }
         let sql = format!(
             "SELECT version FROM {} WHERE table_name = ?",
-            self.t(Tbl::Versions)
+            self.t(Table::Versions)
         );
         match self
             .exec
@@ -71,7 +58,7 @@ impl MigrationTarget for SqlMigrations {
             .iter()
             .map(|t| TableRef {
                 table_type: *t,
-                name: self.store.names.name(tbl(*t)),
+                name: self.store.names.get(Table::from(*t)).to_owned(),
             })
             .collect()
     }
@@ -98,7 +85,7 @@ impl MigrationTarget for SqlMigrations {
     }
 
     fn damage(&self, table: &TableRef) -> Option<Error> {
-        self.store.damage(tbl(table.table_type))
+        self.store.damage(Table::from(table.table_type))
     }
 }
 
@@ -129,7 +116,7 @@ impl MigrationStep for AddColumnsStep {
     }
     async fn up(&self, table: &TableRef) -> Result<StepOutcome> {
         let s = &self.store;
-        let t = tbl(table.table_type);
+        let t = Table::from(table.table_type);
         let Some(existing) = s.columns(t).await? else {
             return Ok(StepOutcome::NothingToDo);
         };
@@ -157,7 +144,7 @@ impl MigrationStep for AddColumnsStep {
             }
             changed = true;
         }
-        if t == Tbl::Schedules {
+        if t == Table::Schedules {
             let dups = s
                 .exec
                 .query(
@@ -253,7 +240,7 @@ impl MigrationStep for MetricsStep {
     }
     async fn up(&self, _table: &TableRef) -> Result<StepOutcome> {
         let s = &self.store;
-        let Some(existing) = s.columns(Tbl::Metrics).await? else {
+        let Some(existing) = s.columns(Table::Metrics).await? else {
             return Ok(StepOutcome::NothingToDo);
         };
         s.dialect.migrate_metrics(s, &existing).await
@@ -270,7 +257,7 @@ impl MigrationStep for MetricsStep {
 /// The statement that drops the newest unfinished shared day of the metrics, so it is
 /// recomputed per user (deleting an unfinished day loses nothing).
 pub(crate) fn drop_unfinished_metrics(s: &SqlStore) -> Statement {
-    let table = s.t(Tbl::Metrics);
+    let table = s.t(Table::Metrics);
     (
         format!(
             "DELETE FROM {table} WHERE completed = ? AND user_id = '' AND date = (SELECT MAX(date) FROM {table}) \
@@ -288,6 +275,6 @@ pub(crate) fn drop_unfinished_metrics(s: &SqlStore) -> Statement {
 /// Applies a metrics rekey made of `statements` in one transaction (SQLite, PostgreSQL).
 pub(crate) async fn rekey_metrics(s: &SqlStore, statements: Vec<Statement>) -> Result<StepOutcome> {
     s.exec.transaction(statements).await?;
-    s.refresh(Tbl::Metrics).await?;
+    s.refresh(Table::Metrics).await?;
     Ok(StepOutcome::Applied)
 }

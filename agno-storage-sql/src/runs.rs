@@ -10,7 +10,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::dialect::{like_pattern, Dialect, InsertChunk};
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{in_list, limit_offset, order_by, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
@@ -82,7 +82,7 @@ const INSERT_CHUNK: usize = 200;
 #[async_trait]
 impl RunStore for SqlStore {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
-        self.check(Tbl::Runs)?;
+        self.check(Table::Runs)?;
         let now = now_epoch_seconds();
         let statement = self
             .upsert_run_sql
@@ -133,11 +133,11 @@ impl RunStore for SqlStore {
     }
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
-        self.check(Tbl::Runs)?;
+        self.check(Table::Runs)?;
         let mut w = Where::default();
         w.eq("run_id", Some(run_id));
         w.eq("user_id", user_id);
-        let sql = format!("SELECT * FROM {}{}", self.t(Tbl::Runs), w.sql());
+        let sql = format!("SELECT * FROM {}{}", self.t(Table::Runs), w.sql());
         self.exec
             .query_json(&sql, w.params)
             .await?
@@ -148,7 +148,7 @@ impl RunStore for SqlStore {
     }
 
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
-        self.check(Tbl::Runs)?;
+        self.check(Table::Runs)?;
         let paging = limit_offset(&query.pagination)?;
         let order = order_by(self.dialect, &query.sort, RunRecord::SORTABLE)?
             .map(|o| format!("{o}, run_id ASC"))
@@ -160,7 +160,7 @@ impl RunStore for SqlStore {
         w.eq("team_id", query.team_id.as_deref());
         w.eq("workflow_id", query.workflow_id.as_deref());
         w.eq("status", query.status.as_deref());
-        let from = format!("FROM {}{}", self.t(Tbl::Runs), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Runs), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let rows = self
             .exec
@@ -180,7 +180,7 @@ impl RunStore for SqlStore {
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.check(Tbl::Runs)?;
+        self.check(Table::Runs)?;
         if run_ids.is_empty() {
             return Ok(0);
         }
@@ -191,7 +191,7 @@ impl RunStore for SqlStore {
         let deleted = self
             .exec
             .execute(
-                &format!("DELETE FROM {}{}", self.t(Tbl::Runs), w.sql()),
+                &format!("DELETE FROM {}{}", self.t(Table::Runs), w.sql()),
                 w.params,
             )
             .await?;
@@ -223,7 +223,7 @@ impl SqlStore {
     pub(crate) fn next_run_index(&self) -> String {
         format!(
             "(SELECT COALESCE(MAX(run_index) + 1, 0) FROM {} WHERE session_id = :session_id)",
-            self.t(Tbl::Runs)
+            self.t(Table::Runs)
         )
     }
 
@@ -234,7 +234,7 @@ impl SqlStore {
     pub(crate) fn writable_session(&self) -> String {
         format!(
             "(SELECT session_id FROM {} WHERE session_id = :session_id AND (user_id IS NULL OR user_id = :user_id))",
-            self.t(Tbl::Sessions)
+            self.t(Table::Sessions)
         )
     }
 
@@ -284,7 +284,7 @@ impl SqlStore {
             })
             .collect();
         self.upsert_sql(&Upsert {
-            table: Tbl::Runs,
+            table: Table::Runs,
             columns: &columns,
             values: format!("({})", values.join(", ")),
             conflict: "run_id",
@@ -297,7 +297,7 @@ impl SqlStore {
     async fn session_owner(&self, session_id: &str) -> Result<Option<Option<String>>> {
         let sql = format!(
             "SELECT user_id FROM {} WHERE session_id = ?",
-            self.t(Tbl::Sessions)
+            self.t(Table::Sessions)
         );
         self.exec
             .query(&sql, vec![SqlValue::text(session_id)])
@@ -309,7 +309,7 @@ impl SqlStore {
 
     /// Removes deleted runs from legacy blobs so the merge cannot bring them back.
     async fn scrub_legacy_blobs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<()> {
-        let sessions = self.t(Tbl::Sessions);
+        let sessions = self.t(Table::Sessions);
         let mut w = Where::default();
         w.push("runs IS NOT NULL", []);
         w.eq("user_id", user_id);
@@ -372,7 +372,7 @@ impl LegacyRunsStore for SqlStore {
         }
         let sql = format!(
             "SELECT session_id, user_id, runs FROM {}{} ORDER BY session_id ASC LIMIT {limit}",
-            self.t(Tbl::Sessions),
+            self.t(Table::Sessions),
             w.sql()
         );
         self.exec
@@ -399,7 +399,7 @@ impl LegacyRunsStore for SqlStore {
         if rows.is_empty() {
             return Ok(InsertedRuns::default());
         }
-        let table = self.t(Tbl::Runs);
+        let table = self.t(Table::Runs);
         let columns: Vec<&str> = RUN_COLUMNS.split(", ").collect();
         let row_values = format!("({})", vec!["?"; columns.len()].join(", "));
         // Multi-row statements, a chunk at a time: far fewer round trips and statement
@@ -454,14 +454,14 @@ impl LegacyRunsStore for SqlStore {
         if !self.has_legacy_runs_column() {
             return Ok(0);
         }
-        let sessions = self.t(Tbl::Sessions);
+        let sessions = self.t(Table::Sessions);
         let had = self
             .count(&format!("FROM {sessions} WHERE runs IS NOT NULL"), vec![])
             .await?;
         self.exec
             .execute(&format!("ALTER TABLE {sessions} DROP COLUMN runs"), vec![])
             .await?;
-        self.refresh(Tbl::Sessions).await?;
+        self.refresh(Table::Sessions).await?;
         Ok(had)
     }
 }

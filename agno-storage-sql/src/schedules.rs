@@ -7,7 +7,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::dialect::{Claim, ColType};
-use crate::schema::{spec, Tbl};
+use crate::schema::{spec, Table};
 use crate::store::{limit_offset, SqlStore, Where};
 use crate::value::{Row, SqlValue};
 
@@ -93,7 +93,7 @@ fn schedule_run_from_row(row: &Row) -> Result<ScheduleRun> {
 
 /// A JSON value as a parameter of a schedule column, checked against the column's type.
 fn column_value(column: &str, value: &Value) -> Result<SqlValue> {
-    let ty = spec(Tbl::Schedules)
+    let ty = spec(Table::Schedules)
         .columns
         .iter()
         .find(|c| c.name == column)
@@ -162,14 +162,14 @@ impl SqlStore {
 #[async_trait]
 impl ScheduleStore for SqlStore {
     async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let sql = format!(
             "INSERT INTO {} ({}) VALUES ({})",
-            self.t(Tbl::Schedules),
+            self.t(Table::Schedules),
             SCHEDULE_COLUMNS.join(", "),
             vec!["?"; SCHEDULE_COLUMNS.len()].join(", ")
         );
-        let read = self.select_by(Tbl::Schedules, "id", &schedule.id);
+        let read = self.select_by(Table::Schedules, "id", &schedule.id);
         match self
             .write_returning((sql, schedule_params(&schedule)), read)
             .await
@@ -194,13 +194,13 @@ impl ScheduleStore for SqlStore {
     }
 
     async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let mut w = Where::default();
         w.eq("id", Some(id));
         w.eq("user_id", user_id);
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Schedules), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Schedules), w.sql()),
                 w.params,
             )
             .await?
@@ -214,7 +214,7 @@ impl ScheduleStore for SqlStore {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Schedule>> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let mut w = Where::default();
         w.eq("name", Some(name));
         match user_id {
@@ -223,7 +223,7 @@ impl ScheduleStore for SqlStore {
         }
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::Schedules), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::Schedules), w.sql()),
                 w.params,
             )
             .await?
@@ -238,14 +238,14 @@ impl ScheduleStore for SqlStore {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<Schedule>> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let paging = limit_offset(&pagination)?;
         let mut w = Where::default();
         if let Some(e) = enabled {
             w.push("enabled = ?", [SqlValue::Bool(Some(e))]);
         }
         w.eq("user_id", user_id);
-        let from = format!("FROM {}{}", self.t(Tbl::Schedules), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Schedules), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let rows = self
             .exec
@@ -266,7 +266,7 @@ impl ScheduleStore for SqlStore {
         user_id: Option<&str>,
         update: ScheduleUpdate,
     ) -> Result<Option<Schedule>> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let mut sets = Vec::new();
         let mut params = Vec::new();
         for (column, value) in update.columns() {
@@ -280,12 +280,12 @@ impl ScheduleStore for SqlStore {
         w.eq("user_id", user_id);
         let sql = format!(
             "UPDATE {} SET {}{}",
-            self.t(Tbl::Schedules),
+            self.t(Table::Schedules),
             sets.join(", "),
             w.sql()
         );
         params.extend(w.params);
-        let read = self.select_by(Tbl::Schedules, "id", id);
+        let read = self.select_by(Table::Schedules, "id", id);
         match self.write_returning((sql, params), read).await {
             Ok(rows) => rows.first().map(schedule_from_row).transpose(),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
@@ -301,17 +301,17 @@ impl ScheduleStore for SqlStore {
     }
 
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let mut w = Where::default();
         w.eq("id", Some(id));
         w.eq("user_id", user_id);
         let runs = format!(
             "DELETE FROM {} WHERE schedule_id IN (SELECT id FROM {}{})",
-            self.t(Tbl::ScheduleRuns),
-            self.t(Tbl::Schedules),
+            self.t(Table::ScheduleRuns),
+            self.t(Table::Schedules),
             w.sql()
         );
-        let schedule = format!("DELETE FROM {}{}", self.t(Tbl::Schedules), w.sql());
+        let schedule = format!("DELETE FROM {}{}", self.t(Table::Schedules), w.sql());
         Ok(self
             .transaction_count(vec![(runs, w.params.clone()), (schedule, w.params)])
             .await?
@@ -323,10 +323,10 @@ impl ScheduleStore for SqlStore {
         worker_id: &str,
         lock_grace_seconds: i64,
     ) -> Result<Option<Schedule>> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let now = now_epoch_seconds();
         let claim = Claim {
-            table: Tbl::Schedules,
+            table: Table::Schedules,
             predicate: (
                 self.due_predicate(),
                 vec![
@@ -356,7 +356,7 @@ impl ScheduleStore for SqlStore {
         locked_at: Option<i64>,
         next_run_at: Option<i64>,
     ) -> Result<bool> {
-        self.check(Tbl::Schedules)?;
+        self.check(Table::Schedules)?;
         let mut w = Where::default();
         w.eq("id", Some(id));
         w.eq("locked_by", Some(worker_id));
@@ -366,7 +366,7 @@ impl ScheduleStore for SqlStore {
         let sql = format!(
             "UPDATE {} SET locked_by = NULL, locked_at = NULL, updated_at = ?, \
              next_run_at = CASE WHEN cron_expr = '' THEN NULL ELSE COALESCE(?, next_run_at) END{}",
-            self.t(Tbl::Schedules),
+            self.t(Table::Schedules),
             w.sql()
         );
         let mut params = vec![
@@ -378,14 +378,14 @@ impl ScheduleStore for SqlStore {
     }
 
     async fn create_schedule_run(&self, run: ScheduleRun) -> Result<ScheduleRun> {
-        self.check(Tbl::ScheduleRuns)?;
+        self.check(Table::ScheduleRuns)?;
         // The owner is copied from the schedule in the same statement.
         let sql = format!(
             "INSERT INTO {} (id, schedule_id, attempt, triggered_at, completed_at, status, status_code, run_id, session_id, \
              error, input, output, requirements, created_at, user_id) \
              SELECT ?, id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, user_id FROM {} WHERE id = ?",
-            self.t(Tbl::ScheduleRuns),
-            self.t(Tbl::Schedules)
+            self.t(Table::ScheduleRuns),
+            self.t(Table::Schedules)
         );
         let params = vec![
             SqlValue::text(&run.id),
@@ -403,7 +403,7 @@ impl ScheduleStore for SqlStore {
             SqlValue::int(run.created_at),
             SqlValue::text(&run.schedule_id),
         ];
-        let read = self.select_by(Tbl::ScheduleRuns, "id", &run.id);
+        let read = self.select_by(Table::ScheduleRuns, "id", &run.id);
         let rows = self
             .write_returning((sql, params), read)
             .await
@@ -428,14 +428,14 @@ impl ScheduleStore for SqlStore {
         run: ScheduleRun,
         user_id: Option<&str>,
     ) -> Result<Option<ScheduleRun>> {
-        self.check(Tbl::ScheduleRuns)?;
+        self.check(Table::ScheduleRuns)?;
         let mut w = Where::default();
         w.eq("id", Some(&run.id));
         w.eq("user_id", user_id);
         let sql = format!(
             "UPDATE {} SET attempt = ?, triggered_at = ?, completed_at = ?, status = ?, status_code = ?, run_id = ?, \
              session_id = ?, error = ?, input = ?, output = ?, requirements = ?{}",
-            self.t(Tbl::ScheduleRuns),
+            self.t(Table::ScheduleRuns),
             w.sql()
         );
         let mut params = vec![
@@ -452,7 +452,7 @@ impl ScheduleStore for SqlStore {
             SqlValue::json(run.requirements.as_ref()),
         ];
         params.extend(w.params);
-        let read = self.select_by(Tbl::ScheduleRuns, "id", &run.id);
+        let read = self.select_by(Table::ScheduleRuns, "id", &run.id);
         self.write_returning((sql, params), read)
             .await?
             .first()
@@ -465,13 +465,13 @@ impl ScheduleStore for SqlStore {
         id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<ScheduleRun>> {
-        self.check(Tbl::ScheduleRuns)?;
+        self.check(Table::ScheduleRuns)?;
         let mut w = Where::default();
         w.eq("id", Some(id));
         w.eq("user_id", user_id);
         self.exec
             .query(
-                &format!("SELECT * FROM {}{}", self.t(Tbl::ScheduleRuns), w.sql()),
+                &format!("SELECT * FROM {}{}", self.t(Table::ScheduleRuns), w.sql()),
                 w.params,
             )
             .await?
@@ -486,12 +486,12 @@ impl ScheduleStore for SqlStore {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<ScheduleRun>> {
-        self.check(Tbl::ScheduleRuns)?;
+        self.check(Table::ScheduleRuns)?;
         let paging = limit_offset(&pagination)?;
         let mut w = Where::default();
         w.eq("schedule_id", Some(schedule_id));
         w.eq("user_id", user_id);
-        let from = format!("FROM {}{}", self.t(Tbl::ScheduleRuns), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::ScheduleRuns), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let rows = self
             .exec

@@ -2,135 +2,31 @@
 
 use crate::dialect::{ColType, Dialect};
 
-/// The tables of one database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Tbl {
-    Sessions,
-    Runs,
-    Memories,
-    Metrics,
-    Evals,
-    Knowledge,
-    Schedules,
-    ScheduleRuns,
-    Learnings,
-    Jobs,
-    Versions,
-}
+pub use agno_storage_core::{Table, TableNames};
 
-impl Tbl {
-    /// Creation order (foreign-key parents first); the versions table comes first.
-    pub(crate) const ALL: [Tbl; 11] = [
-        Tbl::Versions,
-        Tbl::Sessions,
-        Tbl::Runs,
-        Tbl::Memories,
-        Tbl::Metrics,
-        Tbl::Evals,
-        Tbl::Knowledge,
-        Tbl::Schedules,
-        Tbl::ScheduleRuns,
-        Tbl::Learnings,
-        Tbl::Jobs,
-    ];
-}
+/// Every table this crate creates, in creation order (foreign-key parents first; the
+/// versions table first). SQL keeps no `Table::Meta`.
+pub(crate) const TABLES: [Table; 11] = [
+    Table::Versions,
+    Table::Sessions,
+    Table::Runs,
+    Table::Memories,
+    Table::Metrics,
+    Table::Evals,
+    Table::Knowledge,
+    Table::Schedules,
+    Table::ScheduleRuns,
+    Table::Learnings,
+    Table::Jobs,
+];
 
-/// Physical table names. Defaults are agno's; the runs table follows a custom sessions
-/// table (`{sessions}_runs`) unless set, as agno 3 does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableNames {
-    /// Sessions (`agno_sessions`).
-    pub sessions: String,
-    /// Runs (`agno_runs`, or `{sessions}_runs` for a custom sessions table).
-    pub runs: Option<String>,
-    /// Memories (`agno_memories`).
-    pub memories: String,
-    /// Metrics (`agno_metrics`).
-    pub metrics: String,
-    /// Eval runs (`agno_eval_runs`).
-    pub evals: String,
-    /// Knowledge (`agno_knowledge`).
-    pub knowledge: String,
-    /// Schedules (`agno_schedules`).
-    pub schedules: String,
-    /// Schedule runs (`agno_schedule_runs`).
-    pub schedule_runs: String,
-    /// Learnings (`agno_learnings`).
-    pub learnings: String,
-    /// Jobs (`agno_jobs`).
-    pub jobs: String,
-    /// Schema versions (`agno_schema_versions`).
-    pub versions: String,
-}
-
-impl Default for TableNames {
-    fn default() -> Self {
-        TableNames {
-            sessions: "agno_sessions".into(),
-            runs: None,
-            memories: "agno_memories".into(),
-            metrics: "agno_metrics".into(),
-            evals: "agno_eval_runs".into(),
-            knowledge: "agno_knowledge".into(),
-            schedules: "agno_schedules".into(),
-            schedule_runs: "agno_schedule_runs".into(),
-            learnings: "agno_learnings".into(),
-            jobs: "agno_jobs".into(),
-            versions: "agno_schema_versions".into(),
-        }
+/// Checks every name: 1 to 63 ASCII letters, digits or `_`, not starting with a digit.
+/// Names are quoted in SQL anyway; this refuses names that would surprise an operator.
+pub(crate) fn validate_names(names: &TableNames) -> agno_storage_core::Result<()> {
+    for t in TABLES {
+        validate_identifier("table name", names.get(t))?;
     }
-}
-
-impl TableNames {
-    /// Every name prefixed with `prefix` (handy for isolating tests in one database).
-    pub fn with_prefix(prefix: &str) -> Self {
-        let d = TableNames::default();
-        let p = |s: String| format!("{prefix}{s}");
-        TableNames {
-            sessions: p(d.sessions),
-            runs: Some(format!("{prefix}agno_runs")),
-            memories: p(d.memories),
-            metrics: p(d.metrics),
-            evals: p(d.evals),
-            knowledge: p(d.knowledge),
-            schedules: p(d.schedules),
-            schedule_runs: p(d.schedule_runs),
-            learnings: p(d.learnings),
-            jobs: p(d.jobs),
-            versions: p(d.versions),
-        }
-    }
-
-    /// Checks every name: 1 to 63 ASCII letters, digits or `_`, not starting with a digit.
-    /// Names are quoted in SQL anyway; this refuses names that would surprise an operator.
-    pub fn validate(&self) -> agno_storage_core::Result<()> {
-        for t in Tbl::ALL {
-            validate_identifier("table name", &self.name(t))?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn name(&self, t: Tbl) -> String {
-        match t {
-            Tbl::Sessions => self.sessions.clone(),
-            Tbl::Runs => self.runs.clone().unwrap_or_else(|| {
-                if self.sessions == "agno_sessions" {
-                    "agno_runs".into()
-                } else {
-                    format!("{}_runs", self.sessions)
-                }
-            }),
-            Tbl::Memories => self.memories.clone(),
-            Tbl::Metrics => self.metrics.clone(),
-            Tbl::Evals => self.evals.clone(),
-            Tbl::Knowledge => self.knowledge.clone(),
-            Tbl::Schedules => self.schedules.clone(),
-            Tbl::ScheduleRuns => self.schedule_runs.clone(),
-            Tbl::Learnings => self.learnings.clone(),
-            Tbl::Jobs => self.jobs.clone(),
-            Tbl::Versions => self.versions.clone(),
-        }
-    }
+    Ok(())
 }
 
 pub(crate) struct Column {
@@ -162,7 +58,7 @@ pub(crate) struct TableSpec {
     /// `(declared name, columns, WHERE)`; physical name `{table}_{declared}`.
     pub(crate) partial_unique: &'static [(&'static str, &'static [&'static str], &'static str)],
     /// `(column, parent table, parent column)`, `ON DELETE CASCADE`.
-    pub(crate) foreign_key: Option<(&'static str, Tbl, &'static str)>,
+    pub(crate) foreign_key: Option<(&'static str, Table, &'static str)>,
 }
 
 const SESSIONS: TableSpec = TableSpec {
@@ -209,7 +105,7 @@ const RUNS: TableSpec = TableSpec {
     composite_indexes: &[("runs_session_id_run_index", &["session_id", "run_index"])],
     unique: &[],
     partial_unique: &[],
-    foreign_key: Some(("session_id", Tbl::Sessions, "session_id")),
+    foreign_key: Some(("session_id", Table::Sessions, "session_id")),
 };
 
 const MEMORIES: TableSpec = TableSpec {
@@ -414,7 +310,7 @@ const SCHEDULE_RUNS: TableSpec = TableSpec {
     composite_indexes: &[],
     unique: &[],
     partial_unique: &[],
-    foreign_key: Some(("schedule_id", Tbl::Schedules, "id")),
+    foreign_key: Some(("schedule_id", Table::Schedules, "id")),
 };
 
 const JOBS: TableSpec = TableSpec {
@@ -457,19 +353,21 @@ const JOBS: TableSpec = TableSpec {
     foreign_key: None,
 };
 
-pub(crate) fn spec(t: Tbl) -> &'static TableSpec {
+/// The layout of `t`. SQL keeps no `Table::Meta` (it is not in [`TABLES`], so nothing
+/// creates or reads it); it shares the versions table's layout so this lookup is total.
+pub(crate) fn spec(t: Table) -> &'static TableSpec {
     match t {
-        Tbl::Sessions => &SESSIONS,
-        Tbl::Runs => &RUNS,
-        Tbl::Memories => &MEMORIES,
-        Tbl::Metrics => &METRICS,
-        Tbl::Evals => &EVALS,
-        Tbl::Knowledge => &KNOWLEDGE,
-        Tbl::Schedules => &SCHEDULES,
-        Tbl::ScheduleRuns => &SCHEDULE_RUNS,
-        Tbl::Learnings => &LEARNINGS,
-        Tbl::Jobs => &JOBS,
-        Tbl::Versions => &VERSIONS,
+        Table::Sessions => &SESSIONS,
+        Table::Runs => &RUNS,
+        Table::Memories => &MEMORIES,
+        Table::Metrics => &METRICS,
+        Table::Evals => &EVALS,
+        Table::Knowledge => &KNOWLEDGE,
+        Table::Schedules => &SCHEDULES,
+        Table::ScheduleRuns => &SCHEDULE_RUNS,
+        Table::Learnings => &LEARNINGS,
+        Table::Jobs => &JOBS,
+        Table::Versions | Table::Meta => &VERSIONS,
     }
 }
 
@@ -478,11 +376,11 @@ pub(crate) fn spec(t: Tbl) -> &'static TableSpec {
 /// `feedback`): a table missing only these has a migration pending. Every other column of
 /// [`spec`] exists in every agno release that has the table, so a table missing one is
 /// damaged (or was made outside agno), and no migration repairs it.
-pub(crate) fn migration_added_columns(t: Tbl) -> &'static [&'static str] {
+pub(crate) fn migration_added_columns(t: Table) -> &'static [&'static str] {
     match t {
-        Tbl::Memories => &["created_at", "feedback"],
-        Tbl::Metrics | Tbl::Evals | Tbl::Knowledge | Tbl::ScheduleRuns => &["user_id"],
-        Tbl::Schedules => &[
+        Table::Memories => &["created_at", "feedback"],
+        Table::Metrics | Table::Evals | Table::Knowledge | Table::ScheduleRuns => &["user_id"],
+        Table::Schedules => &[
             "user_id",
             "managed_by",
             "target_type",
@@ -493,7 +391,12 @@ pub(crate) fn migration_added_columns(t: Tbl) -> &'static [&'static str] {
             "updated_by_session_id",
             "disabled_reason",
         ],
-        Tbl::Sessions | Tbl::Runs | Tbl::Learnings | Tbl::Jobs | Tbl::Versions => &[],
+        Table::Sessions
+        | Table::Runs
+        | Table::Learnings
+        | Table::Jobs
+        | Table::Versions
+        | Table::Meta => &[],
     }
 }
 
@@ -515,9 +418,9 @@ pub(crate) struct MySqlSpec {
 pub(crate) const OWNER_KEY: &str = "owner_key";
 
 #[cfg(feature = "mysql")]
-pub(crate) fn mysql_spec(t: Tbl) -> MySqlSpec {
+pub(crate) fn mysql_spec(t: Table) -> MySqlSpec {
     match t {
-        Tbl::Evals => MySqlSpec {
+        Table::Evals => MySqlSpec {
             order: Some(&[
                 "run_id",
                 "eval_type",
@@ -536,7 +439,7 @@ pub(crate) fn mysql_spec(t: Tbl) -> MySqlSpec {
             ]),
             ..Default::default()
         },
-        Tbl::Knowledge => MySqlSpec {
+        Table::Knowledge => MySqlSpec {
             order: Some(&[
                 "id",
                 "name",
@@ -556,15 +459,15 @@ pub(crate) fn mysql_spec(t: Tbl) -> MySqlSpec {
             skip_indexes: &["user_id_linked_to"],
             ..Default::default()
         },
-        Tbl::Metrics => MySqlSpec {
+        Table::Metrics => MySqlSpec {
             skip_indexes: &["aggregation_period"],
             ..Default::default()
         },
-        Tbl::Schedules => MySqlSpec {
+        Table::Schedules => MySqlSpec {
             owner_unique: &[("uq_user_name", &[OWNER_KEY, "name"])],
             ..Default::default()
         },
-        Tbl::Jobs => MySqlSpec {
+        Table::Jobs => MySqlSpec {
             owner_unique: &[("uq_jobs_idempotency_key", &["idempotency_key", OWNER_KEY])],
             ..Default::default()
         },
@@ -581,8 +484,8 @@ pub(crate) struct Ddl<'a> {
 
 impl Ddl<'_> {
     /// The qualified, quoted table reference.
-    pub(crate) fn table(&self, t: Tbl) -> String {
-        self.qualify(&self.names.name(t))
+    pub(crate) fn table(&self, t: Table) -> String {
+        self.qualify(self.names.get(t))
     }
 
     pub(crate) fn qualify(&self, name: &str) -> String {
@@ -606,7 +509,7 @@ impl Ddl<'_> {
     }
 
     /// The columns of a table in the dialect's physical order.
-    fn columns(&self, t: Tbl) -> Vec<&'static Column> {
+    fn columns(&self, t: Table) -> Vec<&'static Column> {
         let s = spec(t);
         match self.dialect.column_order(t) {
             Some(order) => order
@@ -619,7 +522,7 @@ impl Ddl<'_> {
 
     /// The generated owner column of a table with per-owner unique keys, where the dialect
     /// replaces partial unique indexes with them ([`Dialect::owner_unique_keys`]).
-    pub(crate) fn owner_key_def(&self, t: Tbl) -> Option<String> {
+    pub(crate) fn owner_key_def(&self, t: Table) -> Option<String> {
         self.dialect
             .owner_unique_keys(t)
             .is_some_and(|keys| !keys.is_empty())
@@ -632,9 +535,9 @@ impl Ddl<'_> {
             })
     }
 
-    pub(crate) fn create_table(&self, t: Tbl) -> String {
+    pub(crate) fn create_table(&self, t: Table) -> String {
         let s = spec(t);
-        let name = self.names.name(t);
+        let name = self.names.get(t).to_owned();
         let q = |c: &str| self.dialect.quote(c);
         let mut parts: Vec<String> = self
             .columns(t)
@@ -669,9 +572,9 @@ impl Ddl<'_> {
     /// SQLite and PostgreSQL say `IF NOT EXISTS`; MySQL cannot, so the caller checks the
     /// name first. Composite names: `idx_{table}_{cols}` (SQLite, PostgreSQL) or
     /// `{table}_{declared}` (MySQL), as agno names them.
-    pub(crate) fn create_indexes(&self, t: Tbl, existing: &[String]) -> Vec<(String, String)> {
+    pub(crate) fn create_indexes(&self, t: Table, existing: &[String]) -> Vec<(String, String)> {
         let s = spec(t);
-        let name = self.names.name(t);
+        let name = self.names.get(t).to_owned();
         let q = |c: &str| self.dialect.quote(c);
         let has = |c: &str| existing.iter().any(|e| e == c);
         let if_not_exists = self.dialect.if_not_exists();
@@ -711,10 +614,10 @@ impl Ddl<'_> {
     /// with the migration).
     pub(crate) fn partial_unique_indexes(
         &self,
-        t: Tbl,
+        t: Table,
         existing: &[String],
     ) -> Vec<(String, String)> {
-        let name = self.names.name(t);
+        let name = self.names.get(t).to_owned();
         let q = |c: &str| self.dialect.quote(c);
         if let Some(keys) = self.dialect.owner_unique_keys(t) {
             if !existing.iter().any(|c| c == OWNER_KEY) {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::dialect::{like_pattern, RowVersioning};
 use crate::exec::Versioned;
 use crate::run_cache::{RowVersions, Stamp};
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
 
@@ -73,7 +73,7 @@ impl SqlStore {
         let sql = format!(
             "SELECT session_id, run_id, run_index, created_at, {} AS run_data FROM {} WHERE session_id IN {list}",
             self.dialect.json_as_text("run_data"),
-            self.t(Tbl::Runs)
+            self.t(Table::Runs)
         );
         (sql, params)
     }
@@ -147,7 +147,7 @@ impl SqlStore {
             Some((Stamp::Rows(versions), runs)) => Some((versions, runs)),
             _ => None,
         };
-        let (version, runs_table) = (&versioning.version, self.t(Tbl::Runs));
+        let (version, runs_table) = (&versioning.version, self.t(Table::Runs));
         let seed = SqlValue::int(self.run_cache.seed());
         if let Some((v, cached_runs)) = &cached {
             let sql = format!(
@@ -267,7 +267,7 @@ impl SqlStore {
         let mut w = Where::default();
         w.eq("session_id", Some(session_id));
         w.eq("user_id", user_id);
-        let sql = format!("SELECT * FROM {}{}", self.t(Tbl::Sessions), w.sql());
+        let sql = format!("SELECT * FROM {}{}", self.t(Table::Sessions), w.sql());
         Ok(self.exec.query(&sql, w.params).await?.into_iter().next())
     }
 }
@@ -275,7 +275,7 @@ impl SqlStore {
 #[async_trait]
 impl SessionStore for SqlStore {
     async fn upsert_session(&self, session: Session) -> Result<Session> {
-        self.check(Tbl::Sessions)?;
+        self.check(Table::Sessions)?;
         let (component_col, data_col, component, data) = match session.session_type {
             SessionType::Agent => (
                 "agent_id",
@@ -294,7 +294,7 @@ impl SessionStore for SqlStore {
         let now = now_epoch_seconds();
         let d = self.dialect;
         let sql = self.upsert_sql(&Upsert {
-            table: Tbl::Sessions,
+            table: Table::Sessions,
             columns: &[
                 "session_id",
                 "session_type",
@@ -335,7 +335,7 @@ impl SessionStore for SqlStore {
         ];
         let stored = self
             .upsert_returning(
-                Tbl::Sessions,
+                Table::Sessions,
                 sql,
                 params,
                 "session_id, user_id",
@@ -365,7 +365,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
-        self.check(Tbl::Sessions)?;
+        self.check(Table::Sessions)?;
         let Some(row) = self
             .session_row(session_id, read.user_id.as_deref())
             .await?
@@ -381,7 +381,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
-        self.check(Tbl::Sessions)?;
+        self.check(Table::Sessions)?;
         let paging = limit_offset(&query.pagination)?;
         let order = order_by(self.dialect, &query.sort, Session::SORTABLE)?;
         let mut w = Where::default();
@@ -411,7 +411,7 @@ impl SessionStore for SqlStore {
         if let Some(e) = query.end_timestamp {
             w.push("created_at <= ?", [SqlValue::int(e)]);
         }
-        let from = format!("FROM {}{}", self.t(Tbl::Sessions), w.sql());
+        let from = format!("FROM {}{}", self.t(Table::Sessions), w.sql());
         let total = self.count(&from, w.params.clone()).await?;
         let sql = format!(
             "SELECT * {from}{}{paging}",
@@ -432,7 +432,7 @@ impl SessionStore for SqlStore {
         session_name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Session>> {
-        self.check(Tbl::Sessions)?;
+        self.check(Table::Sessions)?;
         let Some(row) = self.session_row(session_id, user_id).await? else {
             return Ok(None);
         };
@@ -443,7 +443,7 @@ impl SessionStore for SqlStore {
         w.eq("user_id", user_id);
         let sql = format!(
             "UPDATE {} SET session_data = ?, updated_at = ?{}",
-            self.t(Tbl::Sessions),
+            self.t(Table::Sessions),
             w.sql()
         );
         let mut params = vec![
@@ -465,7 +465,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.check(Tbl::Sessions)?;
+        self.check(Table::Sessions)?;
         if session_ids.is_empty() {
             return Ok(0);
         }
@@ -475,11 +475,11 @@ impl SessionStore for SqlStore {
         w.eq("user_id", user_id);
         let runs = format!(
             "DELETE FROM {} WHERE session_id IN (SELECT session_id FROM {}{})",
-            self.t(Tbl::Runs),
-            self.t(Tbl::Sessions),
+            self.t(Table::Runs),
+            self.t(Table::Sessions),
             w.sql()
         );
-        let sessions = format!("DELETE FROM {}{}", self.t(Tbl::Sessions), w.sql());
+        let sessions = format!("DELETE FROM {}{}", self.t(Table::Sessions), w.sql());
         self.transaction_count(vec![(runs, w.params.clone()), (sessions, w.params)])
             .await
     }

@@ -9,7 +9,7 @@ use agno_storage_core::{Error, ErrorKind, OpenMode, Result, SchemaVersion};
 use crate::dialect::Dialect;
 use crate::exec::{Executor, Statement};
 use crate::run_cache::{RunCache, DEFAULT_RUN_CACHE_BYTES};
-use crate::schema::{spec, Ddl, TableNames, Tbl};
+use crate::schema::{spec, Ddl, Table, TableNames, TABLES};
 use crate::value::{Row, SqlValue};
 
 pub(crate) struct SqlStore {
@@ -18,10 +18,10 @@ pub(crate) struct SqlStore {
     pub(crate) schema: Option<String>,
     pub(crate) names: TableNames,
     /// Tables that exist but lack columns this code needs: table → missing columns.
-    invalid: Mutex<HashMap<Tbl, Vec<String>>>,
+    invalid: Mutex<HashMap<Table, Vec<String>>>,
     /// Tables that do not exist in a database opened with [`OpenMode::Existing`] (which
     /// creates none): calls on them fail naming the table.
-    absent: Mutex<HashSet<Tbl>>,
+    absent: Mutex<HashSet<Table>>,
     /// Whether the sessions table still has agno 2.x's `runs` column.
     legacy_runs_column: AtomicBool,
     /// `upsert_run`'s statement, built on first use (the tables' names never change).
@@ -67,15 +67,15 @@ impl SqlStore {
     }
 
     /// The qualified, quoted table reference for SQL.
-    pub(crate) fn t(&self, t: Tbl) -> String {
+    pub(crate) fn t(&self, t: Table) -> String {
         self.ddl().table(t)
     }
 
     /// The table as agno names it in messages (`schema.table` on servers).
-    pub(crate) fn table_ref(&self, t: Tbl) -> String {
+    pub(crate) fn table_ref(&self, t: Table) -> String {
         match &self.schema {
-            Some(s) => format!("{s}.{}", self.names.name(t)),
-            None => self.names.name(t),
+            Some(s) => format!("{s}.{}", self.names.get(t)),
+            None => self.names.get(t).to_owned(),
         }
     }
 
@@ -84,7 +84,7 @@ impl SqlStore {
     }
 
     /// Refuses to touch a table that lacks columns until it is migrated.
-    pub(crate) fn check(&self, t: Tbl) -> Result<()> {
+    pub(crate) fn check(&self, t: Table) -> Result<()> {
         if self.is_absent(t) {
             return Err(Error::new(
                 ErrorKind::NotFound,
@@ -109,13 +109,13 @@ impl SqlStore {
     /// every agno release creates (damage no migration repairs) and how to repair them.
     /// The `SchemaMismatch` of a table that lacks columns no migration adds (damage, not a
     /// pending migration), if it does.
-    pub(crate) fn damage(&self, t: Tbl) -> Option<Error> {
+    pub(crate) fn damage(&self, t: Table) -> Option<Error> {
         let invalid = self.invalid.lock().unwrap_or_else(|p| p.into_inner());
         let error = self.missing_columns_error(t, invalid.get(&t)?);
         (error.kind() == ErrorKind::SchemaMismatch).then_some(error)
     }
 
-    fn missing_columns_error(&self, t: Tbl, missing: &[String]) -> Error {
+    fn missing_columns_error(&self, t: Table, missing: &[String]) -> Error {
         let added = crate::schema::migration_added_columns(t);
         let (pending, damaged): (Vec<&String>, Vec<&String>) =
             missing.iter().partition(|c| added.contains(&c.as_str()));
@@ -175,7 +175,7 @@ impl SqlStore {
     }
 
     /// Whether `t` was found missing by [`SqlStore::open_existing`].
-    pub(crate) fn is_absent(&self, t: Tbl) -> bool {
+    pub(crate) fn is_absent(&self, t: Table) -> bool {
         self.absent
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -195,7 +195,7 @@ impl SqlStore {
     /// of agno's tables exists; absent tables are remembered for [`SqlStore::check`].
     pub(crate) async fn open_existing(&self, what: &str) -> Result<()> {
         let mut found = 0;
-        for t in Tbl::ALL {
+        for t in TABLES {
             match self.columns(t).await? {
                 None => {
                     self.absent
@@ -220,14 +220,14 @@ impl SqlStore {
 
     /// Records which columns `t` lacks (see [`SqlStore::check`]) and whether the sessions
     /// table keeps agno 2.x's `runs`; true when nothing is missing.
-    fn validate(&self, t: Tbl, existing: &[String]) -> bool {
+    fn validate(&self, t: Table, existing: &[String]) -> bool {
         let missing: Vec<String> = spec(t)
             .columns
             .iter()
             .filter(|c| !existing.iter().any(|e| e == c.name))
             .map(|c| c.name.to_owned())
             .collect();
-        if t == Tbl::Sessions {
+        if t == Table::Sessions {
             self.legacy_runs_column
                 .store(existing.iter().any(|c| c == "runs"), Ordering::SeqCst);
         }
@@ -246,8 +246,8 @@ impl SqlStore {
     }
 
     /// The column names of a table, or `None` when it does not exist.
-    pub(crate) async fn columns(&self, t: Tbl) -> Result<Option<Vec<String>>> {
-        let name = self.names.name(t);
+    pub(crate) async fn columns(&self, t: Table) -> Result<Option<Vec<String>>> {
+        let name = self.names.get(t).to_owned();
         let (sql, params) = self.dialect.columns_query(self.schema.as_deref(), &name);
         let rows: Vec<Row> = self.exec.query(&sql, params).await?;
         if rows.is_empty() {
@@ -266,7 +266,7 @@ impl SqlStore {
         if let Some(schema) = &self.schema {
             self.dialect.create_schema(self, schema).await?;
         }
-        for t in Tbl::ALL {
+        for t in TABLES {
             self.ensure_table(t).await?;
         }
         Ok(())
@@ -275,13 +275,13 @@ impl SqlStore {
     /// Creates indexes from `(name, sql)` pairs, skipping existing ones.
     pub(crate) async fn create_indexes(
         &self,
-        t: Tbl,
+        t: Table,
         indexes: Vec<(String, String)>,
     ) -> Result<()> {
         self.dialect.create_indexes(self, t, indexes).await
     }
 
-    async fn ensure_table(&self, t: Tbl) -> Result<()> {
+    async fn ensure_table(&self, t: Table) -> Result<()> {
         match self.columns(t).await? {
             None => {
                 let ddl = self.ddl();
@@ -292,9 +292,8 @@ impl SqlStore {
                     }
                 }
                 self.refresh(t).await?;
-                if t != Tbl::Versions {
-                    self.stamp(&self.names.name(t), SchemaVersion::LATEST)
-                        .await?;
+                if t != Table::Versions {
+                    self.stamp(self.names.get(t), SchemaVersion::LATEST).await?;
                 }
                 Ok(())
             }
@@ -303,7 +302,7 @@ impl SqlStore {
     }
 
     /// Re-validates a table and creates its missing indexes (after creation or a migration).
-    pub(crate) async fn refresh(&self, t: Tbl) -> Result<()> {
+    pub(crate) async fn refresh(&self, t: Table) -> Result<()> {
         let existing = self.columns(t).await?.unwrap_or_default();
         if !self.validate(t, &existing) {
             return Ok(());
@@ -326,7 +325,7 @@ impl SqlStore {
         let now = iso_now();
         let d = self.dialect;
         let sql = self.upsert_sql(&Upsert {
-            table: Tbl::Versions,
+            table: Table::Versions,
             columns: &["table_name", "version", "created_at", "updated_at"],
             values: "(?, ?, ?, ?)".into(),
             conflict: "table_name",
@@ -440,7 +439,7 @@ pub(crate) fn in_list(values: &[String]) -> (String, Vec<SqlValue>) {
 /// One upsert: `INSERT … ON CONFLICT (…) DO UPDATE SET … WHERE guard` on SQLite and
 /// PostgreSQL, `INSERT … ON DUPLICATE KEY UPDATE col = IF(guard, new, col)` on MySQL.
 pub(crate) struct Upsert<'a> {
-    pub(crate) table: Tbl,
+    pub(crate) table: Table,
     /// Inserted columns, unquoted.
     pub(crate) columns: &'a [&'a str],
     /// The `VALUES` tuple, e.g. `(?, ?, ?)`.
@@ -459,7 +458,7 @@ pub(crate) struct Upsert<'a> {
 
 impl SqlStore {
     /// `SELECT * FROM {t} WHERE {column} = ?`, to read back what a write touched.
-    pub(crate) fn select_by(&self, t: Tbl, column: &str, value: &str) -> Statement {
+    pub(crate) fn select_by(&self, t: Table, column: &str, value: &str) -> Statement {
         (
             format!("SELECT * FROM {} WHERE {} = ?", self.t(t), self.q(column)),
             vec![SqlValue::text(value)],
@@ -474,7 +473,7 @@ impl SqlStore {
     /// [`Dialect::upsert_returning`]).
     pub(crate) async fn upsert_returning(
         &self,
-        table: Tbl,
+        table: Table,
         sql: String,
         params: Vec<SqlValue>,
         returning: &str,

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::exec::Statement;
 use crate::named::NamedSql;
 use crate::runs::RunWrite;
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::{SqlStore, Upsert};
 use crate::value::{Row, SqlValue};
 
@@ -51,7 +51,7 @@ pub(crate) enum ColType {
 /// One claim of a job or schedule: the first row by `order` that meets `predicate` gets
 /// `set` and is returned, and no two claimers get the same row.
 pub(crate) struct Claim<'a> {
-    pub(crate) table: Tbl,
+    pub(crate) table: Table,
     /// Which rows are claimable, with its parameters.
     pub(crate) predicate: (&'a str, Vec<SqlValue>),
     /// `ORDER BY` of the candidates.
@@ -166,13 +166,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn columns_query(&self, schema: Option<&str>, table: &str) -> Statement;
 
     /// Agno's physical column order of `t`, where it differs from the spec's.
-    fn column_order(&self, t: Tbl) -> Option<&'static [&'static str]> {
+    fn column_order(&self, t: Table) -> Option<&'static [&'static str]> {
         let _ = t;
         None
     }
 
     /// Whether agno declares the index (a column or a composite's declared name) on `t`.
-    fn declares_index(&self, t: Tbl, name: &str) -> bool {
+    fn declares_index(&self, t: Table, name: &str) -> bool {
         let _ = (t, name);
         true
     }
@@ -192,7 +192,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// over the generated owner column that replace agno's partial unique indexes of `t`.
     fn owner_unique_keys(
         &self,
-        t: Tbl,
+        t: Table,
     ) -> Option<&'static [(&'static str, &'static [&'static str])]> {
         let _ = t;
         None
@@ -209,7 +209,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn create_indexes(
         &self,
         s: &SqlStore,
-        t: Tbl,
+        t: Table,
         indexes: Vec<(String, String)>,
     ) -> Result<()> {
         let _ = t;
@@ -255,7 +255,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     async fn upsert_returning(
         &self,
         s: &SqlStore,
-        table: Tbl,
+        table: Table,
         (sql, params): Statement,
         returning: &str,
         key: (&str, SqlValue),

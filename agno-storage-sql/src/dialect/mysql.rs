@@ -11,7 +11,7 @@ use super::{count_of, like_pattern, Claim, ColType, Dialect, InsertChunk};
 use crate::exec::{NamedLock, Statement};
 use crate::named::NamedSql;
 use crate::runs::{run_param, RunWrite, RETURNED};
-use crate::schema::{mysql_spec, Tbl};
+use crate::schema::{mysql_spec, Table};
 use crate::store::{owned_by_other, SqlStore, Upsert};
 use crate::value::{Row, SqlValue};
 
@@ -19,13 +19,13 @@ use crate::value::{Row, SqlValue};
 pub(crate) struct MySql;
 
 /// The index names of a table (MySQL has no `CREATE INDEX IF NOT EXISTS`).
-async fn index_names(s: &SqlStore, t: Tbl) -> Result<Vec<String>> {
+async fn index_names(s: &SqlStore, t: Table) -> Result<Vec<String>> {
     s.exec
         .query(
             "SELECT DISTINCT index_name AS index_name FROM information_schema.statistics WHERE table_schema = ? AND table_name = ?",
             vec![
                 SqlValue::opt_text(s.schema.as_deref()),
-                SqlValue::text(s.names.name(t)),
+                SqlValue::text(s.names.get(t).to_owned()),
             ],
         )
         .await?
@@ -108,11 +108,11 @@ impl Dialect for MySql {
         )
     }
 
-    fn column_order(&self, t: Tbl) -> Option<&'static [&'static str]> {
+    fn column_order(&self, t: Table) -> Option<&'static [&'static str]> {
         mysql_spec(t).order
     }
 
-    fn declares_index(&self, t: Tbl, name: &str) -> bool {
+    fn declares_index(&self, t: Table, name: &str) -> bool {
         !mysql_spec(t).skip_indexes.contains(&name)
     }
 
@@ -126,7 +126,7 @@ impl Dialect for MySql {
 
     fn owner_unique_keys(
         &self,
-        t: Tbl,
+        t: Table,
     ) -> Option<&'static [(&'static str, &'static [&'static str])]> {
         Some(mysql_spec(t).owner_unique)
     }
@@ -153,7 +153,7 @@ impl Dialect for MySql {
     async fn create_indexes(
         &self,
         s: &SqlStore,
-        t: Tbl,
+        t: Table,
         indexes: Vec<(String, String)>,
     ) -> Result<()> {
         let present = index_names(s, t).await?;
@@ -195,7 +195,7 @@ impl Dialect for MySql {
     async fn upsert_returning(
         &self,
         s: &SqlStore,
-        table: Tbl,
+        table: Table,
         (sql, params): Statement,
         returning: &str,
         key: (&str, SqlValue),
@@ -349,7 +349,7 @@ impl Dialect for MySql {
             .query(
                 &format!(
                     "SELECT user_id FROM {} WHERE session_id = ? LOCK IN SHARE MODE",
-                    s.t(Tbl::Sessions)
+                    s.t(Table::Sessions)
                 ),
                 vec![SqlValue::text(&run.session_id)],
             )
@@ -379,7 +379,10 @@ impl Dialect for MySql {
         tx.execute(statement.sql(), params).await?;
         let rows = tx
             .query(
-                &format!("SELECT {RETURNED} FROM {} WHERE run_id = ?", s.t(Tbl::Runs)),
+                &format!(
+                    "SELECT {RETURNED} FROM {} WHERE run_id = ?",
+                    s.t(Table::Runs)
+                ),
                 vec![SqlValue::text(&run.run_id)],
             )
             .await?;
@@ -398,8 +401,8 @@ impl Dialect for MySql {
     /// dropped so it is recomputed per user (deleting an unfinished day loses nothing: it is
     /// recomputed anyway), and `user_id` ends without a default.
     async fn migrate_metrics(&self, s: &SqlStore, existing: &[String]) -> Result<StepOutcome> {
-        let name = s.names.name(Tbl::Metrics);
-        let table = s.t(Tbl::Metrics);
+        let name = s.names.get(Table::Metrics).to_owned();
+        let table = s.t(Table::Metrics);
         let mut changed = false;
         if !existing.iter().any(|c| c == "user_id") {
             s.exec
@@ -449,7 +452,7 @@ impl Dialect for MySql {
             match added {
                 Err(e)
                     if e.kind() == ErrorKind::AlreadyExists
-                        && index_names(s, Tbl::Metrics).await?.contains(&unique) => {}
+                        && index_names(s, Table::Metrics).await?.contains(&unique) => {}
                 other => {
                     other?;
                 }
@@ -509,7 +512,7 @@ impl Dialect for MySql {
                 .await?;
             changed = true;
         }
-        s.refresh(Tbl::Metrics).await?;
+        s.refresh(Table::Metrics).await?;
         Ok(if changed {
             StepOutcome::Applied
         } else {

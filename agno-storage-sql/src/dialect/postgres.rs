@@ -9,7 +9,7 @@ use crate::exec::Statement;
 use crate::migrate::{drop_unfinished_metrics, rekey_metrics};
 use crate::named::NamedSql;
 use crate::runs::{run_param, RunWrite, RETURNED};
-use crate::schema::Tbl;
+use crate::schema::Table;
 use crate::store::SqlStore;
 use crate::value::SqlValue;
 
@@ -139,8 +139,8 @@ impl Dialect for Postgres {
         if existing.iter().any(|c| c == "user_id") {
             return Ok(StepOutcome::NothingToDo);
         }
-        let name = s.names.name(Tbl::Metrics);
-        let table = s.t(Tbl::Metrics);
+        let name = s.names.get(Table::Metrics).to_owned();
+        let table = s.t(Table::Metrics);
         let statements = vec![
             (format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS user_id VARCHAR NOT NULL DEFAULT ''"), vec![]),
             (format!("ALTER TABLE {table} ALTER COLUMN user_id DROP DEFAULT"), vec![]),

@@ -12,7 +12,7 @@ use crate::exec::Statement;
 use crate::migrate::{drop_unfinished_metrics, rekey_metrics};
 use crate::named::NamedSql;
 use crate::runs::{run_param, RunWrite, RETURNED};
-use crate::schema::{spec, Tbl};
+use crate::schema::{spec, Table};
 use crate::store::SqlStore;
 use crate::value::{Row, SqlValue};
 
@@ -169,8 +169,8 @@ impl Dialect for Sqlite {
         if existing.iter().any(|c| c == "user_id") {
             return Ok(StepOutcome::NothingToDo);
         }
-        let name = s.names.name(Tbl::Metrics);
-        let table = s.t(Tbl::Metrics);
+        let name = s.names.get(Table::Metrics).to_owned();
+        let table = s.t(Table::Metrics);
         let backup_name = format!("{name}_pre_v3_0_0");
         let backup = s.ddl().qualify(&backup_name);
         let indexes = s
@@ -183,7 +183,7 @@ impl Dialect for Sqlite {
                 vec![],
             )
             .await?;
-        let carried: Vec<String> = spec(Tbl::Metrics)
+        let carried: Vec<String> = spec(Table::Metrics)
             .columns
             .iter()
             .filter(|c| c.name != "user_id" && existing.iter().any(|e| e == c.name))
@@ -199,7 +199,7 @@ impl Dialect for Sqlite {
                 vec![],
             ));
         }
-        statements.push((s.ddl().create_table(Tbl::Metrics), vec![]));
+        statements.push((s.ddl().create_table(Table::Metrics), vec![]));
         statements.push((
             format!(
                 "INSERT INTO {table} ({0}, user_id) SELECT {0}, '' FROM {backup}",
