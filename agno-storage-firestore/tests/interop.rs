@@ -8,61 +8,16 @@
 //! `./scripts/test.sh` sets them all). Without them the tests are skipped with a note, except
 //! under `CI=true`, where they fail.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use agno_storage_core::{AgnoDb, MigrationManager, RunRecord, SessionRead};
+use agno_storage_core::{async_trait, AgnoDb, RunRecord};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
 use agno_storage_testkit::interop::{
-    agno_python, assert_agno_read_fixture, read_agno_fixture, run_driver, write_fixture,
-    FixtureReadBack,
+    agno_json, agno_python, assert_agno_document_shapes, assert_raw_migrations_agree, runtime,
+    FixtureReadBack, InteropTarget,
 };
 use agno_storage_testkit::servers::ci;
-use serde_json::{json, Value};
-
-fn env(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(p) => Some(p),
-        Err(_) if ci() => panic!("CI=true but {var} is not set; run ./scripts/test.sh"),
-        Err(_) => {
-            eprintln!(
-                "note: {var} is not set; skipping agno Firestore interop (./scripts/test.sh sets it)"
-            );
-            None
-        }
-    }
-}
-
-fn driver() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_firestore_driver.py")
-}
-
-/// Runs the agno driver and returns its stdout.
-fn agno(python: &str, command: &str, target: &Target) -> String {
-    let target = target.for_python();
-    run_driver(
-        python,
-        &[driver().as_os_str(), command.as_ref(), target.as_ref()],
-    )
-}
-
-fn json_out(python: &str, command: &str, target: &Target) -> Value {
-    let out = agno(python, command, target);
-    let last = out
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or_default();
-    serde_json::from_str(last).expect("the driver prints JSON")
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
+use serde_json::json;
 
 /// A fresh project on the emulator, reachable from both sides.
 struct Target {
@@ -70,7 +25,7 @@ struct Target {
 }
 
 impl Target {
-    fn new(_host: &str, label: &str) -> Target {
+    fn new(label: &str) -> Target {
         Target {
             name: format!(
                 "agno-interop-{label}-{}",
@@ -78,9 +33,16 @@ impl Target {
             ),
         }
     }
+}
 
-    fn for_python(&self) -> String {
-        format!("firestore:{}", self.name)
+#[async_trait]
+impl InteropTarget for Target {
+    fn driver(&self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_firestore_driver.py")
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![format!("firestore:{}", self.name)]
     }
 
     async fn open(&self) -> AgnoDb {
@@ -91,135 +53,53 @@ impl Target {
     }
 }
 
-/// The interpreters and emulator, or `None` (skip) when not configured.
-fn setup() -> Option<(String, String, String)> {
-    let host = env("FIRESTORE_EMULATOR_HOST")?;
-    let v2 = agno_python("AGNO_TEST_PYTHON_V2")?;
-    let v3 = agno_python("AGNO_TEST_PYTHON_V3")?;
-    Some((host, v2, v3))
-}
-
-/// The fields of a raw document (without the driver's `_id`, the document id).
-fn keys(doc: &Value) -> BTreeSet<String> {
-    doc.as_object()
-        .map(|m| m.keys().filter(|k| *k != "_id").cloned().collect())
-        .unwrap_or_default()
+/// The interpreters, or `None` (skip) when the emulator or a venv is not configured.
+fn setup() -> Option<(String, String)> {
+    if std::env::var("FIRESTORE_EMULATOR_HOST").is_err() {
+        assert!(
+            !ci(),
+            "CI=true but FIRESTORE_EMULATOR_HOST is not set; run ./scripts/test.sh"
+        );
+        eprintln!("note: FIRESTORE_EMULATOR_HOST is not set; skipping agno Firestore interop (./scripts/test.sh sets it)");
+        return None;
+    }
+    Some((
+        agno_python("AGNO_TEST_PYTHON_V2")?,
+        agno_python("AGNO_TEST_PYTHON_V3")?,
+    ))
 }
 
 /// agno 2.9.0 writes A and B; we migrate A, agno 3.1.10 migrates B; agno reads both the same.
 #[test]
 fn v2_database_migrates_like_agno() {
-    let Some((url, v2, v3)) = setup() else { return };
-    let (a, b) = (Target::new(&url, "v2a"), Target::new(&url, "v2b"));
-    agno(&v2, "write-v2", &a);
-    agno(&v2, "write-v2", &b);
-    runtime().block_on(async {
-        let db = a.open().await;
-        let report = MigrationManager::new(db.migrations().unwrap())
-            .up()
-            .await
-            .expect("our migration");
-        assert_eq!(report.stamped.len(), 8, "{report:?}");
-        let s = db
-            .sessions()
-            .unwrap()
-            .get_session("v2-s-team", SessionRead::for_user("bob"))
-            .await
-            .unwrap()
-            .expect("team session");
-        let ids: Vec<String> = s
-            .runs
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(agno_storage_core::RunJson::run_id)
-            .collect();
-        assert_eq!(ids, ["v2-t0", "v2-t0-m1"]);
-    });
-    agno(&v3, "migrate-v3", &b);
-    let (ours, theirs) = (json_out(&v3, "dump-v3", &a), json_out(&v3, "dump-v3", &b));
-    assert_eq!(
-        ours, theirs,
-        "agno 3.1.10 reads our migration differently from its own"
-    );
-    assert_eq!(ours["runs"].as_array().map(Vec::len), Some(5), "{ours}");
-    assert!(
-        ours["versions"]
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|v| v == "3.0.0"),
-        "{ours}"
-    );
-    // The copied run documents are the ones agno's migration writes (only `updated_at`,
-    // a copy time, differs).
-    let strip = |raw: &Value, coll: &str| -> Vec<Value> {
-        let mut runs = raw[coll].as_array().cloned().unwrap_or_default();
-        for r in &mut runs {
-            if let Some(m) = r.as_object_mut() {
-                m.remove("updated_at");
-                // agno's auto ids differ between the two projects.
-                if coll == "agno_sessions" {
-                    m.remove("_id");
-                }
-            }
-        }
-        runs.sort_by_key(|r| r.to_string());
-        runs
-    };
-    let (raw_ours, raw_theirs) = (json_out(&v3, "raw", &a), json_out(&v3, "raw", &b));
-    assert_eq!(
-        strip(&raw_ours, "agno_runs"),
-        strip(&raw_theirs, "agno_runs")
-    );
-    // Sessions are untouched by both migrations (agno 2.9.0 wrote their `updated_at`).
-    assert_eq!(
-        strip(&raw_ours, "agno_sessions"),
-        strip(&raw_theirs, "agno_sessions")
+    let Some((v2, v3)) = setup() else { return };
+    let (a, b) = (Target::new("v2a"), Target::new("v2b"));
+    agno_storage_testkit::interop::v2_migrates_like_agno(&v2, &v3, &a, &b);
+    assert_raw_migrations_agree(
+        &agno_json(&v3, "raw", &a),
+        &agno_json(&v3, "raw", &b),
+        &["_id"],
     );
 }
 
 /// We write; agno 3.1.10 reads it back, and the documents have agno's shapes.
 #[test]
 fn agno_reads_what_we_write() {
-    let Some((url, _, v3)) = setup() else { return };
-    let target = Target::new(&url, "ours");
-    runtime().block_on(async {
-        let db = target.open().await;
-        write_fixture(&db).await;
-    });
-    let d = json_out(&v3, "dump-v3", &target);
+    let Some((_, v3)) = setup() else { return };
+    let target = Target::new("ours");
     // agno 3.1.10's FirestoreDb returns no `runs` on a session read (it does the same for
     // its own sessions), and hands back a memory's `created_at` as the ISO text it stores.
     let firestore = FixtureReadBack {
         runs_on_sessions: false,
         memory_created_at: Some(json!("2024-07-03T09:50:00")),
     };
-    assert_agno_read_fixture(&d, &firestore);
-
-    let raw = json_out(&v3, "raw", &target);
-    let agent_session: BTreeSet<String> = [
-        "session_id",
-        "session_type",
-        "agent_id",
-        "user_id",
-        "agent_data",
-        "session_data",
-        "summary",
-        "metadata",
-        "created_at",
-        "updated_at",
-    ]
-    .iter()
-    .map(|k| k.to_string())
-    .collect();
+    agno_storage_testkit::interop::agno_reads_what_we_write(&v3, &target, &firestore);
+    let raw = agno_json(&v3, "raw", &target);
+    assert_agno_document_shapes(&raw, &["_id"]);
     let ours = raw["agno_sessions"]
         .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["session_id"] == "rs-s1")
-        .unwrap();
-    assert_eq!(keys(ours), agent_session, "agent session document: {ours}");
+        .and_then(|all| all.iter().find(|s| s["session_id"] == "rs-s1"))
+        .expect("session rs-s1");
     assert_eq!(ours["_id"], "rs-s1", "deterministic session document id");
     for (coll, key) in [
         ("agno_runs", "run_id"),
@@ -230,46 +110,18 @@ fn agno_reads_what_we_write() {
             assert_eq!(d["_id"], d[key], "{coll} document id");
         }
     }
-    let run_row: BTreeSet<String> = [
-        "run_id",
-        "session_id",
-        "run_type",
-        "run_index",
-        "user_id",
-        "agent_id",
-        "team_id",
-        "workflow_id",
-        "parent_run_id",
-        "status",
-        "run_data",
-        "created_at",
-        "updated_at",
-    ]
-    .iter()
-    .map(|k| k.to_string())
-    .collect();
-    for r in raw["agno_runs"].as_array().unwrap() {
-        assert_eq!(keys(r), run_row, "run document: {r}");
-    }
-    let stamps = raw["agno_schema_versions"].as_array().unwrap();
-    assert!(stamps.iter().all(|s| keys(s)
-        == ["table_name", "updated_at", "version"]
-            .iter()
-            .map(|k| k.to_string())
-            .collect()));
 }
 
 /// agno 3.1.10 writes; we read it back.
 #[test]
 fn we_read_what_agno_writes() {
-    let Some((url, _, v3)) = setup() else { return };
-    let target = Target::new(&url, "theirs");
-    agno(&v3, "write-v3", &target);
+    let Some((_, v3)) = setup() else { return };
+    let target = Target::new("theirs");
+    let m = agno_storage_testkit::interop::we_read_what_agno_writes(&v3, &target);
+    // agno's FirestoreDb stores `created_at` as ISO text: it reads back as epoch seconds.
+    assert_eq!(m.created_at, 1_710_000_100);
     runtime().block_on(async {
         let db = target.open().await;
-        let m = read_agno_fixture(&db).await;
-        // agno's FirestoreDb stores `created_at` as ISO text: it reads back as epoch seconds.
-        assert_eq!(m.created_at, 1_710_000_100);
         // A run appended by us continues agno's numbering.
         let next = RunRecord::from_run_data(
             "py-s1",

@@ -11,37 +11,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use agno_storage_core::{AgnoDb, MigrationManager, SessionRead};
+use agno_storage_core::{async_trait, AgnoDb};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_testkit::interop::{
-    agno_python, agno_surrogate_read_back, assert_agno_read_fixture, assert_surrogate_reads,
-    read_agno_fixture, run_driver, write_fixture, FixtureReadBack,
+    agno, agno_python, agno_surrogate_read_back, assert_surrogate_reads, runtime, FixtureReadBack,
+    InteropTarget,
 };
-use serde_json::Value;
-
-fn driver() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_driver.py")
-}
-
-/// Runs the agno driver and returns its stdout.
-fn agno(python: &str, command: &str, target: &str) -> String {
-    run_driver(
-        python,
-        &[driver().as_os_str(), command.as_ref(), target.as_ref()],
-    )
-}
-
-fn dump(python: &str, target: &str) -> Value {
-    serde_json::from_str(&agno(python, "dump-v3", target)).expect("dump-v3 prints JSON")
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 fn temp_db(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join("agno-storage-interop");
@@ -63,14 +38,19 @@ enum Target {
     },
 }
 
-impl Target {
-    fn for_python(&self) -> String {
-        match self {
+#[async_trait]
+impl InteropTarget for Target {
+    fn driver(&self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_driver.py")
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![match self {
             Target::Sqlite(p) => format!("sqlite:{}", p.display()),
             Target::Postgres { url, schema } => format!("postgres:{url}#{schema}"),
             #[cfg(feature = "mysql")]
             Target::MySql { url, database } => format!("mysql:{url}#{database}"),
-        }
+        }]
     }
 
     async fn open(&self) -> AgnoDb {
@@ -120,79 +100,33 @@ fn mysql_target(name: &str) -> Option<Target> {
     }
 }
 
-/// agno 2.9.0 writes A and B; we migrate A, agno 3.1.10 migrates B; agno reads both the same.
+/// The shared scenarios (`agno_storage_testkit::interop`), when both venvs are configured.
 fn v2_migrates_like_agno(a: Target, b: Target) {
-    let (Some(v2), Some(v3)) = (
+    if let (Some(v2), Some(v3)) = (
         agno_python("AGNO_TEST_PYTHON_V2"),
         agno_python("AGNO_TEST_PYTHON_V3"),
-    ) else {
-        return;
-    };
-    agno(&v2, "write-v2", &a.for_python());
-    agno(&v2, "write-v2", &b.for_python());
-    runtime().block_on(async {
-        let db = a.open().await;
-        let report = MigrationManager::new(db.migrations().unwrap())
-            .up()
-            .await
-            .expect("our migration");
-        assert!(!report.stamped.is_empty());
-        let s = db
-            .sessions()
-            .unwrap()
-            .get_session("v2-s-team", SessionRead::for_user("bob"))
-            .await
-            .unwrap()
-            .expect("team session");
-        let ids: Vec<String> = s
-            .runs
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(agno_storage_core::RunJson::run_id)
-            .collect();
-        assert_eq!(ids, ["v2-t0", "v2-t0-m1"]);
-    });
-    agno(&v3, "migrate-v3", &b.for_python());
-    let (ours, theirs) = (dump(&v3, &a.for_python()), dump(&v3, &b.for_python()));
-    assert_eq!(
-        ours, theirs,
-        "agno 3.1.10 reads our migration differently from its own"
-    );
-    assert_eq!(ours["runs"].as_array().map(Vec::len), Some(5), "{ours}");
-    assert!(
-        ours["versions"]
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|v| v == "3.0.0"),
-        "{ours}"
-    );
+    ) {
+        agno_storage_testkit::interop::v2_migrates_like_agno(&v2, &v3, &a, &b);
+    }
 }
 
-/// We write; agno 3.1.10 reads it back.
 fn agno_reads_what_we_write(target: Target) {
-    let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
-        return;
-    };
-    runtime().block_on(async { write_fixture(&target.open().await).await });
-    assert_agno_read_fixture(
-        &dump(&v3, &target.for_python()),
-        &FixtureReadBack::default(),
-    );
+    if let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") {
+        agno_storage_testkit::interop::agno_reads_what_we_write(
+            &v3,
+            &target,
+            &FixtureReadBack::default(),
+        );
+    }
 }
 
-/// agno 3.1.10 writes; we read it back.
+/// Our tables exist first (agno's driver writes into them).
 fn we_read_what_agno_writes(target: Target) {
-    let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
-        return;
-    };
-    runtime().block_on(async { target.open().await });
-    agno(&v3, "write-v3", &target.for_python());
-    runtime().block_on(async {
-        let m = read_agno_fixture(&target.open().await).await;
+    if let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") {
+        runtime().block_on(async { target.open().await });
+        let m = agno_storage_testkit::interop::we_read_what_agno_writes(&v3, &target);
         assert_eq!(m.created_at, 1_710_000_100);
-    });
+    }
 }
 
 #[test]
@@ -303,7 +237,7 @@ fn mysql_tables_match_agno() {
     let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
         return;
     };
-    agno(&v3, "create-v3", &theirs.for_python());
+    agno(&v3, "create-v3", &theirs);
     let (Target::MySql { url, database: a }, Target::MySql { database: b, .. }) = (&ours, &theirs)
     else {
         unreachable!("MySQL targets");
@@ -354,7 +288,7 @@ fn sqlite_lone_surrogates_agno_writes_are_kept_byte_identical() {
     };
     let path = temp_db("surrogates");
     let target = Target::Sqlite(path.clone());
-    agno(&v3, "write-surrogates", &target.for_python());
+    agno(&v3, "write-surrogates", &target);
     let stored = stored_run_text(&path, "sur-r1");
     assert!(stored.contains(r"caf\udce9.txt"), "{stored}");
     runtime().block_on(async {
@@ -373,7 +307,7 @@ fn sqlite_lone_surrogates_agno_writes_are_kept_byte_identical() {
         "byte-identical after an update"
     );
     assert_eq!(
-        agno(&v3, "read-surrogates", &target.for_python()).trim(),
+        agno(&v3, "read-surrogates", &target).trim(),
         agno_surrogate_read_back("Renamed in Rust", &[])
     );
 }

@@ -58,14 +58,18 @@ pub fn run_driver<S: AsRef<OsStr>>(python: &str, args: &[S]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// [`run_driver`]'s stdout as JSON: its last line (agno may log before it).
+/// [`run_driver`]'s stdout as JSON: its last non-blank line (agno may log before it).
 ///
 /// # Panics
 ///
 /// As [`run_driver`], and when the last line is not JSON.
 pub fn run_driver_json<S: AsRef<OsStr>>(python: &str, args: &[S]) -> Value {
     let out = run_driver(python, args);
-    let last = out.lines().last().unwrap_or_default();
+    let last = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
     serde_json::from_str(last).unwrap_or_else(|e| panic!("driver output is not JSON ({e}): {out}"))
 }
 
@@ -343,4 +347,234 @@ pub async fn assert_surrogate_reads(db: &AgnoDb) -> String {
         page.unreadable[0].error
     );
     text
+}
+
+/// One database that both agno (through a driver script) and this crate open: a backend's
+/// side of the shared interop scenarios ([`v2_migrates_like_agno`],
+/// [`agno_reads_what_we_write`], [`we_read_what_agno_writes`]). Make a fresh one per
+/// scenario.
+#[agno_storage_core::async_trait]
+pub trait InteropTarget: Sync {
+    /// The driver script (`interop/agno_*driver.py`).
+    fn driver(&self) -> std::path::PathBuf;
+
+    /// The driver's arguments after the command that name this database.
+    fn args(&self) -> Vec<String>;
+
+    /// Our handle on this database.
+    async fn open(&self) -> AgnoDb;
+}
+
+/// Runs `command` of `target`'s driver with `python`: its stdout.
+///
+/// # Panics
+///
+/// As [`run_driver`].
+pub fn agno<T: InteropTarget + ?Sized>(python: &str, command: &str, target: &T) -> String {
+    let mut args = vec![target.driver().into_os_string(), command.into()];
+    args.extend(target.args().into_iter().map(Into::into));
+    run_driver(python, &args)
+}
+
+/// [`agno`]'s stdout as JSON (its last line).
+///
+/// # Panics
+///
+/// As [`run_driver_json`].
+pub fn agno_json<T: InteropTarget + ?Sized>(python: &str, command: &str, target: &T) -> Value {
+    let mut args = vec![target.driver().into_os_string(), command.into()];
+    args.extend(target.args().into_iter().map(Into::into));
+    run_driver_json(python, &args)
+}
+
+/// A two-thread runtime for a scenario's own calls.
+///
+/// # Panics
+///
+/// When the runtime cannot start.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// agno 2.9.0 writes `a` and `b`; we migrate `a` (and read its team session's runs), agno
+/// 3.1.10 migrates `b`; agno 3.1.10 reads both the same, five runs, every table at 3.0.0.
+/// Returns agno's read of `a` (`dump-v3`).
+///
+/// # Panics
+///
+/// On the first difference.
+pub fn v2_migrates_like_agno<T: InteropTarget>(v2: &str, v3: &str, a: &T, b: &T) -> Value {
+    agno(v2, "write-v2", a);
+    agno(v2, "write-v2", b);
+    runtime().block_on(async {
+        let db = a.open().await;
+        let report = agno_storage_core::MigrationManager::new(db.migrations().unwrap())
+            .up()
+            .await
+            .expect("our migration");
+        assert!(!report.stamped.is_empty(), "{report:?}");
+        let s = db
+            .sessions()
+            .unwrap()
+            .get_session("v2-s-team", SessionRead::for_user("bob"))
+            .await
+            .unwrap()
+            .expect("team session");
+        let ids: Vec<String> = s
+            .runs
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(agno_storage_core::RunJson::run_id)
+            .collect();
+        assert_eq!(ids, ["v2-t0", "v2-t0-m1"]);
+    });
+    agno(v3, "migrate-v3", b);
+    let (ours, theirs) = (agno_json(v3, "dump-v3", a), agno_json(v3, "dump-v3", b));
+    assert_eq!(
+        ours, theirs,
+        "agno 3.1.10 reads our migration differently from its own"
+    );
+    assert_eq!(ours["runs"].as_array().map(Vec::len), Some(5), "{ours}");
+    assert!(
+        ours["versions"]
+            .as_object()
+            .is_some_and(|v| v.values().all(|v| v == "3.0.0")),
+        "{ours}"
+    );
+    ours
+}
+
+/// We write [`write_fixture`] into `target`; agno 3.1.10 reads it back as `expect` says.
+/// Returns agno's read (`dump-v3`).
+///
+/// # Panics
+///
+/// On the first difference.
+pub fn agno_reads_what_we_write<T: InteropTarget>(
+    v3: &str,
+    target: &T,
+    expect: &FixtureReadBack,
+) -> Value {
+    runtime().block_on(async { write_fixture(&target.open().await).await });
+    let dump = agno_json(v3, "dump-v3", target);
+    assert_agno_read_fixture(&dump, expect);
+    dump
+}
+
+/// agno 3.1.10 writes its fixture into `target`; we read it back ([`read_agno_fixture`]).
+/// Returns the memory read, whose timestamps differ per agno adapter.
+///
+/// # Panics
+///
+/// On the first difference.
+pub fn we_read_what_agno_writes<T: InteropTarget>(v3: &str, target: &T) -> UserMemory {
+    agno(v3, "write-v3", target);
+    runtime().block_on(async { read_agno_fixture(&target.open().await).await })
+}
+
+/// Asserts that a driver's `raw` output (the stored documents by collection name) holds
+/// [`write_fixture`]'s records in agno's document shapes: agent session `rs-s1`'s fields,
+/// every run's, every schema stamp's. Fields in `ignore` (a document id a driver adds) are
+/// left out.
+///
+/// # Panics
+///
+/// On the first document whose fields differ.
+pub fn assert_agno_document_shapes(raw: &Value, ignore: &[&str]) {
+    let keys = |doc: &Value| -> Vec<String> {
+        let mut k: Vec<String> = doc
+            .as_object()
+            .map(|m| {
+                m.keys()
+                    .filter(|k| !ignore.contains(&k.as_str()))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        k.sort();
+        k
+    };
+    let sorted = |names: &[&str]| -> Vec<String> {
+        let mut k: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        k.sort();
+        k
+    };
+    let session = raw["agno_sessions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["session_id"] == "rs-s1"))
+        .unwrap_or_else(|| panic!("no session rs-s1 in {raw}"));
+    assert_eq!(
+        keys(session),
+        sorted(&[
+            "session_id",
+            "session_type",
+            "agent_id",
+            "user_id",
+            "agent_data",
+            "session_data",
+            "summary",
+            "metadata",
+            "created_at",
+            "updated_at",
+        ]),
+        "agent session document: {session}"
+    );
+    let run_fields = sorted(&[
+        "run_id",
+        "session_id",
+        "run_type",
+        "run_index",
+        "user_id",
+        "agent_id",
+        "team_id",
+        "workflow_id",
+        "parent_run_id",
+        "status",
+        "run_data",
+        "created_at",
+        "updated_at",
+    ]);
+    for r in raw["agno_runs"].as_array().into_iter().flatten() {
+        assert_eq!(keys(r), run_fields, "run document: {r}");
+    }
+    for s in raw["agno_schema_versions"].as_array().into_iter().flatten() {
+        assert_eq!(
+            keys(s),
+            sorted(&["table_name", "updated_at", "version"]),
+            "schema stamp: {s}"
+        );
+    }
+}
+
+/// Asserts that after [`v2_migrates_like_agno`] the stored documents (a driver's `raw`
+/// output) of our migration and agno's agree: the copied runs are the ones agno's migration
+/// writes and the sessions are untouched by both, but for `updated_at` (a copy time) and
+/// the session fields in `session_ids` (ids a server assigns apart).
+///
+/// # Panics
+///
+/// On the first difference.
+pub fn assert_raw_migrations_agree(ours: &Value, theirs: &Value, session_ids: &[&str]) {
+    let strip = |raw: &Value, coll: &str| -> Vec<Value> {
+        let mut docs = raw[coll].as_array().cloned().unwrap_or_default();
+        for d in &mut docs {
+            if let Some(m) = d.as_object_mut() {
+                m.remove("updated_at");
+                if coll == "agno_sessions" {
+                    for k in session_ids {
+                        m.remove(*k);
+                    }
+                }
+            }
+        }
+        docs.sort_by_key(Value::to_string);
+        docs
+    };
+    assert_eq!(strip(ours, "agno_runs"), strip(theirs, "agno_runs"));
+    assert_eq!(strip(ours, "agno_sessions"), strip(theirs, "agno_sessions"));
 }
