@@ -13,44 +13,39 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use agno_storage_core::{AgnoDb, MigrationManager, SessionRead};
+use agno_storage_core::{async_trait, AgnoDb};
 use agno_storage_json::JsonDb;
 use agno_storage_testkit::interop::{
-    agno_python, agno_surrogate_read_back, assert_agno_read_fixture, assert_surrogate_reads,
-    read_agno_fixture, run_driver, write_fixture, FixtureReadBack,
+    agno, agno_json, agno_python, agno_surrogate_read_back, assert_surrogate_reads, runtime,
+    FixtureReadBack, InteropTarget,
 };
 use serde_json::Value;
 
-fn driver() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_json_driver.py")
+/// A scratch directory both sides open.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(label: &str) -> Dir {
+        Dir(common::scratch_dir(label))
+    }
 }
 
-/// Runs the agno driver on `dir` and returns its stdout.
-fn agno(python: &str, command: &str, dir: &Path) -> String {
-    let target = format!("json:{}", dir.display());
-    run_driver(
-        python,
-        &[driver().as_os_str(), command.as_ref(), target.as_ref()],
-    )
-}
+#[async_trait]
+impl InteropTarget for Dir {
+    fn driver(&self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_json_driver.py")
+    }
 
-fn agno_json(python: &str, command: &str, dir: &Path) -> Value {
-    serde_json::from_str(&agno(python, command, dir)).expect("the driver prints JSON")
-}
+    fn args(&self) -> Vec<String> {
+        vec![format!("json:{}", self.0.display())]
+    }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-async fn open(dir: &Path) -> AgnoDb {
-    JsonDb::open_local(dir)
-        .await
-        .expect("open the directory")
-        .agno_db()
+    async fn open(&self) -> AgnoDb {
+        JsonDb::open_local(&self.0)
+            .await
+            .expect("open the directory")
+            .agno_db()
+    }
 }
 
 #[test]
@@ -61,50 +56,11 @@ fn v2_directory_migrates_like_agno() {
     ) else {
         return;
     };
-    let (a, b) = (common::scratch_dir("v2a"), common::scratch_dir("v2b"));
-    agno(&v2, "write-v2", &a);
-    agno(&v2, "write-v2", &b);
-    runtime().block_on(async {
-        let db = open(&a).await;
-        let report = MigrationManager::new(db.migrations().unwrap())
-            .up()
-            .await
-            .expect("our migration");
-        assert!(!report.stamped.is_empty());
-        let s = db
-            .sessions()
-            .unwrap()
-            .get_session("v2-s-team", SessionRead::for_user("bob"))
-            .await
-            .unwrap()
-            .expect("team session");
-        let ids: Vec<String> = s
-            .runs
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(agno_storage_core::RunJson::run_id)
-            .collect();
-        assert_eq!(ids, ["v2-t0", "v2-t0-m1"]);
-    });
-    agno(&v3, "migrate-v3", &b);
-    let (ours, theirs) = (agno_json(&v3, "dump-v3", &a), agno_json(&v3, "dump-v3", &b));
-    assert_eq!(
-        ours, theirs,
-        "agno 3.1.10 reads our migration differently from its own"
-    );
-    assert_eq!(ours["runs"].as_array().map(Vec::len), Some(5), "{ours}");
-    assert!(
-        ours["versions"]
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|v| v == "3.0.0"),
-        "{ours}"
-    );
+    let (a, b) = (Dir::new("v2a"), Dir::new("v2b"));
+    agno_storage_testkit::interop::v2_migrates_like_agno(&v2, &v3, &a, &b);
     // The legacy blob stays as agno's backup, so agno's own cleanup still refuses unforced.
     let sessions: Value =
-        serde_json::from_slice(&std::fs::read(a.join("agno_sessions.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(a.0.join("agno_sessions.json")).unwrap()).unwrap();
     assert!(sessions[0]["runs"].is_array());
 }
 
@@ -113,19 +69,12 @@ fn agno_reads_what_we_write() {
     let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
         return;
     };
-    let dir = common::scratch_dir("ours");
-    runtime().block_on(async {
-        let db = open(&dir).await;
-        write_fixture(&db).await;
-    });
-    let d = agno_json(&v3, "dump-v3", &dir);
-    assert_agno_read_fixture(
-        &d,
-        &FixtureReadBack {
-            memory_created_at: None,
-            ..FixtureReadBack::default()
-        },
-    );
+    let dir = Dir::new("ours");
+    let read_back = FixtureReadBack {
+        memory_created_at: None,
+        ..FixtureReadBack::default()
+    };
+    let d = agno_storage_testkit::interop::agno_reads_what_we_write(&v3, &dir, &read_back);
     assert_eq!(d["sessions"][0]["created_at"], 1_720_000_000);
     let memories = agno_json(&v3, "memories-v3", &dir);
     assert_eq!(memories[0]["created_at"], 1_720_000_200, "{memories}");
@@ -136,14 +85,14 @@ fn we_read_what_agno_writes() {
     let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
         return;
     };
-    let dir = common::scratch_dir("theirs");
-    agno(&v3, "write-v3", &dir);
+    let dir = Dir::new("theirs");
+    let m = agno_storage_testkit::interop::we_read_what_agno_writes(&v3, &dir);
+    assert_eq!(m.created_at, 1_710_000_100);
     runtime().block_on(async {
-        let db = open(&dir).await;
-        let m = read_agno_fixture(&db).await;
-        assert_eq!(m.created_at, 1_710_000_100);
         // A write of ours into agno's directory keeps agno's layout readable to agno.
-        db.sessions()
+        dir.open()
+            .await
+            .sessions()
             .unwrap()
             .rename_session("py-s1", "Renamed by Rust", Some("carol"))
             .await
@@ -167,13 +116,13 @@ fn lone_surrogates_agno_writes_are_kept_byte_identical() {
     let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
         return;
     };
-    let dir = common::scratch_dir("surrogates");
+    let dir = Dir::new("surrogates");
     agno(&v3, "write-surrogates", &dir);
-    let runs_file = dir.join("agno_runs.json");
+    let runs_file = dir.0.join("agno_runs.json");
     let before = std::fs::read_to_string(&runs_file).expect("agno wrote its runs file");
     assert!(before.contains(r"caf\udce9.txt"), "{before}");
     runtime().block_on(async {
-        let db = open(&dir).await;
+        let db = dir.open().await;
         let text = assert_surrogate_reads(&db).await;
         assert!(before.contains(&text), "{text}");
         let err = db

@@ -13,13 +13,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use agno_storage_core::{
-    AgnoDb, EnqueueRejection, Job, JobQuery, JobStatus, MigrationManager, SessionQuery, SessionRead,
+    async_trait, AgnoDb, EnqueueRejection, Job, JobQuery, JobStatus, SessionQuery,
 };
 use agno_storage_kv::{KvDb, KvOptions};
-use agno_storage_testkit::interop::{
-    agno_python, assert_agno_read_fixture, read_agno_fixture, run_driver, write_fixture,
-    FixtureReadBack,
-};
+use agno_storage_testkit::interop::{agno, agno_python, runtime, FixtureReadBack, InteropTarget};
 use serde_json::{json, Value};
 
 fn env(var: &str) -> Option<String> {
@@ -29,34 +26,12 @@ fn env(var: &str) -> Option<String> {
     }
 }
 
-fn driver() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_redis_driver.py")
-}
-
-/// Runs the agno driver and returns its stdout.
-fn agno(python: &str, command: &str, target: &str) -> String {
-    run_driver(
-        python,
-        &[driver().as_os_str(), command.as_ref(), target.as_ref()],
-    )
-}
-
-fn dump(python: &str, target: &str) -> Value {
-    serde_json::from_str(&agno(python, "dump-v3", target)).expect("dump-v3 prints JSON")
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// One key prefix on one server, reachable from both sides; its keys go when dropped.
 struct Target {
     url: String,
     prefix: String,
+    /// Whether we stamp a prefix holding nothing (off where agno 2.x wrote it).
+    stamp_new: bool,
 }
 
 impl Target {
@@ -64,25 +39,40 @@ impl Target {
         Target {
             url: url.to_owned(),
             prefix: format!("{}_{name}", common::run_stem()),
+            stamp_new: true,
         }
     }
 
-    fn for_python(&self) -> String {
-        format!("redis:{}#{}", self.url, self.prefix)
+    /// A prefix agno 2.9.0 fills: opened without stamping.
+    fn legacy(url: &str, name: &str) -> Target {
+        let mut target = Target::new(url, name);
+        target.stamp_new = false;
+        target
     }
 
-    async fn kv(&self, stamp_new: bool) -> KvDb {
+    async fn kv(&self) -> KvDb {
         let options = KvOptions {
             prefix: self.prefix.clone(),
-            stamp_new,
+            stamp_new: self.stamp_new,
         };
         KvDb::connect(&self.url, options)
             .await
             .expect("connect to the server")
     }
+}
+
+#[async_trait]
+impl InteropTarget for Target {
+    fn driver(&self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_redis_driver.py")
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![format!("redis:{}#{}", self.url, self.prefix)]
+    }
 
     async fn open(&self) -> AgnoDb {
-        self.kv(true).await.agno_db()
+        self.kv().await.agno_db()
     }
 }
 
@@ -111,7 +101,8 @@ fn servers() -> Vec<String> {
     urls
 }
 
-/// agno 2.9.0 writes A and B; we migrate A, agno 3.1.10 migrates B; agno reads both the same.
+/// agno 2.9.0 writes A and B; we migrate A, agno 3.1.10 migrates B; agno reads both the
+/// same. The migration indexed what agno 2.9.0 wrote: our listings find it.
 fn v2_migrates_like_agno(url: &str) {
     let (Some(v2), Some(v3)) = (
         agno_python("AGNO_TEST_PYTHON_V2"),
@@ -119,33 +110,10 @@ fn v2_migrates_like_agno(url: &str) {
     ) else {
         return;
     };
-    let (a, b) = (Target::new(url, "v2a"), Target::new(url, "v2b"));
-    agno(&v2, "write-v2", &a.for_python());
-    agno(&v2, "write-v2", &b.for_python());
+    let (a, b) = (Target::legacy(url, "v2a"), Target::legacy(url, "v2b"));
+    agno_storage_testkit::interop::v2_migrates_like_agno(&v2, &v3, &a, &b);
     runtime().block_on(async {
-        let kv = a.kv(false).await;
-        let db = kv.agno_db();
-        let report = MigrationManager::new(db.migrations().unwrap())
-            .up()
-            .await
-            .expect("our migration");
-        assert_eq!(report.stamped.len(), 8, "{report:?}");
-        let s = db
-            .sessions()
-            .unwrap()
-            .get_session("v2-s-team", SessionRead::for_user("bob"))
-            .await
-            .unwrap()
-            .expect("team session");
-        let ids: Vec<String> = s
-            .runs
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(agno_storage_core::RunJson::run_id)
-            .collect();
-        assert_eq!(ids, ["v2-t0", "v2-t0-m1"]);
-        // The migration indexed what agno 2.9.0 wrote: listings find it.
+        let db = a.open().await;
         let alice = db
             .sessions()
             .unwrap()
@@ -177,52 +145,36 @@ fn v2_migrates_like_agno(url: &str) {
         .await;
         assert!(refused.is_err());
     });
-    agno(&v3, "migrate-v3", &b.for_python());
-    let (ours, theirs) = (dump(&v3, &a.for_python()), dump(&v3, &b.for_python()));
-    assert_eq!(
-        ours, theirs,
-        "agno 3.1.10 reads our migration differently from its own"
-    );
-    assert_eq!(ours["runs"].as_array().map(Vec::len), Some(5), "{ours}");
-    assert!(
-        ours["versions"]
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|v| v == "3.0.0"),
-        "{ours}"
-    );
 }
 
-/// We write; agno 3.1.10 reads it back.
+/// We write; agno 3.1.10 reads it back and would encode every record as we did.
 fn agno_reads_what_we_write(url: &str) {
     let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
         return;
     };
     let target = Target::new(url, "ours");
-    runtime().block_on(async {
-        let db = target.open().await;
-        write_fixture(&db).await;
-    });
-    let differ = agno(&v3, "check-bytes", &target.for_python());
+    agno_storage_testkit::interop::agno_reads_what_we_write(
+        &v3,
+        &target,
+        &FixtureReadBack::default(),
+    );
+    let differ = agno(&v3, "check-bytes", &target);
     assert_eq!(differ.trim(), "[]", "records agno would encode differently");
-    let d = dump(&v3, &target.for_python());
-    assert_agno_read_fixture(&d, &FixtureReadBack::default());
 }
 
-/// agno 3.1.10 writes; we read it back by id at once, and list it after indexing.
+/// agno 3.1.10 writes into a prefix we stamped; we read it back by id at once, and list it
+/// after indexing.
 fn we_read_what_agno_writes(url: &str) {
     let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
         return;
     };
     let target = Target::new(url, "theirs");
     runtime().block_on(async { target.open().await });
-    agno(&v3, "write-v3", &target.for_python());
+    let m = agno_storage_testkit::interop::we_read_what_agno_writes(&v3, &target);
+    assert_eq!(m.created_at, 1_710_000_100);
     runtime().block_on(async {
-        let kv = target.kv(true).await;
+        let kv = target.kv().await;
         let db = kv.agno_db();
-        let m = read_agno_fixture(&db).await;
-        assert_eq!(m.created_at, 1_710_000_100);
         let carol = SessionQuery {
             user_id: Some("carol".into()),
             ..Default::default()
@@ -280,8 +232,7 @@ fn queue_is_shared(url: &str) {
     // One runtime: the connection's driver task lives on it.
     let rt = runtime();
     let db = rt.block_on(async { target.open().await });
-    let out: Value =
-        serde_json::from_str(&agno(&v3, "jobs-enqueue", &target.for_python())).unwrap();
+    let out: Value = serde_json::from_str(&agno(&v3, "jobs-enqueue", &target)).unwrap();
     assert_eq!(out["accepted"], true, "{out}");
     rt.block_on(async {
         let jobs = db.jobs().unwrap();
@@ -311,13 +262,11 @@ fn queue_is_shared(url: &str) {
             .await
             .unwrap();
     });
-    let differ = agno(&v3, "check-bytes", &target.for_python());
+    let differ = agno(&v3, "check-bytes", &target);
     assert_eq!(differ.trim(), "[]", "tickets agno would encode differently");
-    let worked: Value =
-        serde_json::from_str(&agno(&v3, "jobs-work", &target.for_python())).unwrap();
+    let worked: Value = serde_json::from_str(&agno(&v3, "jobs-work", &target)).unwrap();
     assert_eq!(worked["id"], "rs-j1", "{worked}");
-    let listed: Value =
-        serde_json::from_str(&agno(&v3, "jobs-dump", &target.for_python())).unwrap();
+    let listed: Value = serde_json::from_str(&agno(&v3, "jobs-dump", &target)).unwrap();
     let statuses: Vec<(&str, &str)> = listed
         .as_array()
         .unwrap()
@@ -347,8 +296,7 @@ fn queue_is_shared(url: &str) {
         assert_eq!(completed.total, 2);
         assert_eq!(jobs.cleanup_jobs(0).await.unwrap(), 2);
     });
-    let listed: Value =
-        serde_json::from_str(&agno(&v3, "jobs-dump", &target.for_python())).unwrap();
+    let listed: Value = serde_json::from_str(&agno(&v3, "jobs-dump", &target)).unwrap();
     assert_eq!(listed, json!([]));
 }
 
