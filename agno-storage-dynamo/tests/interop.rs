@@ -6,14 +6,12 @@
 //! under `CI=true`, where they fail.
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use agno_storage_core::{
-    EvalRun, EvalType, KnowledgeContent, RunRecord, Session, SessionRead, SessionType, UserMemory,
-};
+use agno_storage_core::{async_trait, AgnoDb, SessionRead};
 use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials, TableNames};
 use agno_storage_testkit::interop::{
-    agno_surrogate_read_back, assert_surrogate_reads, read_agno_fixture,
+    agno, agno_json, agno_surrogate_read_back, assert_surrogate_reads, runtime, FixtureReadBack,
+    InteropTarget,
 };
 use agno_storage_testkit::servers::ci;
 use serde_json::{json, Value};
@@ -52,144 +50,93 @@ fn setup() -> Option<(String, String)> {
     }
 }
 
-fn prefix() -> String {
-    format!(
-        "agno_it_{}_{}_",
-        agno_storage_core::now_epoch_seconds(),
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    )
+/// Tables under one prefix on the test server, reachable from both sides.
+struct Target {
+    url: String,
+    prefix: String,
 }
 
-fn agno(python: &str, command: &str, url: &str, prefix: &str) -> String {
-    let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_dynamo_driver.py");
-    let out = Command::new(python)
-        .arg(driver)
-        .arg(command)
-        .arg(format!("dynamodb:{url}#{prefix}"))
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .output()
-        .expect("run the agno driver");
-    assert!(
-        out.status.success(),
-        "agno {command} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+impl Target {
+    fn new(url: &str) -> Target {
+        Target::named(
+            url,
+            &format!(
+                "agno_it_{}_{}_",
+                agno_storage_core::now_epoch_seconds(),
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            ),
+        )
+    }
+
+    fn named(url: &str, prefix: &str) -> Target {
+        Target {
+            url: url.to_owned(),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// Every item of every table as agno's driver prints it (`raw`: DynamoDB JSON, keyed
+    /// by the table name without the prefix, each table's items in a stable order).
+    fn raw(&self, python: &str) -> Value {
+        agno_json(python, "raw", self)
+    }
 }
 
-/// Runs a driver command whose stdout is one JSON document; a failure shows what it printed.
-fn agno_json(python: &str, command: &str, url: &str, prefix: &str) -> Value {
-    let out = agno(python, command, url, prefix);
-    serde_json::from_str(&out)
-        .unwrap_or_else(|e| panic!("agno {command} printed no JSON document ({e}):\n{out}"))
-}
+#[async_trait]
+impl InteropTarget for Target {
+    fn driver(&self) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/agno_dynamo_driver.py")
+    }
 
-async fn open(url: &str, prefix: &str) -> DynamoDb {
-    DynamoDb::connect(DynamoOptions {
-        endpoint: Some(url.to_owned()),
-        region: "us-east-1".into(),
-        credentials: Some(StaticCredentials {
-            access_key_id: "test".into(),
-            secret_access_key: "test".into(),
-        }),
-        tables: TableNames::with_prefix(prefix),
-        ..Default::default()
-    })
-    .await
-    .expect("connect")
-}
+    fn args(&self) -> Vec<String> {
+        vec![format!("dynamodb:{}#{}", self.url, self.prefix)]
+    }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
+    async fn open(&self) -> AgnoDb {
+        DynamoDb::connect(DynamoOptions {
+            endpoint: Some(self.url.clone()),
+            region: "us-east-1".into(),
+            credentials: Some(StaticCredentials {
+                access_key_id: "test".into(),
+                secret_access_key: "test".into(),
+            }),
+            tables: TableNames::with_prefix(&self.prefix),
+            ..Default::default()
+        })
+        .await
+        .expect("connect")
+        .agno_db()
+    }
+
+    /// agno's `DynamoDb` reads one unprefixed `agno_schema_versions`, whatever the prefix
+    /// (`v2_tables_migrate_like_agno` compares the stamps item by item instead).
+    fn agno_reads_our_stamps(&self) -> bool {
+        false
+    }
 }
 
 #[test]
 fn we_read_what_agno_writes() {
     let Some((url, python)) = setup() else { return };
-    let p = prefix();
-    agno(&python, "write-v3", &url, &p);
-    runtime().block_on(async {
-        let db = open(&url, &p).await.agno_db();
-        let m = read_agno_fixture(&db).await;
-        assert!(m.updated_at.is_some());
-    });
+    let m = agno_storage_testkit::interop::we_read_what_agno_writes(&python, &Target::new(&url));
+    assert!(m.updated_at.is_some());
 }
 
+/// agno's `DynamoDb` hands a memory's `created_at` back as the naive ISO text it stores
+/// (we write UTC; agno reads naive as UTC), and reads its stamps elsewhere.
 #[test]
 fn agno_reads_what_we_write() {
     let Some((url, python)) = setup() else { return };
-    let p = prefix();
-    runtime().block_on(async {
-        let db = open(&url, &p).await.agno_db();
-        let mut s = Session::new("rs-s1", SessionType::Agent, "agent-rs").with_user("dave");
-        s.set_session_name("From Rust");
-        s.metadata = Some(json!({"k": [1, 2]}));
-        s.created_at = 1720000000;
-        db.sessions().unwrap().upsert_session(s).await.unwrap();
-        for i in 0..2 {
-            let data = json!({"run_id": format!("rs-r{i}"), "agent_id": "agent-rs", "session_id": "rs-s1",
-                              "user_id": "dave", "content": format!("rust answer {i}"), "status": "COMPLETED",
-                              "created_at": 1720000000 + i});
-            let run = RunRecord::from_run_data("rs-s1", Some("dave".into()), data).unwrap();
-            db.runs().unwrap().upsert_run(run).await.unwrap();
-        }
-        let mut m = UserMemory::new("rs-m1", Some("dave".into()), "written by rust");
-        m.topics = Some(vec!["interop".into()]);
-        m.created_at = 1720000100;
-        db.memories().unwrap().upsert_memory(m).await.unwrap();
-        db.evals()
-            .unwrap()
-            .create_eval_run(EvalRun {
-                run_id: "rs-e1".into(),
-                eval_type: EvalType::Accuracy,
-                eval_data: json!({"avg_score": 9}),
-                eval_input: Some(json!({"input": "2+2"})),
-                name: Some("math".into()),
-                agent_id: Some("agent-rs".into()),
-                team_id: None,
-                workflow_id: None,
-                model_id: None,
-                model_provider: None,
-                evaluated_component_name: None,
-                user_id: None,
-                created_at: 1720000200,
-                updated_at: Some(1720000200),
-            })
-            .await
-            .unwrap();
-        let mut k = KnowledgeContent::new("rs-k1", "doc.pdf", "a doc");
-        k.metadata = Some(json!({"pages": 3}));
-        db.knowledge().unwrap().upsert_knowledge_content(k).await.unwrap();
-    });
-    let dump = agno_json(&python, "dump-v3", &url, &p);
-    let session = &dump["sessions"][0];
-    assert_eq!(session["session_id"], "rs-s1");
-    assert_eq!(session["user_id"], "dave");
-    assert_eq!(session["session_data"]["session_name"], "From Rust");
-    assert_eq!(session["metadata"], json!({"k": [1, 2]}));
-    let runs: Vec<_> = session["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["run_id"].clone())
-        .collect();
-    assert_eq!(runs, [json!("rs-r0"), json!("rs-r1")]);
-    let table_runs = dump["runs"].as_array().unwrap();
-    assert_eq!(table_runs.len(), 2);
-    assert!(table_runs
-        .iter()
-        .all(|r| r["run_type"] == "agent" && r["user_id"] == "dave"));
-    let memory = &dump["memories"][0];
-    assert_eq!(memory["memory_id"], "rs-m1");
-    assert_eq!(memory["topics"], json!(["interop"]));
-    // agno's own encoding: a naive ISO string (we write UTC; agno reads naive as UTC).
-    assert_eq!(memory["created_at"], "2024-07-03T09:48:20");
-    assert_eq!(dump["evals"][0]["run_id"], "rs-e1");
-    assert_eq!(dump["evals"][0]["eval_data"], json!({"avg_score": 9}));
-    assert_eq!(dump["knowledge"][0]["metadata"], json!({"pages": 3}));
+    let read_back = FixtureReadBack {
+        memory_created_at: Some(json!("2024-07-03T09:50:00")),
+        stamps_read: false,
+        ..FixtureReadBack::default()
+    };
+    agno_storage_testkit::interop::agno_reads_what_we_write(
+        &python,
+        &Target::new(&url),
+        &read_back,
+    );
 }
 
 #[test]
@@ -200,16 +147,14 @@ fn v2_tables_migrate_and_agno_reads_them() {
     let Some((_, python_v3)) = setup() else {
         return;
     };
-    let p = prefix();
-    agno(&python_v2, "write-v2", &url, &p);
+    let target = Target::new(&url);
+    agno(&python_v2, "write-v2", &target);
     runtime().block_on(async {
-        let store = open(&url, &p).await;
-        let db = store.agno_db();
-        let report =
-            agno_storage_core::MigrationManager::new(store.agno_db().migrations().unwrap())
-                .up()
-                .await
-                .expect("migration");
+        let db = target.open().await;
+        let report = agno_storage_core::MigrationManager::new(db.migrations().unwrap())
+            .up()
+            .await
+            .expect("migration");
         assert!(!report.applied.is_empty());
         let s = db
             .sessions()
@@ -257,7 +202,7 @@ fn v2_tables_migrate_and_agno_reads_them() {
             .unwrap()
             .is_some());
     });
-    let dump = agno_json(&python_v3, "dump-v3", &url, &p);
+    let dump = agno_json(&python_v3, "dump-v3", &target);
     let table_runs = dump["runs"].as_array().unwrap();
     let team: Vec<_> = table_runs
         .iter()
@@ -278,12 +223,6 @@ fn v2_tables_migrate_and_agno_reads_them() {
         ]
     );
     assert_eq!(table_runs.len(), 5);
-}
-
-/// Every item of every table of `prefix` as agno's driver prints it (`raw`: DynamoDB JSON,
-/// keyed by the table name without the prefix, each table's items in a stable order).
-fn raw(python: &str, url: &str, prefix: &str) -> Value {
-    agno_json(python, "raw", url, prefix)
 }
 
 /// `items` without the attributes in `drop`, sorted by their JSON text.
@@ -310,29 +249,9 @@ fn v2_tables_migrate_like_agno() {
     let Some((_, python_v3)) = setup() else {
         return;
     };
-    let (a, b) = (prefix(), prefix());
-    agno(&python_v2, "write-v2", &url, &a);
-    agno(&python_v2, "write-v2", &url, &b);
-    runtime().block_on(async {
-        let store = open(&url, &a).await;
-        let report =
-            agno_storage_core::MigrationManager::new(store.agno_db().migrations().unwrap())
-                .up()
-                .await
-                .expect("our migration");
-        assert!(!report.applied.is_empty(), "{report:?}");
-    });
-    agno(&python_v3, "migrate-v3", &url, &b);
-    let (ours, theirs) = (
-        agno_json(&python_v3, "dump-v3", &url, &a),
-        agno_json(&python_v3, "dump-v3", &url, &b),
-    );
-    assert_eq!(
-        ours, theirs,
-        "agno 3.1.10 reads our migration differently from its own"
-    );
-    assert_eq!(ours["runs"].as_array().map(Vec::len), Some(5), "{ours}");
-    let (raw_ours, raw_theirs) = (raw(&python_v3, &url, &a), raw(&python_v3, &url, &b));
+    let (a, b) = (Target::new(&url), Target::new(&url));
+    agno_storage_testkit::interop::v2_migrates_like_agno(&python_v2, &python_v3, &a, &b);
+    let (raw_ours, raw_theirs) = (a.raw(&python_v3), b.raw(&python_v3));
     // The copied run items are agno's, byte for byte; only `updated_at` (the copy time)
     // differs.
     let runs = strip(&raw_ours["agno_runs"], &["updated_at"]);
@@ -370,9 +289,9 @@ fn v2_tables_migrate_like_agno() {
         out.sort_by_key(|i| i.to_string());
         out
     };
-    let global = agno_json(&python_v3, "raw", &url, "agno_schema_versions");
-    let theirs = stamps(&global[""], &b);
-    let ours = stamps(&raw_ours["agno_schema_versions"], &a);
+    let global = Target::named(&url, "agno_schema_versions").raw(&python_v3);
+    let theirs = stamps(&global[""], &b.prefix);
+    let ours = stamps(&raw_ours["agno_schema_versions"], &a.prefix);
     assert_eq!(theirs.len(), 5, "{global}");
     for stamp in &theirs {
         assert!(
@@ -399,12 +318,12 @@ fn stored_run_text(raw: &Value, run_id: &str) -> String {
 #[test]
 fn lone_surrogates_agno_writes_are_kept_byte_identical() {
     let Some((url, python)) = setup() else { return };
-    let p = prefix();
-    agno(&python, "write-surrogates", &url, &p);
-    let stored = stored_run_text(&raw(&python, &url, &p), "sur-r1");
+    let target = Target::new(&url);
+    agno(&python, "write-surrogates", &target);
+    let stored = stored_run_text(&target.raw(&python), "sur-r1");
     assert!(stored.contains(r"caf\udce9.txt"), "{stored}");
     runtime().block_on(async {
-        let db = open(&url, &p).await.agno_db();
+        let db = target.open().await;
         assert_eq!(assert_surrogate_reads(&db).await, stored);
         db.sessions()
             .unwrap()
@@ -414,12 +333,12 @@ fn lone_surrogates_agno_writes_are_kept_byte_identical() {
             .expect("the session exists");
     });
     assert_eq!(
-        stored_run_text(&raw(&python, &url, &p), "sur-r1"),
+        stored_run_text(&target.raw(&python), "sur-r1"),
         stored,
         "byte-identical after an update"
     );
     assert_eq!(
-        agno(&python, "read-surrogates", &url, &p).trim(),
+        agno(&python, "read-surrogates", &target).trim(),
         agno_surrogate_read_back("Renamed in Rust", &[])
     );
 }

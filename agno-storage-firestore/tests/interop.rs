@@ -92,6 +92,7 @@ fn agno_reads_what_we_write() {
     let firestore = FixtureReadBack {
         runs_on_sessions: false,
         memory_created_at: Some(json!("2024-07-03T09:50:00")),
+        ..FixtureReadBack::default()
     };
     agno_storage_testkit::interop::agno_reads_what_we_write(&v3, &target, &firestore);
     let raw = agno_json(&v3, "raw", &target);
