@@ -331,6 +331,13 @@ pub fn from_value<T: serde::de::DeserializeOwned>(value: Value) -> serde_json::R
     T::deserialize(serde_stacker::Deserializer::new(value))
 }
 
+/// [`from_value`] from a borrowed JSON object (a document's fields), without copying it.
+pub fn from_fields<T: serde::de::DeserializeOwned>(
+    fields: &serde_json::Map<String, Value>,
+) -> serde_json::Result<T> {
+    T::deserialize(serde_stacker::Deserializer::new(fields))
+}
+
 /// [`from_value`] from a borrowed value, without copying it.
 pub fn from_ref<T: serde::de::DeserializeOwned>(value: &Value) -> serde_json::Result<T> {
     T::deserialize(serde_stacker::Deserializer::new(value))

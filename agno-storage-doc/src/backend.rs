@@ -35,7 +35,8 @@ pub struct Stored<B: DocBackend> {
 impl<B: DocBackend> Stored<B> {
     /// The body as a record.
     pub fn decode<T: DeserializeOwned>(&self, what: &str) -> Result<T> {
-        decode(B::BACKEND, self.fields.clone(), what)
+        agno_storage_core::json::from_fields(&self.fields)
+            .map_err(|e| decode_err(B::BACKEND, what, e))
     }
 
     /// A string field.
@@ -298,13 +299,17 @@ fn encode_err(backend: &'static str, what: &str, e: impl std::fmt::Display) -> E
 }
 
 fn decode<T: DeserializeOwned>(backend: &'static str, fields: Fields, what: &str) -> Result<T> {
-    agno_storage_core::json::from_value(Value::Object(fields)).map_err(|e| {
-        Error::new(
-            ErrorKind::Serialization,
-            format!("cannot decode {what}: {e}"),
-        )
-        .with_backend(backend)
-    })
+    agno_storage_core::json::from_value(Value::Object(fields))
+        .map_err(|e| decode_err(backend, what, e))
+}
+
+fn decode_err(backend: &'static str, what: &str, e: serde_json::Error) -> Error {
+    Error::new(
+        ErrorKind::Serialization,
+        format!("cannot decode {what}: {e}"),
+    )
+    .with_backend(backend)
+    .with_source(e)
 }
 
 /// Whether `fields` equal `eq`, as [`DocBackend::query`] matches (a null matches a null or

@@ -1,5 +1,6 @@
 //! [`JsonFiles`]: agno's table files as the document engine's backend. A document is one
-//! row of one table file, its id the table's key field, its version the row as read.
+//! row of one table file, its id the table's key field, its version a digest of the row as
+//! read ([`fingerprint`]).
 //!
 //! A commit's writes to one file are one read-modify-write of that file (see
 //! [`Files::modify`]): every precondition is checked on the rows just read and every write
@@ -23,7 +24,7 @@ use agno_storage_doc::{matches_eq, Commit, DocBackend, Fields, Pre, Stored};
 use serde_json::Value;
 
 use crate::files::{Files, Step};
-use crate::rows::{key_field, layout, row_id, text, view};
+use crate::rows::{fingerprint, key_field, layout, row_id, text, view};
 
 /// The table files of one database, shared by its clones.
 #[derive(Clone)]
@@ -56,7 +57,8 @@ impl std::ops::Deref for JsonFiles {
 
 /// One write of a commit: a row put (laid out over the row it replaces) or deleted.
 pub(crate) struct RowWrite {
-    table: Option<Table>,
+    /// The table, or the collection name that names none.
+    table: std::result::Result<Table, String>,
     id: String,
     fields: Option<Fields>,
     pre: Pre<JsonFiles>,
@@ -89,7 +91,7 @@ fn holds(table: Table, rows: &[Value], write: &RowWrite) -> bool {
     match &write.pre {
         Pre::Any => true,
         Pre::Absent => current.is_none(),
-        Pre::At(version) => current == Some(version),
+        Pre::At(version) => current.map(fingerprint) == Some(*version),
     }
 }
 
@@ -180,8 +182,8 @@ impl JsonFiles {
             if matched {
                 out.push(Stored {
                     id,
-                    fields: view(table, &row)?,
-                    version: row,
+                    version: fingerprint(&row),
+                    fields: view(table, row)?,
                 });
             }
         }
@@ -198,7 +200,7 @@ impl DocBackend for JsonFiles {
     const MAX_ID_CHARS: Option<usize> = None;
     const MAX_JSON_DEPTH: Option<usize> = None;
 
-    type Version = Value;
+    type Version = u64;
     type Write = RowWrite;
 
     fn collection(&self, which: Table) -> &str {
@@ -207,7 +209,7 @@ impl DocBackend for JsonFiles {
 
     fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre<Self>) -> RowWrite {
         RowWrite {
-            table: table_of(collection),
+            table: table_of(collection).ok_or_else(|| collection.to_owned()),
             id: id.to_owned(),
             fields: Some(fields.clone()),
             pre,
@@ -216,7 +218,7 @@ impl DocBackend for JsonFiles {
 
     fn delete(&self, collection: &str, id: &str, pre: Pre<Self>) -> RowWrite {
         RowWrite {
-            table: table_of(collection),
+            table: table_of(collection).ok_or_else(|| collection.to_owned()),
             id: id.to_owned(),
             fields: None,
             pre,
@@ -226,7 +228,7 @@ impl DocBackend for JsonFiles {
     async fn commit(&self, _operation: &'static str, writes: Vec<RowWrite>) -> Result<Commit> {
         let mut by_table: Vec<(Table, Vec<RowWrite>)> = Vec::new();
         for w in writes {
-            let table = w.table.ok_or_else(|| unknown_collection(&w.id))?;
+            let table = w.table.clone().map_err(|c| unknown_collection(&c))?;
             match by_table.iter_mut().find(|(t, _)| *t == table) {
                 Some((_, batch)) => batch.push(w),
                 None => by_table.push((table, vec![w])),
@@ -323,9 +325,10 @@ impl DocBackend for JsonFiles {
     }
 
     fn lock_location(&self) -> String {
-        match self.files.backend() {
-            "json" => "the lock file .agno_migrations.lock".to_owned(),
-            other => format!("this process ({other})"),
+        #[cfg(feature = "fs")]
+        if let Some(dir) = &self.dir {
+            return format!("the lock file {}", dir.join(".agno_migrations.lock").display());
         }
+        format!("this process ({})", self.files.backend())
     }
 }

@@ -155,9 +155,14 @@ pub(crate) fn layout(table: Table, mut fields: Fields, existing: Option<&Value>)
             let runs = fields.shift_remove(LEGACY_RUNS);
             let mut row = shape(fields, order, Nulls::Keep, existing);
             if let Some(map) = row.as_object_mut() {
-                map.shift_remove(LEGACY_RUNS);
-                if let Some(runs) = runs.filter(|r| !r.is_null()) {
-                    map.insert(LEGACY_RUNS.into(), runs);
+                // In its place when the row keeps it (an `IndexMap` insert keeps the slot).
+                match runs.filter(|r| !r.is_null()) {
+                    Some(runs) => {
+                        map.insert(LEGACY_RUNS.into(), runs);
+                    }
+                    None => {
+                        map.shift_remove(LEGACY_RUNS);
+                    }
                 }
             }
             return row;
@@ -181,18 +186,17 @@ pub(crate) fn layout(table: Table, mut fields: Fields, existing: Option<&Value>)
 /// seconds, a session's `created_at` agno left null as its `updated_at` (else 0). A row this
 /// crate cannot decode is a run's fields with its `run_data` as the stored text (the engine
 /// names it unreadable and session reads pass the text on), and an error in other tables.
-pub(crate) fn view(table: Table, row: &Value) -> Result<Fields> {
-    if let Some(stored) = undecodable(row) {
+pub(crate) fn view(table: Table, mut row: Value) -> Result<Fields> {
+    if let Some(stored) = undecodable(&row) {
         if table != Table::Runs {
-            return Err(undecodable_row(table, row, stored));
+            return Err(undecodable_row(table, &row, stored));
         }
-        let mut fields = undecodable_fields(row);
-        if let Some(data) = undecodable_raw_field(row, "run_data") {
+        let mut fields = undecodable_fields(&row);
+        if let Some(data) = undecodable_raw_field(&row, "run_data") {
             fields.insert("run_data".into(), Value::String(data));
         }
         return Ok(fields);
     }
-    let mut row = row.clone();
     match table {
         Table::Memories => normalize_timestamps(&mut row, &["created_at", "updated_at"]),
         Table::Sessions => {
@@ -230,6 +234,48 @@ fn undecodable_row(table: Table, row: &Value, stored: &str) -> Error {
             undecodable_error(stored)
         ),
     )
+}
+
+/// A row's version: a digest of its content (keys, values and their order) under this
+/// process's random hash keys, so a compare-and-set compares rows without keeping a copy of
+/// each row read.
+pub(crate) fn fingerprint(row: &Value) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    fn feed(v: &Value, h: &mut impl Hasher) {
+        match v {
+            Value::Null => h.write_u8(0),
+            Value::Bool(b) => {
+                h.write_u8(1);
+                b.hash(h);
+            }
+            Value::Number(n) => {
+                h.write_u8(2);
+                n.to_string().hash(h);
+            }
+            Value::String(s) => {
+                h.write_u8(3);
+                s.hash(h);
+            }
+            Value::Array(items) => {
+                h.write_u8(4);
+                h.write_usize(items.len());
+                items.iter().for_each(|i| feed(i, h));
+            }
+            Value::Object(map) => {
+                h.write_u8(5);
+                h.write_usize(map.len());
+                for (k, v) in map {
+                    k.hash(h);
+                    feed(v, h);
+                }
+            }
+        }
+    }
+    let mut h = KEYS.get_or_init(Default::default).build_hasher();
+    feed(row, &mut h);
+    h.finish()
 }
 
 /// The document id of a stored row: its key, read from the text of an undecodable row.

@@ -60,7 +60,7 @@ pub(crate) async fn write_run(db: &JsonFiles, run: RunRecord) -> Result<RunRecor
             let (next, at) = match run_position(rows, &run.run_id) {
                 Some(i) => {
                     let stored: RunRecord = db.decode_fields(
-                        crate::rows::view(Table::Runs, &rows[i])?,
+                        crate::rows::view(Table::Runs, rows[i].clone())?,
                         "a run",
                     )?;
                     let mut current = updated_run(stored, &run, now)?;
