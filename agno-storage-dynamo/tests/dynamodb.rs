@@ -12,6 +12,7 @@ use std::sync::Arc;
 use agno_storage_core::{now_epoch_seconds, AgnoDb, Capabilities, Result};
 use agno_storage_dynamo::aws_sdk_dynamodb::Client;
 use agno_storage_dynamo::{DynamoDb, TableNames};
+use agno_storage_testkit::default_paths::DefaultPaths;
 use agno_storage_testkit::servers::{self, Backend};
 use common::{client, create_legacy_sessions, Writer};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, RawRunWriter, RawRunsDb};
@@ -21,9 +22,29 @@ const PREFIX: &str = "agno_ct_";
 struct Dynamo {
     url: String,
     client: tokio::sync::OnceCell<Client>,
+    /// The engine's default paths in place of DynamoDB's native ones (see
+    /// `agno_storage_testkit::default_paths`).
+    default_paths: bool,
 }
 
 impl Dynamo {
+    fn new(url: &str, default_paths: bool) -> Self {
+        Dynamo {
+            url: url.to_owned(),
+            client: tokio::sync::OnceCell::new(),
+            default_paths,
+        }
+    }
+
+    /// The stores of `store`, on its native paths or the engine's defaults.
+    fn wire(&self, store: DynamoDb) -> AgnoDb {
+        if self.default_paths {
+            agno_storage_doc::agno_db(&DefaultPaths(store))
+        } else {
+            store.agno_db()
+        }
+    }
+
     async fn client(&self) -> &Client {
         self.client
             .get_or_init(|| async { client(&self.url) })
@@ -43,7 +64,11 @@ impl Dynamo {
 #[async_trait]
 impl Harness for Dynamo {
     fn name(&self) -> &str {
-        "dynamodb"
+        if self.default_paths {
+            "dynamodb-default-paths"
+        } else {
+            "dynamodb"
+        }
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -61,7 +86,7 @@ impl Harness for Dynamo {
 
     async fn open(&self, _case: &str) -> Result<AgnoDb> {
         let client = self.client().await.clone();
-        Ok(DynamoDb::open(client, self.names()).await?.agno_db())
+        Ok(self.wire(DynamoDb::open(client, self.names()).await?))
     }
 
     fn writes_raw_runs(&self) -> bool {
@@ -72,7 +97,7 @@ impl Harness for Dynamo {
         let client = self.client().await.clone();
         let names = self.names();
         let table = names.runs.clone();
-        let db = DynamoDb::open(client.clone(), names).await?.agno_db();
+        let db = self.wire(DynamoDb::open(client.clone(), names).await?);
         Ok(RawRunsDb {
             db,
             writer: Arc::new(RawRuns { client, table }),
@@ -86,7 +111,7 @@ impl Harness for Dynamo {
         let table = names.sessions.clone();
         let store = DynamoDb::open(client.clone(), names).await?;
         Ok(LegacyDb {
-            db: store.agno_db(),
+            db: self.wire(store),
             writer: Arc::new(Writer { client, table }),
         })
     }
@@ -191,10 +216,11 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     drop(runtime);
-    let code = conformance_tests::main(Dynamo {
-        url,
-        client: tokio::sync::OnceCell::new(),
-    });
+    // DynamoDB's native paths, then the engine's defaults on the same layout: both pass.
+    let mut code = conformance_tests::main(Dynamo::new(&url, false));
+    if code == ExitCode::SUCCESS {
+        code = conformance_tests::main(Dynamo::new(&url, true));
+    }
     servers::stop_all();
     code
 }

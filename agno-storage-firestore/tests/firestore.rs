@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result, Session};
 use agno_storage_firestore::{FirestoreDb, FirestoreOptions};
+use agno_storage_testkit::default_paths::DefaultPaths;
 use agno_storage_testkit::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, JobStress, LegacyDb, LegacyWriter};
 use serde_json::Value;
@@ -34,7 +35,21 @@ fn project_id(case: &str) -> String {
     )
 }
 
-struct Firestore;
+/// A project per case; on Firestore's native paths, or on the engine's defaults (see
+/// `agno_storage_testkit::default_paths`).
+struct Firestore {
+    default_paths: bool,
+}
+
+impl Firestore {
+    fn wire(&self, db: FirestoreDb) -> AgnoDb {
+        if self.default_paths {
+            agno_storage_doc::agno_db(&DefaultPaths(db))
+        } else {
+            db.agno_db()
+        }
+    }
+}
 
 /// Writes sessions as agno 2.9.0's `FirestoreDb.upsert_session` did: an auto-id document
 /// holding the whole session, runs as a native array.
@@ -54,7 +69,11 @@ impl LegacyWriter for Writer {
 #[async_trait]
 impl Harness for Firestore {
     fn name(&self) -> &str {
-        "firestore"
+        if self.default_paths {
+            "firestore-default-paths"
+        } else {
+            "firestore"
+        }
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -71,11 +90,7 @@ impl Harness for Firestore {
     }
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {
-        Ok(
-            FirestoreDb::connect(&project_id(case), FirestoreOptions::default())
-                .await?
-                .agno_db(),
-        )
+        Ok(self.wire(FirestoreDb::connect(&project_id(case), FirestoreOptions::default()).await?))
     }
 
     async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
@@ -85,7 +100,7 @@ impl Harness for Firestore {
         };
         let db = FirestoreDb::connect(&project_id(case), options).await?;
         Ok(LegacyDb {
-            db: db.agno_db(),
+            db: self.wire(db.clone()),
             writer: Arc::new(Writer { db }),
         })
     }
@@ -111,7 +126,15 @@ fn main() -> ExitCode {
         eprintln!("error: the Firestore emulator at {host} is unreachable");
         return ExitCode::FAILURE;
     }
-    let code = conformance_tests::main(Firestore);
+    // Firestore's native paths, then the engine's defaults on the same layout: both pass.
+    let mut code = conformance_tests::main(Firestore {
+        default_paths: false,
+    });
+    if code == ExitCode::SUCCESS {
+        code = conformance_tests::main(Firestore {
+            default_paths: true,
+        });
+    }
     servers::stop_all();
     code
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use agno_storage_core::{AgnoDb, Capabilities, Result};
 use agno_storage_surreal::{SurrealDb, SurrealOptions};
+use agno_storage_testkit::default_paths::DefaultPaths;
 use common::Writer;
 use conformance_tests::{async_trait, Ctx, Harness, JobStress, LegacyDb};
 
@@ -21,9 +22,20 @@ struct Surreal {
     name: &'static str,
     url: String,
     credentials: Option<(String, String)>,
+    /// The engine's default paths in place of SurrealDB's native ones (see
+    /// `agno_storage_testkit::default_paths`).
+    default_paths: bool,
 }
 
 impl Surreal {
+    fn wire(&self, db: SurrealDb) -> AgnoDb {
+        if self.default_paths {
+            agno_storage_doc::agno_db(&DefaultPaths(db))
+        } else {
+            db.agno_db()
+        }
+    }
+
     /// A fresh namespace and database per case (`ct_<case>_<random>`).
     fn options(&self, case: &str, stamp: bool) -> SurrealOptions {
         let short: String = case
@@ -60,15 +72,13 @@ impl Harness for Surreal {
     }
 
     async fn open(&self, case: &str) -> Result<AgnoDb> {
-        Ok(SurrealDb::connect(&self.url, self.options(case, true))
-            .await?
-            .agno_db())
+        Ok(self.wire(SurrealDb::connect(&self.url, self.options(case, true)).await?))
     }
 
     async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
         let db = SurrealDb::connect(&self.url, self.options(case, false)).await?;
         Ok(LegacyDb {
-            db: db.agno_db(),
+            db: self.wire(db.clone()),
             writer: Arc::new(Writer { db }),
         })
     }
@@ -142,9 +152,20 @@ fn main() -> ExitCode {
             name: "surrealdb-mem",
             url: "mem://".into(),
             credentials: None,
+            default_paths: false,
         }),
         &runtime,
     );
+    // The engine's default paths on the same layout pass the same cases.
+    all.extend(trials(
+        Arc::new(Surreal {
+            name: "surrealdb-mem-default-paths",
+            url: "mem://".into(),
+            credentials: None,
+            default_paths: true,
+        }),
+        &runtime,
+    ));
     match std::env::var("AGNO_TEST_SURREALDB_URL") {
         Ok(url) if !url.is_empty() => {
             let (url, credentials) = split_credentials(&url);
@@ -159,6 +180,7 @@ fn main() -> ExitCode {
                     name: "surrealdb-server",
                     url,
                     credentials,
+                    default_paths: false,
                 }),
                 &runtime,
             ));
