@@ -136,8 +136,21 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     async fn commit(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<Commit>;
 
     /// Commits `writes` (perhaps in several commits); a failed precondition is a `Conflict`
-    /// error.
-    async fn commit_all(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<()>;
+    /// error (default: one [`DocBackend::commit`]; override it where a commit has a size limit).
+    async fn commit_all(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<()> {
+        match self.commit(operation, writes).await? {
+            Commit::Done => Ok(()),
+            Commit::Conflict => Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{operation}: a concurrent writer changed the {} first; retry",
+                    Self::ITEM
+                ),
+            )
+            .with_backend(Self::BACKEND)
+            .set_temporary(true)),
+        }
+    }
 
     /// Document `id` of `collection`, if it exists. A backend that stores a run's
     /// `run_data` as JSON text hands text it cannot parse over as a string (the engine then

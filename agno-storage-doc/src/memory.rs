@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, TableType};
-use agno_storage_core::{async_trait, AgnoDb, Error, ErrorKind, MetricsRecord, Result, Session};
+use agno_storage_core::{async_trait, AgnoDb, MetricsRecord, Result, Session};
 use serde_json::Value;
 
 use crate::migrate::version_fields;
@@ -178,18 +178,6 @@ impl DocBackend for InMemoryDb {
             state.write(w.collection, &w.id, w.fields);
         }
         Ok(Commit::Done)
-    }
-
-    async fn commit_all(&self, operation: &'static str, writes: Vec<MemoryWrite>) -> Result<()> {
-        match self.commit(operation, writes).await? {
-            Commit::Done => Ok(()),
-            Commit::Conflict => Err(Error::new(
-                ErrorKind::Conflict,
-                format!("{operation}: a concurrent writer changed the document first; retry"),
-            )
-            .with_backend(Self::BACKEND)
-            .set_temporary(true)),
-        }
     }
 
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>> {

@@ -243,18 +243,6 @@ impl DocBackend for JsonFiles {
         Ok(Commit::Done)
     }
 
-    async fn commit_all(&self, operation: &'static str, writes: Vec<RowWrite>) -> Result<()> {
-        match self.commit(operation, writes).await? {
-            Commit::Done => Ok(()),
-            Commit::Conflict => Err(Error::new(
-                ErrorKind::Conflict,
-                format!("{operation}: a concurrent writer changed the row first; retry"),
-            )
-            .with_backend(Self::BACKEND)
-            .set_temporary(true)),
-        }
-    }
-
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>> {
         let table = table_of(collection).ok_or_else(|| unknown_collection(collection))?;
         let key = key_field(table);
