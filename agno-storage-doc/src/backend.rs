@@ -6,7 +6,8 @@ use std::time::Duration;
 use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
 use agno_storage_core::migration::MigrationLock;
 use agno_storage_core::{
-    async_trait, Error, ErrorKind, Job, MetricsRecord, Result, RunRecord, Table, UserMemory,
+    async_trait, Error, ErrorKind, Job, MetricsRecord, Pagination, Result, RunRecord, SortOrder,
+    Table, UserMemory,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -163,6 +164,22 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// Whether `collection` holds any document.
     async fn any_doc(&self, collection: &str) -> Result<bool>;
+
+    /// One page of the documents of `collection` whose fields equal `eq`, ordered by the
+    /// numeric field `sort_by` in `order` (ties in any order), and how many documents match
+    /// in all; `None` (the default) when the backend keeps no index for it, and the engine
+    /// then pages the result of [`DocBackend::query`] in memory. Override it where an index
+    /// answers in O(log n + page) (Redis/Valkey sorted sets).
+    async fn query_page(
+        &self,
+        _collection: &str,
+        _eq: &[(&str, Value)],
+        _sort_by: &str,
+        _order: SortOrder,
+        _page: &Pagination,
+    ) -> Result<Option<(Vec<Stored<Self>>, u64)>> {
+        Ok(None)
+    }
 
     /// The document of `collection` whose `key_field` is `key` (default: document
     /// [`DocBackend::doc_id`] of the key, checked to carry it).

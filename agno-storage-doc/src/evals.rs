@@ -51,8 +51,28 @@ impl<B: DocBackend> EvalStore for Docs<B> {
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));
         }
+        let coll = self.collection(Table::Evals);
+        let sort = query.effective_sort();
+        let owner_only = query.agent_id.is_none()
+            && query.team_id.is_none()
+            && query.workflow_id.is_none()
+            && query.model_id.is_none()
+            && query.eval_types.is_empty()
+            && query.filter_type.is_none();
+        if owner_only && sort.sort_by.as_deref() == Some("created_at") {
+            let page = self
+                .query_page(coll, &eq, "created_at", sort.sort_order, &query.pagination)
+                .await?;
+            if let Some((docs, total)) = page {
+                let items = docs
+                    .iter()
+                    .map(|d| d.decode("an eval run"))
+                    .collect::<Result<Vec<EvalRun>>>()?;
+                return Ok(Page::new(items, total));
+            }
+        }
         let mut rows = Vec::new();
-        for d in self.query(self.collection(Table::Evals), &eq).await? {
+        for d in self.query(coll, &eq).await? {
             let r: EvalRun = d.decode("an eval run")?;
             if query.matches(&r) {
                 rows.push(r);

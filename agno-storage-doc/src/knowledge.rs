@@ -6,7 +6,8 @@ use agno_storage_core::{
     async_trait, Error, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Page, Result,
 };
 
-use crate::{backoff, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
+use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
+use serde_json::Value;
 
 #[async_trait]
 impl<B: DocBackend> KnowledgeStore for Docs<B> {
@@ -71,13 +72,27 @@ impl<B: DocBackend> KnowledgeStore for Docs<B> {
         query: KnowledgeQuery,
     ) -> Result<Page<KnowledgeContent>> {
         query.pagination.validate()?;
+        let coll = self.collection(Table::Knowledge);
+        // A user sees their own contents and the shared ones: two owner queries.
+        let owners = match query.user_id.as_deref() {
+            Some(u) => vec![
+                vec![("user_id", opt(Some(u)))],
+                vec![("user_id", Value::Null)],
+            ],
+            None => vec![Vec::new()],
+        };
         let mut rows = Vec::new();
-        for d in self.query(self.collection(Table::Knowledge), &[]).await? {
-            let c: KnowledgeContent = d.decode("knowledge content")?;
-            if query.matches(&c) {
-                rows.push(c);
+        for eq in owners {
+            for d in self.query(coll, &eq).await? {
+                let c: KnowledgeContent = d.decode("knowledge content")?;
+                if query.matches(&c) {
+                    rows.push(c);
+                }
             }
         }
+        // Creation order across both owners; `page` keeps it unless `sort` names a column,
+        // and for ties.
+        rows.sort_by_key(|c| c.created_at);
         query.page(rows)
     }
 

@@ -8,6 +8,7 @@ use agno_storage_core::{
 };
 
 use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
+use serde_json::Value;
 
 #[async_trait]
 impl<B: DocBackend> LearningStore for Docs<B> {
@@ -62,17 +63,25 @@ impl<B: DocBackend> LearningStore for Docs<B> {
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
         query.pagination.validate()?;
-        let mut eq = Vec::new();
-        if let (Some(u), false) = (&query.user_id, query.include_global) {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        // A user's own learnings, and the global ones (no owner) when asked for.
+        let owners = match (&query.user_id, query.include_global) {
+            (None, _) => vec![Vec::new()],
+            (Some(u), false) => vec![vec![("user_id", opt(Some(u)))]],
+            (Some(u), true) => vec![
+                vec![("user_id", opt(Some(u)))],
+                vec![("user_id", Value::Null)],
+            ],
+        };
         let mut rows = Vec::new();
-        for d in self.query(self.collection(Table::Learnings), &eq).await? {
-            let l: Learning = d.decode("a learning")?;
-            if query.matches(&l) {
-                rows.push(l);
+        for eq in owners {
+            for d in self.query(self.collection(Table::Learnings), &eq).await? {
+                let l: Learning = d.decode("a learning")?;
+                if query.matches(&l) {
+                    rows.push(l);
+                }
             }
         }
+        rows.sort_by(|a, b| a.learning_id.cmp(&b.learning_id));
         query.page(rows)
     }
 

@@ -15,6 +15,7 @@ mod backend;
 mod evals;
 mod jobs;
 mod knowledge;
+pub mod layout;
 mod learnings;
 mod legacy;
 mod memories;

@@ -3,9 +3,10 @@
 //! agno's `workflow_name`, fields of newer agno releases) and the fields a read hands over.
 
 use agno_storage_core::{Error, ErrorKind, Result};
+use agno_storage_doc::layout::{shape, shape_serde, Nulls};
 use agno_storage_doc::Fields;
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::files::{
     undecodable, undecodable_error, undecodable_field, undecodable_fields, undecodable_raw_field,
@@ -15,63 +16,9 @@ use crate::files::{
 /// A session's legacy runs blob (agno 2.x kept a session's runs inside its row).
 pub(crate) const LEGACY_RUNS: &str = "runs";
 
-/// Whether a null field is written (`asdict`, `model_dump`) or dropped (`UserMemory.to_dict`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Nulls {
-    Keep,
-    Drop,
-}
-
 /// The string value of `key` in `row`.
 pub(crate) fn text<'a>(row: &'a Value, key: &str) -> Option<&'a str> {
     row.get(key).and_then(Value::as_str)
-}
-
-/// Lays out a row: the `order` keys first (a key the record lacks takes the existing row's
-/// value, else null), then the record's other non-null fields, then the existing row's keys
-/// the record does not model. With [`Nulls::Drop`] null values are left out.
-pub(crate) fn shape(
-    mut fields: Map<String, Value>,
-    order: &[&str],
-    nulls: Nulls,
-    existing: Option<&Value>,
-) -> Value {
-    let modeled: Vec<String> = fields.keys().cloned().collect();
-    let old = existing.and_then(Value::as_object);
-    let mut out = Map::with_capacity(fields.len() + 2);
-    for key in order {
-        let value = match fields.remove(*key) {
-            Some(v) => v,
-            None if modeled.iter().any(|m| m == key) => Value::Null,
-            None => old.and_then(|o| o.get(*key)).cloned().unwrap_or(Value::Null),
-        };
-        if nulls == Nulls::Keep || !value.is_null() {
-            out.insert((*key).to_owned(), value);
-        }
-    }
-    for (key, value) in fields {
-        if !value.is_null() {
-            out.insert(key, value);
-        }
-    }
-    for (key, value) in old.into_iter().flatten() {
-        if !out.contains_key(key) && !modeled.contains(key) {
-            out.insert(key.clone(), value.clone());
-        }
-    }
-    Value::Object(out)
-}
-
-/// Lays out a record that agno's JSON stores never wrote: its fields in declaration order
-/// (nulls kept), then the existing row's keys it does not model.
-pub(crate) fn shape_serde(fields: Map<String, Value>, existing: Option<&Value>) -> Value {
-    let mut out = fields;
-    for (key, value) in existing.and_then(Value::as_object).into_iter().flatten() {
-        if !out.contains_key(key) {
-            out.insert(key.clone(), value.clone());
-        }
-    }
-    Value::Object(out)
 }
 
 /// Epoch seconds from a stored timestamp: an integer, a float, or an ISO-8601 string

@@ -173,6 +173,12 @@ impl KvStore {
         id: &str,
         raw: &str,
     ) -> Result<Option<RecordIndex>> {
+        if let Some(entries) = crate::docs::record_entries(self, segment, id, raw)? {
+            return Ok(Some(RecordIndex {
+                entries,
+                ..RecordIndex::default()
+            }));
+        }
         let key = self.key(segment, id);
         let entries = match segment {
             crate::sessions::TABLE => {
@@ -204,10 +210,6 @@ impl KvStore {
                 let (r, legacy) = crate::metrics::decode(&key, raw)?;
                 self.metrics_entries(id, &r, legacy)
             }
-            crate::evals::TABLE => self.eval_entries(&crate::evals::decode(&key, raw)?),
-            crate::knowledge::TABLE => {
-                self.knowledge_entries(&crate::knowledge::decode(&key, raw)?)
-            }
             crate::schedules::TABLE => {
                 let s = crate::schedules::decode(&key, raw)?;
                 return Ok(Some(RecordIndex {
@@ -222,7 +224,6 @@ impl KvStore {
             crate::schedules::RUNS_TABLE => {
                 self.schedule_run_entries(&crate::schedules::decode_run(&key, raw)?)
             }
-            crate::learnings::TABLE => self.learning_entries(&crate::learnings::decode(&key, raw)?),
             crate::jobs::TABLE => {
                 if !id.starts_with("job:") {
                     return Ok(None);

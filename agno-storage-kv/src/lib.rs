@@ -60,6 +60,8 @@ mod codec;
 #[cfg(feature = "redis")]
 mod coordination;
 #[cfg(feature = "redis")]
+mod docs;
+#[cfg(feature = "redis")]
 mod evals;
 #[cfg(feature = "redis")]
 mod follower;
@@ -103,8 +105,14 @@ pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 mod client {
     use std::sync::Arc;
 
-    use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result, TableType};
+    use agno_storage_core::{
+        AgnoDb, Error, ErrorKind, EvalStore, KnowledgeStore, LearningStore, OpenMode, Result,
+        TableType,
+    };
 
+    use agno_storage_doc::Docs;
+
+    use crate::docs::{KvDocs, Redis, Server, Valkey};
     use crate::follower::{FollowError, Follower, IndexFollower};
     use crate::migrate::KvMigrations;
     use crate::store::{redis_err, KvStore};
@@ -247,10 +255,25 @@ mod client {
         /// One handle over every store of this database.
         pub fn agno_db(&self) -> AgnoDb {
             let s = self.store.clone();
+            let (evals, knowledge, learnings) = if s.server == "valkey" {
+                engine_stores(Docs(KvDocs::<Valkey>::new(s.clone())))
+            } else {
+                engine_stores(Docs(KvDocs::<Redis>::new(s.clone())))
+            };
             AgnoDb::builder(s.server)
-                .all_stores(s.clone())
+                .sessions(s.clone())
+                .runs(s.clone())
+                .memories(s.clone())
+                .metrics(s.clone())
+                .schedules(s.clone())
+                .jobs(s.clone())
+                .legacy(s.clone())
+                .evals(evals)
+                .knowledge(knowledge)
+                .learnings(learnings.clone())
                 .migrations(Arc::new(KvMigrations {
                     store: s,
+                    learnings,
                     lease: self.lock_lease,
                 }))
                 .durable(self.durable)
@@ -332,5 +355,17 @@ mod client {
         ) -> std::result::Result<IndexFollower, FollowError> {
             Follower::start(self.store.clone(), self.client.clone()).await
         }
+    }
+
+    type EngineStores = (
+        Arc<dyn EvalStore>,
+        Arc<dyn KnowledgeStore>,
+        Arc<dyn LearningStore>,
+    );
+
+    /// The stores served by the document engine.
+    fn engine_stores<S: Server>(docs: Docs<KvDocs<S>>) -> EngineStores {
+        let docs = Arc::new(docs);
+        (docs.clone(), docs.clone(), docs)
     }
 }

@@ -192,6 +192,8 @@ impl LeaseRecord for KvLease {
 /// The migration target of one prefix.
 pub(crate) struct KvMigrations {
     pub(crate) store: Arc<KvStore>,
+    /// The learnings store (the engine's), for the learnings re-key step.
+    pub(crate) learnings: Arc<dyn agno_storage_core::LearningStore>,
     /// The migration lock's lease ([`crate::KvDb::with_migration_lock_lease`]).
     pub(crate) lease: Duration,
 }
@@ -218,7 +220,7 @@ impl MigrationTarget for KvMigrations {
                 store: self.store.clone(),
             }),
             Arc::new(CopyLegacyRunsStep::new(self.store.clone())),
-            Arc::new(RekeyLearningsStep::new(self.store.clone())),
+            Arc::new(RekeyLearningsStep::new(self.learnings.clone())),
         ]
     }
 
