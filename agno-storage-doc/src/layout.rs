@@ -5,6 +5,25 @@
 
 use serde_json::{Map, Value};
 
+/// agno's `KnowledgeRow` fields in `model_dump()` order: a knowledge row as every agno
+/// store that writes JSON text lays it out.
+pub const KNOWLEDGE_ROW: &[&str] = &[
+    "id",
+    "name",
+    "description",
+    "metadata",
+    "type",
+    "size",
+    "linked_to",
+    "access_count",
+    "status",
+    "status_message",
+    "user_id",
+    "created_at",
+    "updated_at",
+    "external_id",
+];
+
 /// Whether a null field is written (`asdict`, `model_dump`) or dropped (`UserMemory.to_dict`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nulls {

@@ -3,7 +3,7 @@
 //! agno's `workflow_name`, fields of newer agno releases) and the fields a read hands over.
 
 use agno_storage_core::{Error, ErrorKind, Result};
-use agno_storage_doc::layout::{shape, shape_serde, Nulls};
+use agno_storage_doc::layout::{shape, shape_serde, Nulls, KNOWLEDGE_ROW};
 use agno_storage_doc::Fields;
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use serde_json::Value;
@@ -123,7 +123,7 @@ pub(crate) fn layout(table: Table, mut fields: Fields, existing: Option<&Value>)
         }
         Table::Metrics => (METRICS_KEYS, Nulls::Keep),
         Table::Evals => (EVAL_KEYS, Nulls::Keep),
-        Table::Knowledge => (KNOWLEDGE_KEYS, Nulls::Keep),
+        Table::Knowledge => (KNOWLEDGE_ROW, Nulls::Keep),
         _ => return shape_serde(fields, existing),
     };
     shape(fields, order, nulls, existing)
@@ -332,22 +332,6 @@ const EVAL_KEYS: &[&str] = &[
     "eval_input",
     "created_at",
     "updated_at",
-];
-const KNOWLEDGE_KEYS: &[&str] = &[
-    "id",
-    "name",
-    "description",
-    "metadata",
-    "type",
-    "size",
-    "linked_to",
-    "access_count",
-    "status",
-    "status_message",
-    "user_id",
-    "created_at",
-    "updated_at",
-    "external_id",
 ];
 
 #[cfg(test)]

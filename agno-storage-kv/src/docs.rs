@@ -125,6 +125,19 @@ struct Planned {
     new: Vec<Entry>,
 }
 
+impl TableLayout {
+    /// A record's index entries: in the table's index of every record and in its owner's
+    /// index (where the table keeps one for it), scored by [`TableLayout::score`].
+    fn entries(&self, store: &KvStore, id: &str, fields: &Fields) -> Vec<Entry> {
+        let score = (self.score)(fields);
+        let mut entries = vec![Entry::z((self.all)(store), id, score)];
+        if let Some(index) = (self.by_owner)(store, text(fields, "user_id")) {
+            entries.push(Entry::z(index, id, score));
+        }
+        entries
+    }
+}
+
 fn layout(segment: &str) -> Option<&'static TableLayout> {
     match segment {
         crate::evals::TABLE => Some(&crate::evals::LAYOUT),
@@ -140,13 +153,13 @@ pub(crate) struct TableLayout {
     pub(crate) order: &'static [&'static str],
     /// The field holding the record's id.
     pub(crate) key_field: &'static str,
-    /// The index entries of a record (`id`, its fields).
-    pub(crate) entries: fn(&KvStore, &str, &Fields) -> Vec<Entry>,
+    /// A record's score in its indexes.
+    pub(crate) score: fn(&Fields) -> f64,
     /// The owner index (`Some(user)`, or `None` for the unowned records), if kept.
     pub(crate) by_owner: fn(&KvStore, Option<&str>) -> Option<String>,
     /// The index of every record.
     pub(crate) all: fn(&KvStore) -> String,
-    /// The field the scores of [`TableLayout::all`] and the owner indexes are.
+    /// The field [`TableLayout::score`] reads (the order `query_page` serves).
     pub(crate) score_field: &'static str,
 }
 
@@ -199,11 +212,7 @@ pub(crate) fn record_entries(
     raw: &str,
 ) -> Result<Option<Vec<Entry>>> {
     match layout(segment) {
-        Some(l) => Ok(Some((l.entries)(
-            store,
-            id,
-            &view(store, segment, id, raw)?,
-        ))),
+        Some(l) => Ok(Some(l.entries(store, id, &view(store, segment, id, raw)?))),
         None => Ok(None),
     }
 }
@@ -223,7 +232,7 @@ impl<S: Server> KvDocs<S> {
 
     /// The index entries of record `id` of `segment` holding `fields`.
     fn entries(&self, segment: &str, id: &str, fields: &Fields) -> Vec<Entry> {
-        layout(segment).map_or_else(Vec::new, |l| (l.entries)(&self.store, id, fields))
+        layout(segment).map_or_else(Vec::new, |l| l.entries(&self.store, id, fields))
     }
 
     /// The entries of the version `pre` expects (none when it expects nothing in particular:

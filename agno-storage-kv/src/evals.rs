@@ -2,11 +2,7 @@
 //! (`created_at`, `updated_at`, then the record's fields, then the owner), indexed by
 //! creation time (all, per owner). The store is the document engine's.
 
-use agno_storage_doc::Fields;
-
-use crate::cas::Entry;
-use crate::docs::{score, text, TableLayout};
-use crate::store::KvStore;
+use crate::docs::{score, TableLayout};
 
 pub(crate) const TABLE: &str = "evals";
 
@@ -28,17 +24,8 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         "user_id",
     ],
     key_field: "run_id",
-    entries,
+    score: |f| score(f, "created_at"),
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("created:user:{u}"))),
     all: |s| s.idx(TABLE, "created:all"),
     score_field: "created_at",
 };
-
-fn entries(s: &KvStore, id: &str, fields: &Fields) -> Vec<Entry> {
-    let score = score(fields, "created_at");
-    let mut entries = vec![Entry::z((LAYOUT.all)(s), id, score)];
-    if let Some(index) = (LAYOUT.by_owner)(s, text(fields, "user_id")) {
-        entries.push(Entry::z(index, id, score));
-    }
-    entries
-}

@@ -2,11 +2,7 @@
 //! `RedisDb` has no learnings), indexed by last update (all, per owner, global). The store
 //! is the document engine's.
 
-use agno_storage_doc::Fields;
-
-use crate::cas::Entry;
-use crate::docs::{score, text, TableLayout};
-use crate::store::KvStore;
+use crate::docs::{score, TableLayout};
 
 pub(crate) const TABLE: &str = "learnings";
 
@@ -28,7 +24,11 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         "updated_at",
     ],
     key_field: "learning_id",
-    entries,
+    // A learning agno wrote without `updated_at` is ordered by its creation.
+    score: |f| match f.get("updated_at").filter(|v| !v.is_null()) {
+        Some(_) => score(f, "updated_at"),
+        None => score(f, "created_at"),
+    },
     by_owner: |s, user| {
         Some(match user {
             Some(u) => s.idx(TABLE, &format!("updated:user:{u}")),
@@ -38,15 +38,3 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
     all: |s| s.idx(TABLE, "updated:all"),
     score_field: "updated_at",
 };
-
-fn entries(s: &KvStore, id: &str, fields: &Fields) -> Vec<Entry> {
-    let score = match fields.get("updated_at").filter(|v| !v.is_null()) {
-        Some(_) => score(fields, "updated_at"),
-        None => score(fields, "created_at"),
-    };
-    let mut entries = vec![Entry::z((LAYOUT.all)(s), id, score)];
-    if let Some(index) = (LAYOUT.by_owner)(s, text(fields, "user_id")) {
-        entries.push(Entry::z(index, id, score));
-    }
-    entries
-}
