@@ -6,8 +6,8 @@ use std::time::Duration;
 use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
 use agno_storage_core::migration::MigrationLock;
 use agno_storage_core::{
-    async_trait, Error, ErrorKind, Job, MetricsRecord, Pagination, Result, RunRecord, SortOrder,
-    Table, UserMemory,
+    async_trait, Error, ErrorKind, Job, MemoryStats, MetricsRecord, Page, Pagination, Result,
+    RunRecord, SortOrder, Table, UserMemory,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -221,6 +221,16 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Whether a stored metrics row predates per-user buckets (default: never).
     fn is_legacy_metric(&self, _fields: &Fields) -> bool {
         false
+    }
+
+    /// [`agno_storage_core::MemoryStore::get_memory_stats`] from counts the backend keeps
+    /// per user (default `None`: the engine reads every visible memory and counts them).
+    async fn memory_stats(
+        &self,
+        _user_id: Option<&str>,
+        _pagination: &Pagination,
+    ) -> Result<Option<Page<MemoryStats>>> {
+        Ok(None)
     }
 
     /// A memory as its document body (default: the record's fields).

@@ -127,6 +127,9 @@ impl<B: DocBackend> MemoryStore for Docs<B> {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<MemoryStats>> {
+        if let Some(page) = self.0.memory_stats(user_id, &pagination).await? {
+            return Ok(page);
+        }
         memory_stats(&self.memories_of(user_id).await?, user_id, &pagination)
     }
 

@@ -56,8 +56,6 @@ for _ = 1, n do
   elseif kind == 'srem' then redis.call('SREM', k, a)
   elseif kind == 'set' then redis.call('SET', k, a)
   elseif kind == 'del' then redis.call('DEL', k)
-  elseif kind == 'prune' then
-    if redis.call('ZCARD', k) == 0 then redis.call('SREM', KEYS[tonumber(b)], a) end
   else
     return redis.error_reply('agno cas: unknown op ' .. kind)
   end
@@ -251,14 +249,6 @@ impl Cas {
     /// Deletes another key.
     pub(crate) fn del_key(mut self, key: &str) -> Self {
         self.op("del", key, String::new(), String::new());
-        self
-    }
-
-    /// After the other ops: removes `member` from the set `set` when the sorted set
-    /// `zset` is empty.
-    pub(crate) fn prune(mut self, zset: &str, set: &str, member: &str) -> Self {
-        let set_index = self.k(set);
-        self.op("prune", zset, member.to_owned(), set_index);
         self
     }
 

@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Pagination, Result};
+use agno_storage_core::{
+    async_trait, Error, ErrorKind, MemoryStats, MetricsRecord, Page, Pagination, Result,
+};
 use agno_storage_core::{SortOrder, Table};
 use agno_storage_doc::layout::{shape, Nulls};
 use agno_storage_doc::{matches_eq, Commit, DocBackend, Fields, Pre, Stored};
@@ -18,12 +20,15 @@ use serde_json::Value;
 
 use crate::cas::{score_arg, Entry};
 use crate::codec::{decode_object, encode};
+use crate::indexing::RecordIndex;
 use crate::store::KvStore;
 
 /// Checks every record's precondition, then applies every write and index operation.
 /// ARGV[1] the record count; per record (key index, expectation `*` any / `-` absent /
 /// `=` equal to the value after it, expected text, action `set` / `del`, new text); then
-/// the operation count and `(kind, key index, member, score)` quadruples. Returns 1 when
+/// the operation count and `(kind, key index, member, score)` quadruples (`prune`: remove
+/// `member` from the set whose key index is in the score's place once the sorted set is
+/// empty; prunes come last). Returns 1 when
 /// applied, 0 when a precondition failed (nothing written).
 const COMMIT: &str = r#"
 local n = tonumber(ARGV[1])
@@ -51,7 +56,8 @@ for _ = 1, m do
   if kind == 'zadd' then redis.call('ZADD', k, score, member)
   elseif kind == 'zrem' then redis.call('ZREM', k, member)
   elseif kind == 'sadd' then redis.call('SADD', k, member)
-  elseif kind == 'srem' then redis.call('SREM', k, member)
+  elseif kind == 'prune' then
+    if redis.call('ZCARD', k) == 0 then redis.call('SREM', KEYS[tonumber(score)], member) end
   else return redis.error_reply('agno commit: unknown op ' .. kind) end
 end
 return 1
@@ -123,6 +129,8 @@ struct Planned {
     value: Option<String>,
     old: Vec<Entry>,
     new: Vec<Entry>,
+    /// Owner set entries to drop once their owner's index is empty.
+    prunes: Vec<(String, String, String)>,
 }
 
 impl TableLayout {
@@ -131,10 +139,27 @@ impl TableLayout {
     fn entries(&self, store: &KvStore, id: &str, fields: &Fields) -> Vec<Entry> {
         let score = (self.score)(fields);
         let mut entries = vec![Entry::z((self.all)(store), id, score)];
-        if let Some(index) = (self.by_owner)(store, text(fields, "user_id")) {
+        let owner = text(fields, "user_id");
+        if let Some(index) = (self.by_owner)(store, owner) {
             entries.push(Entry::z(index, id, score));
         }
+        if let (Some(owners), Some(owner)) = (self.owners, owner) {
+            entries.push(Entry::s(owners(store), owner));
+        }
         entries
+    }
+
+    /// Where an owner set entry is pruned from: `(owner's index, owners set, owner)` for
+    /// each set entry of `entries` (removed once the owner's index is empty).
+    fn prunes(&self, store: &KvStore, entries: &[Entry]) -> Vec<(String, String, String)> {
+        entries
+            .iter()
+            .filter(|e| e.score.is_none())
+            .filter_map(|e| {
+                let index = (self.by_owner)(store, Some(&e.member))?;
+                Some((index, e.key.clone(), e.member.clone()))
+            })
+            .collect()
     }
 }
 
@@ -143,6 +168,7 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
         crate::evals::TABLE => Some(&crate::evals::LAYOUT),
         crate::knowledge::TABLE => Some(&crate::knowledge::LAYOUT),
         crate::learnings::TABLE => Some(&crate::learnings::LAYOUT),
+        crate::memories::TABLE => Some(&crate::memories::LAYOUT),
         _ => None,
     }
 }
@@ -159,6 +185,9 @@ pub(crate) struct TableLayout {
     pub(crate) by_owner: fn(&KvStore, Option<&str>) -> Option<String>,
     /// The index of every record.
     pub(crate) all: fn(&KvStore) -> String,
+    /// The set of owners holding at least one record (an owner leaves it with their last
+    /// record), if the table keeps one.
+    pub(crate) owners: Option<fn(&KvStore) -> String>,
     /// The field [`TableLayout::score`] reads (the order `query_page` serves).
     pub(crate) score_field: &'static str,
 }
@@ -203,18 +232,23 @@ pub(crate) fn view(store: &KvStore, segment: &str, id: &str, raw: &str) -> Resul
     Ok(fields)
 }
 
-/// The index entries of record `id` of `segment` stored as `raw`, when the table is served
-/// by the engine (`None` for the other tables).
-pub(crate) fn record_entries(
+/// How record `id` of `segment` stored as `raw` is indexed, when the table is served by the
+/// engine (`None` for the other tables): the rule the follower and rebuilds apply.
+pub(crate) fn record_index(
     store: &KvStore,
     segment: &str,
     id: &str,
     raw: &str,
-) -> Result<Option<Vec<Entry>>> {
-    match layout(segment) {
-        Some(l) => Ok(Some(l.entries(store, id, &view(store, segment, id, raw)?))),
-        None => Ok(None),
-    }
+) -> Result<Option<RecordIndex>> {
+    let Some(l) = layout(segment) else {
+        return Ok(None);
+    };
+    let entries = l.entries(store, id, &view(store, segment, id, raw)?);
+    Ok(Some(RecordIndex {
+        prunes: l.prunes(store, &entries),
+        entries,
+        name_claim: None,
+    }))
 }
 
 impl<S: Server> KvDocs<S> {
@@ -233,6 +267,21 @@ impl<S: Server> KvDocs<S> {
     /// The index entries of record `id` of `segment` holding `fields`.
     fn entries(&self, segment: &str, id: &str, fields: &Fields) -> Vec<Entry> {
         layout(segment).map_or_else(Vec::new, |l| l.entries(&self.store, id, fields))
+    }
+
+    /// The owner set entries of `old` that `new` lacks, as prunes.
+    fn removed_owners(
+        &self,
+        segment: &str,
+        old: &[Entry],
+        new: &[Entry],
+    ) -> Vec<(String, String, String)> {
+        let removed: Vec<Entry> = old
+            .iter()
+            .filter(|e| e.score.is_none() && !new.contains(e))
+            .cloned()
+            .collect();
+        layout(segment).map_or_else(Vec::new, |l| l.prunes(&self.store, &removed))
     }
 
     /// The entries of the version `pre` expects (none when it expects nothing in particular:
@@ -299,10 +348,13 @@ impl<S: Server> DocBackend for KvDocs<S> {
                 Some(l) => shape(fields.clone(), l.order, Nulls::Keep, existing.as_ref()),
                 None => Value::Object(fields.clone()),
             };
+            let old = self.old_entries(collection, id, &pre)?;
+            let new = self.entries(collection, id, fields);
             Ok(Planned {
                 key: self.store.key(collection, id),
-                old: self.old_entries(collection, id, &pre)?,
-                new: self.entries(collection, id, fields),
+                prunes: self.removed_owners(collection, &old, &new),
+                old,
+                new,
                 value: Some(encode(&body)),
                 expect: expectation(pre),
             })
@@ -311,9 +363,11 @@ impl<S: Server> DocBackend for KvDocs<S> {
 
     fn delete(&self, collection: &str, id: &str, pre: Pre<Self>) -> KvWrite {
         KvWrite((|| {
+            let old = self.old_entries(collection, id, &pre)?;
             Ok(Planned {
                 key: self.store.key(collection, id),
-                old: self.old_entries(collection, id, &pre)?,
+                prunes: self.removed_owners(collection, &old, &[]),
+                old,
                 new: Vec::new(),
                 value: None,
                 expect: expectation(pre),
@@ -352,10 +406,9 @@ impl<S: Server> DocBackend for KvDocs<S> {
                 None => ("del", ""),
             };
             records.push((slot(&w.key), expect, want, action, value));
-            for e in &w.old {
+            for e in w.old.iter().filter(|e| e.score.is_some()) {
                 if !w.new.iter().any(|n| n.key == e.key && n.member == e.member) {
-                    let kind = if e.score.is_some() { "zrem" } else { "srem" };
-                    ops.push((kind, slot(&e.key), &e.member, String::new()));
+                    ops.push(("zrem", slot(&e.key), &e.member, String::new()));
                 }
             }
             for e in w.new.iter().filter(|e| !w.old.contains(e)) {
@@ -363,6 +416,12 @@ impl<S: Server> DocBackend for KvDocs<S> {
                     Some(s) => ops.push(("zadd", slot(&e.key), &e.member, score_arg(s))),
                     None => ops.push(("sadd", slot(&e.key), &e.member, String::new())),
                 }
+            }
+        }
+        for w in &writes {
+            for (index, set, member) in &w.prunes {
+                let set = slot(set).to_string();
+                ops.push(("prune", slot(index), member, set));
             }
         }
         let mut inv = self.commit_script.prepare_invoke();
@@ -454,6 +513,14 @@ impl<S: Server> DocBackend for KvDocs<S> {
             )
             .await?;
         Ok(Some((rows, total)))
+    }
+
+    async fn memory_stats(
+        &self,
+        user_id: Option<&str>,
+        pagination: &Pagination,
+    ) -> Result<Option<Page<MemoryStats>>> {
+        self.store.memory_stats(user_id, pagination).await.map(Some)
     }
 
     async fn metrics_id(&self, record: &MetricsRecord) -> Result<String> {

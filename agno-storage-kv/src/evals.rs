@@ -26,6 +26,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
     key_field: "run_id",
     score: |f| score(f, "created_at"),
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("created:user:{u}"))),
+    owners: None,
     all: |s| s.idx(TABLE, "created:all"),
     score_field: "created_at",
 };

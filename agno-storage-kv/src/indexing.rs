@@ -173,11 +173,8 @@ impl KvStore {
         id: &str,
         raw: &str,
     ) -> Result<Option<RecordIndex>> {
-        if let Some(entries) = crate::docs::record_entries(self, segment, id, raw)? {
-            return Ok(Some(RecordIndex {
-                entries,
-                ..RecordIndex::default()
-            }));
+        if let Some(index) = crate::docs::record_index(self, segment, id, raw)? {
+            return Ok(Some(index));
         }
         let key = self.key(segment, id);
         let entries = match segment {
@@ -186,26 +183,6 @@ impl KvStore {
                 self.session_entries(&s.session, s.legacy.is_some())
             }
             crate::runs::TABLE => self.run_entries(&crate::runs::decode(&key, raw)?),
-            crate::memories::TABLE => {
-                let m = crate::memories::decode(&key, raw)?;
-                let entries = self.memory_entries(&m);
-                let prunes = entries
-                    .iter()
-                    .filter(|e| e.score.is_none())
-                    .map(|e| {
-                        (
-                            self.memories_of_user(&e.member),
-                            e.key.clone(),
-                            e.member.clone(),
-                        )
-                    })
-                    .collect();
-                return Ok(Some(RecordIndex {
-                    entries,
-                    prunes,
-                    name_claim: None,
-                }));
-            }
             crate::metrics::TABLE => {
                 let (r, legacy) = crate::metrics::decode(&key, raw)?;
                 self.metrics_entries(id, &r, legacy)

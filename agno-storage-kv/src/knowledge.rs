@@ -17,6 +17,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
             None => s.idx(TABLE, "created:shared"),
         })
     },
+    owners: None,
     all: |s| s.idx(TABLE, "created:all"),
     score_field: "created_at",
 };

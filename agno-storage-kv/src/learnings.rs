@@ -35,6 +35,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
             None => s.idx(TABLE, "updated:global"),
         })
     },
+    owners: None,
     all: |s| s.idx(TABLE, "updated:all"),
     score_field: "updated_at",
 };
