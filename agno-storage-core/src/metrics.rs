@@ -27,7 +27,20 @@ pub const TOKEN_FIELDS: &[&str] = &[
     "reasoning_tokens",
 ];
 
+fn daily() -> String {
+    "daily".to_owned()
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+fn empty_array() -> Value {
+    Value::Array(Vec::new())
+}
+
 /// One metrics row (`agno_metrics`). `user_id = None` is the shared bucket, stored as `""`.
+/// A row missing a counter (older agno releases) reads it as zero.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricsRecord {
     /// Primary key (uuid4).
@@ -38,28 +51,40 @@ pub struct MetricsRecord {
     /// The UTC day.
     pub date: NaiveDate,
     /// Always `daily` today.
+    #[serde(default = "daily")]
     pub aggregation_period: String,
     /// Agent runs that day.
+    #[serde(default)]
     pub agent_runs_count: i64,
     /// Team runs (including member runs) that day.
+    #[serde(default)]
     pub team_runs_count: i64,
     /// Workflow runs that day.
+    #[serde(default)]
     pub workflow_runs_count: i64,
     /// Agent sessions created that day.
+    #[serde(default)]
     pub agent_sessions_count: i64,
     /// Team sessions created that day.
+    #[serde(default)]
     pub team_sessions_count: i64,
     /// Workflow sessions created that day.
+    #[serde(default)]
     pub workflow_sessions_count: i64,
     /// 1 for a user's row, 0 for the shared bucket.
+    #[serde(default)]
     pub users_count: i64,
     /// Summed token counters ([`TOKEN_FIELDS`]).
+    #[serde(default = "empty_object")]
     pub token_metrics: Value,
     /// `[{"model_id", "model_provider", "count"}]`.
+    #[serde(default = "empty_array")]
     pub model_metrics: Value,
     /// True once the day is over.
+    #[serde(default)]
     pub completed: bool,
     /// Creation time, epoch seconds (kept across recomputations).
+    #[serde(default)]
     pub created_at: i64,
     /// Last recomputation, epoch seconds.
     #[serde(default)]

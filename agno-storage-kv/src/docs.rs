@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{
     async_trait, Error, ErrorKind, MemoryStats, MetricsRecord, Page, Pagination, Result,
 };
@@ -136,10 +137,10 @@ struct Planned {
 impl TableLayout {
     /// A record's index entries: in the table's index of every record and in its owner's
     /// index (where the table keeps one for it), scored by [`TableLayout::score`].
-    fn entries(&self, store: &KvStore, id: &str, fields: &Fields) -> Vec<Entry> {
+    pub(crate) fn entries(&self, store: &KvStore, id: &str, fields: &Fields) -> Vec<Entry> {
         let score = (self.score)(fields);
         let mut entries = vec![Entry::z((self.all)(store), id, score)];
-        let owner = text(fields, "user_id");
+        let owner = text(fields, "user_id").filter(|_| (self.owned)(fields));
         if let Some(index) = (self.by_owner)(store, owner) {
             entries.push(Entry::z(index, id, score));
         }
@@ -169,6 +170,7 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
         crate::knowledge::TABLE => Some(&crate::knowledge::LAYOUT),
         crate::learnings::TABLE => Some(&crate::learnings::LAYOUT),
         crate::memories::TABLE => Some(&crate::memories::LAYOUT),
+        crate::metrics::TABLE => Some(&crate::metrics::LAYOUT),
         _ => None,
     }
 }
@@ -183,6 +185,8 @@ pub(crate) struct TableLayout {
     pub(crate) score: fn(&Fields) -> f64,
     /// The owner index (`Some(user)`, or `None` for the unowned records), if kept.
     pub(crate) by_owner: fn(&KvStore, Option<&str>) -> Option<String>,
+    /// Whether a record goes into its owner's index (agno 2.x's whole-day metrics do not).
+    pub(crate) owned: fn(&Fields) -> bool,
     /// The index of every record.
     pub(crate) all: fn(&KvStore) -> String,
     /// The set of owners holding at least one record (an owner leaves it with their last
@@ -523,8 +527,18 @@ impl<S: Server> DocBackend for KvDocs<S> {
         self.store.memory_stats(user_id, pagination).await.map(Some)
     }
 
+    /// agno 3.1.10's `{date}_{user}_{period}`; a whole-day agno 2.x Valkey record on the
+    /// shared bucket's id is first moved off it (see `crate::metrics`).
     async fn metrics_id(&self, record: &MetricsRecord) -> Result<String> {
-        Ok(crate::metrics::record_id(record))
+        let id = crate::metrics::record_id(record);
+        if record.stored_user_id() == SHARED_BUCKET {
+            self.store.move_legacy_metric(&id).await?;
+        }
+        Ok(id)
+    }
+
+    fn is_legacy_metric(&self, fields: &Fields) -> bool {
+        is_legacy_metric_json(fields)
     }
 
     fn lock_lease(&self) -> Duration {

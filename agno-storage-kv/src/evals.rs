@@ -27,6 +27,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
     score: |f| score(f, "created_at"),
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("created:user:{u}"))),
     owners: None,
+    owned: |_| true,
     all: |s| s.idx(TABLE, "created:all"),
     score_field: "created_at",
 };

@@ -183,10 +183,6 @@ impl KvStore {
                 self.session_entries(&s.session, s.legacy.is_some())
             }
             crate::runs::TABLE => self.run_entries(&crate::runs::decode(&key, raw)?),
-            crate::metrics::TABLE => {
-                let (r, legacy) = crate::metrics::decode(&key, raw)?;
-                self.metrics_entries(id, &r, legacy)
-            }
             crate::schedules::TABLE => {
                 let s = crate::schedules::decode(&key, raw)?;
                 return Ok(Some(RecordIndex {

@@ -18,6 +18,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         })
     },
     owners: None,
+    owned: |_| true,
     all: |s| s.idx(TABLE, "created:all"),
     score_field: "created_at",
 };

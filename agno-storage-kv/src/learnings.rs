@@ -36,6 +36,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         })
     },
     owners: None,
+    owned: |_| true,
     all: |s| s.idx(TABLE, "updated:all"),
     score_field: "updated_at",
 };

@@ -106,8 +106,8 @@ mod client {
     use std::sync::Arc;
 
     use agno_storage_core::{
-        AgnoDb, Error, ErrorKind, EvalStore, KnowledgeStore, LearningStore, MemoryStore, OpenMode,
-        Result, TableType,
+        AgnoDb, Error, ErrorKind, EvalStore, KnowledgeStore, LearningStore, MemoryStore,
+        MetricsStore, OpenMode, Result, TableType,
     };
 
     use agno_storage_doc::Docs;
@@ -255,7 +255,7 @@ mod client {
         /// One handle over every store of this database.
         pub fn agno_db(&self) -> AgnoDb {
             let s = self.store.clone();
-            let (memories, evals, knowledge, learnings) = if s.server == "valkey" {
+            let (memories, metrics, evals, knowledge, learnings) = if s.server == "valkey" {
                 engine_stores(Docs(KvDocs::<Valkey>::new(s.clone())))
             } else {
                 engine_stores(Docs(KvDocs::<Redis>::new(s.clone())))
@@ -263,11 +263,11 @@ mod client {
             AgnoDb::builder(s.server)
                 .sessions(s.clone())
                 .runs(s.clone())
-                .metrics(s.clone())
                 .schedules(s.clone())
                 .jobs(s.clone())
                 .legacy(s.clone())
                 .memories(memories)
+                .metrics(metrics)
                 .evals(evals)
                 .knowledge(knowledge)
                 .learnings(learnings.clone())
@@ -359,6 +359,7 @@ mod client {
 
     type EngineStores = (
         Arc<dyn MemoryStore>,
+        Arc<dyn MetricsStore>,
         Arc<dyn EvalStore>,
         Arc<dyn KnowledgeStore>,
         Arc<dyn LearningStore>,
@@ -367,6 +368,6 @@ mod client {
     /// The stores served by the document engine.
     fn engine_stores<S: Server>(docs: Docs<KvDocs<S>>) -> EngineStores {
         let docs = Arc::new(docs);
-        (docs.clone(), docs.clone(), docs.clone(), docs)
+        (docs.clone(), docs.clone(), docs.clone(), docs.clone(), docs)
     }
 }

@@ -29,6 +29,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         None => score(f, "created_at"),
     },
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("updated:user:{u}"))),
+    owned: |_| true,
     all: |s| s.idx(TABLE, "updated:all"),
     owners: Some(|s| s.idx(TABLE, "users")),
     score_field: "updated_at",
