@@ -233,6 +233,28 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The schedules that may be due at `now`: at least every enabled schedule whose
+    /// `next_run_at` has passed and that is unlocked or locked at or before
+    /// `now - lock_grace_seconds` (default: every enabled schedule; the engine checks each
+    /// with `Schedule::is_due`). Override it where an index holds the due ones.
+    async fn due_schedules(
+        &self,
+        _now: i64,
+        _lock_grace_seconds: i64,
+    ) -> Result<Vec<Stored<Self>>> {
+        self.query(
+            self.collection(Table::Schedules),
+            &[("enabled", true.into())],
+        )
+        .await
+    }
+
+    /// The clock claims are decided by, in epoch seconds (default: this host's; a backend
+    /// with a server clock every writer shares may use it).
+    async fn now(&self) -> Result<i64> {
+        Ok(agno_storage_core::now_epoch_seconds())
+    }
+
     /// A memory as its document body (default: the record's fields).
     fn encode_memory(&self, memory: &UserMemory) -> Result<Fields> {
         self.to_fields(memory, "a memory")

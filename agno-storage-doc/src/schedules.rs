@@ -263,15 +263,9 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
         lock_grace_seconds: i64,
     ) -> Result<Option<Schedule>> {
         for attempt in 0..CAS_ATTEMPTS {
-            let now = now_epoch_seconds();
+            let now = self.0.now().await?;
             let mut due = Vec::new();
-            for d in self
-                .query(
-                    self.collection(Table::Schedules),
-                    &[("enabled", true.into())],
-                )
-                .await?
-            {
+            for d in self.due_schedules(now, lock_grace_seconds).await? {
                 let s: Schedule = d.decode("a schedule")?;
                 if s.is_due(now, lock_grace_seconds) {
                     due.push((d, s));

@@ -29,9 +29,6 @@ for g = 1, tonumber(ARGV[5]) do
   if kind == 'absent' then ok = redis.call('EXISTS', k) == 0
   elseif kind == 'exists' then ok = redis.call('EXISTS', k) == 1
   elseif kind == 'eq' then ok = redis.call('GET', k) == a
-  elseif kind == 'absent_or_eq' then
-    local v = redis.call('GET', k)
-    ok = (not v) or v == a
   elseif kind == 'zcard_eq' then ok = redis.call('ZCARD', k) == tonumber(a)
   elseif kind == 'zcard_lt' then ok = redis.call('ZCARD', k) < tonumber(a)
   elseif kind == 'zmax_eq' then
@@ -207,12 +204,6 @@ impl Cas {
             Some(v) => self.guard("eq", key, v.to_owned()),
             None => self.guard("absent", key, String::new()),
         }
-        self
-    }
-
-    /// Guard: `key` does not exist or holds `value`.
-    pub(crate) fn guard_absent_or(mut self, key: &str, value: &str) -> Self {
-        self.guard("absent_or_eq", key, value.to_owned());
         self
     }
 

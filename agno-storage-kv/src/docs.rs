@@ -15,8 +15,8 @@ use agno_storage_core::{
     async_trait, Error, ErrorKind, MemoryStats, MetricsRecord, Page, Pagination, Result,
 };
 use agno_storage_core::{SortOrder, Table};
-use agno_storage_doc::layout::{shape, Nulls};
-use agno_storage_doc::{matches_eq, Commit, DocBackend, Fields, Pre, Stored};
+use agno_storage_doc::layout::{shape, shape_serde, Nulls};
+use agno_storage_doc::{matches_eq, Commit, DocBackend, Fields, Guard, Pre, Stored};
 use serde_json::Value;
 
 use crate::cas::{score_arg, Entry};
@@ -120,33 +120,74 @@ impl<S> KvDocs<S> {
     }
 }
 
-/// One write of a commit: the record, its precondition, its new text (`None`: deleted) and
-/// the index entries to remove and add, or the error building it met.
+/// One write of a commit, or the error building it met.
 pub(crate) struct KvWrite(Result<Planned>);
 
 struct Planned {
     key: String,
+    segment: String,
+    id: String,
+    /// `None` anything, `Some(None)` nothing, `Some(Some(text))` that text.
     expect: Option<Option<String>>,
+    /// The new text (`None`: deleted).
     value: Option<String>,
-    old: Vec<Entry>,
+    /// The index entries of the version replaced (`None`: unknown, read at commit).
+    old: Option<Vec<Entry>>,
     new: Vec<Entry>,
-    /// Owner set entries to drop once their owner's index is empty.
-    prunes: Vec<(String, String, String)>,
+}
+
+/// A table's layout, as its domain module declares it.
+pub(crate) struct TableLayout {
+    /// agno's key order, nulls kept as `model_dump` writes them (empty: the record's serde
+    /// order, as `to_dict` writes it).
+    pub(crate) order: &'static [&'static str],
+    /// The field holding the record's id.
+    pub(crate) key_field: &'static str,
+    /// A record's score in its indexes.
+    pub(crate) score: fn(&Fields) -> f64,
+    /// The field the group indexes are keyed on (`user_id`: the owner).
+    pub(crate) group_field: &'static str,
+    /// The index of a group (`Some(value)`, or `None` for records without one), if kept.
+    pub(crate) by_owner: fn(&KvStore, Option<&str>) -> Option<String>,
+    /// Whether a record goes into its group's index (agno 2.x's whole-day metrics do not).
+    pub(crate) owned: fn(&Fields) -> bool,
+    /// The index of every record, if kept.
+    pub(crate) all: Option<fn(&KvStore) -> String>,
+    /// The set of owners holding at least one record (an owner leaves it with their last
+    /// record), if the table keeps one.
+    pub(crate) owners: Option<fn(&KvStore) -> String>,
+    /// Entries beyond the group and all-records indexes (a schedule's due time).
+    pub(crate) extra: fn(&KvStore, &str, &Fields) -> Vec<Entry>,
+    /// The key a record holds to keep a value unique (a schedule's name), if any.
+    pub(crate) unique_key: Option<fn(&KvStore, &Fields) -> Option<String>>,
+    /// The field [`TableLayout::score`] reads (the order `query_page` serves).
+    pub(crate) score_field: &'static str,
+}
+
+/// A layout's `extra` for tables without further indexes.
+pub(crate) fn no_extra(_: &KvStore, _: &str, _: &Fields) -> Vec<Entry> {
+    Vec::new()
 }
 
 impl TableLayout {
-    /// A record's index entries: in the table's index of every record and in its owner's
-    /// index (where the table keeps one for it), scored by [`TableLayout::score`].
+    /// A record's index entries: in the table's index of every record, in its group's
+    /// index (where the table keeps one for it), scored by [`TableLayout::score`], its
+    /// owner set entry and its `extra` entries.
     pub(crate) fn entries(&self, store: &KvStore, id: &str, fields: &Fields) -> Vec<Entry> {
         let score = (self.score)(fields);
-        let mut entries = vec![Entry::z((self.all)(store), id, score)];
-        let owner = text(fields, "user_id").filter(|_| (self.owned)(fields));
-        if let Some(index) = (self.by_owner)(store, owner) {
+        let mut entries: Vec<Entry> = self
+            .all
+            .map(|all| Entry::z(all(store), id, score))
+            .into_iter()
+            .collect();
+        let group = text(fields, self.group_field).filter(|_| (self.owned)(fields));
+        if let Some(index) = (self.by_owner)(store, group) {
             entries.push(Entry::z(index, id, score));
         }
-        if let (Some(owners), Some(owner)) = (self.owners, owner) {
+        if let (Some(owners), Some(owner)) = (self.owners, group) {
             entries.push(Entry::s(owners(store), owner));
         }
+        entries.extend((self.extra)(store, id, fields));
         entries
     }
 
@@ -171,30 +212,19 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
         crate::learnings::TABLE => Some(&crate::learnings::LAYOUT),
         crate::memories::TABLE => Some(&crate::memories::LAYOUT),
         crate::metrics::TABLE => Some(&crate::metrics::LAYOUT),
+        crate::schedules::TABLE => Some(&crate::schedules::LAYOUT),
+        crate::schedules::RUNS_TABLE => Some(&crate::schedules::RUNS_LAYOUT),
         _ => None,
     }
 }
 
-/// A table's layout, as its domain module declares it.
-pub(crate) struct TableLayout {
-    /// agno's key order (nulls kept, as `model_dump` writes them).
-    pub(crate) order: &'static [&'static str],
-    /// The field holding the record's id.
-    pub(crate) key_field: &'static str,
-    /// A record's score in its indexes.
-    pub(crate) score: fn(&Fields) -> f64,
-    /// The owner index (`Some(user)`, or `None` for the unowned records), if kept.
-    pub(crate) by_owner: fn(&KvStore, Option<&str>) -> Option<String>,
-    /// Whether a record goes into its owner's index (agno 2.x's whole-day metrics do not).
-    pub(crate) owned: fn(&Fields) -> bool,
-    /// The index of every record.
-    pub(crate) all: fn(&KvStore) -> String,
-    /// The set of owners holding at least one record (an owner leaves it with their last
-    /// record), if the table keeps one.
-    pub(crate) owners: Option<fn(&KvStore) -> String>,
-    /// The field [`TableLayout::score`] reads (the order `query_page` serves).
-    pub(crate) score_field: &'static str,
-}
+/// Meta documents whose id starts with this are stored at the key that follows it, holding
+/// only their holder's id as plain text (the unique-value keys, such as a schedule's name
+/// key, that the follower and earlier versions write).
+const LITERAL_KEY: char = '@';
+
+/// The holder field of a literal-key meta document.
+const HOLDER: &str = "schedule_id";
 
 /// A precondition as what the record must hold: `None` anything, `Some(None)` nothing,
 /// `Some(Some(text))` that text.
@@ -247,11 +277,15 @@ pub(crate) fn record_index(
     let Some(l) = layout(segment) else {
         return Ok(None);
     };
-    let entries = l.entries(store, id, &view(store, segment, id, raw)?);
+    let fields = view(store, segment, id, raw)?;
+    let entries = l.entries(store, id, &fields);
     Ok(Some(RecordIndex {
         prunes: l.prunes(store, &entries),
         entries,
-        name_claim: None,
+        name_claim: l
+            .unique_key
+            .and_then(|key| key(store, &fields))
+            .map(|key| (key, id.to_owned())),
     }))
 }
 
@@ -288,27 +322,90 @@ impl<S: Server> KvDocs<S> {
         layout(segment).map_or_else(Vec::new, |l| l.prunes(&self.store, &removed))
     }
 
-    /// The entries of the version `pre` expects (none when it expects nothing in particular:
-    /// entries a replaced record leaves behind are dropped when a listing meets them).
-    fn old_entries(&self, segment: &str, id: &str, pre: &Pre<Self>) -> Result<Vec<Entry>> {
-        match pre {
-            Pre::At(raw) => Ok(self.entries(segment, id, &self.view(segment, id, raw)?)),
-            Pre::Any | Pre::Absent => Ok(Vec::new()),
+    /// The index answering `eq` on `segment` (the group index for an equality on the group
+    /// field, else the table's index of every record), if the table keeps one.
+    fn index_for(&self, segment: &str, eq: &[(&str, Value)]) -> Option<String> {
+        let l = layout(segment)?;
+        let all = l.all.map(|all| all(&self.store));
+        match eq.iter().find(|(k, _)| *k == l.group_field) {
+            Some((_, Value::String(g))) => (l.by_owner)(&self.store, Some(g)),
+            Some((_, Value::Null)) => (l.by_owner)(&self.store, None).or(all),
+            Some(_) => None,
+            None => all,
         }
     }
 
-    /// The index answering `eq` on `segment` (the owner index for an equality on `user_id`,
-    /// else the table's index of every record), if the table keeps one.
-    fn index_for(&self, segment: &str, eq: &[(&str, Value)]) -> Option<String> {
-        let l = layout(segment)?;
-        match eq.iter().find(|(k, _)| *k == "user_id") {
-            Some((_, Value::String(u))) => (l.by_owner)(&self.store, Some(u)),
-            Some((_, Value::Null)) => {
-                (l.by_owner)(&self.store, None).or_else(|| Some((l.all)(&self.store)))
-            }
-            Some(_) => None,
-            None => Some((l.all)(&self.store)),
+    /// The key of document `id` of `collection`, and whether it is a literal-key meta
+    /// document (see [`LITERAL_KEY`]).
+    fn key_of(&self, collection: &str, id: &str) -> (String, bool) {
+        match id.strip_prefix(LITERAL_KEY) {
+            Some(key) if collection == self.collection(Table::Meta) => (key.to_owned(), true),
+            _ => (self.store.key(collection, id), false),
         }
+    }
+
+    fn plan(
+        &self,
+        collection: &str,
+        id: &str,
+        pre: Pre<Self>,
+        fields: Option<&Fields>,
+    ) -> Result<Planned> {
+        let (key, literal) = self.key_of(collection, id);
+        let (existing, old) = match &pre {
+            Pre::At(raw) if !literal => {
+                let fields = self.view(collection, id, raw)?;
+                let old = self.entries(collection, id, &fields);
+                (Some(Value::Object(fields)), Some(old))
+            }
+            Pre::Any => (None, None),
+            _ => (None, Some(Vec::new())),
+        };
+        let value = fields.map(|fields| match (literal, layout(collection)) {
+            (true, _) => fields
+                .get(HOLDER)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            (false, Some(l)) if !l.order.is_empty() => encode(&shape(
+                fields.clone(),
+                l.order,
+                Nulls::Keep,
+                existing.as_ref(),
+            )),
+            (false, _) => encode(&shape_serde(fields.clone(), existing.as_ref())),
+        });
+        Ok(Planned {
+            key,
+            segment: collection.to_owned(),
+            id: id.to_owned(),
+            new: fields.map_or_else(Vec::new, |f| self.entries(collection, id, f)),
+            old,
+            value,
+            expect: expectation(pre),
+        })
+    }
+
+    /// Fills in the index entries of the versions replaced without a precondition, from the
+    /// records as they are now (a record replaced between this read and the commit may leave
+    /// stale entries, which listings drop when they meet them).
+    async fn resolve_old(&self, writes: &mut [Planned]) -> Result<()> {
+        let unknown: Vec<usize> = (0..writes.len())
+            .filter(|&i| writes[i].old.is_none())
+            .collect();
+        let keys: Vec<String> = unknown.iter().map(|&i| writes[i].key.clone()).collect();
+        let current = self.store.mget(&keys).await?;
+        for (i, raw) in unknown.into_iter().zip(current) {
+            let w = &mut writes[i];
+            w.old = Some(match (raw, layout(&w.segment)) {
+                (Some(raw), Some(_)) => {
+                    let fields = self.view(&w.segment, &w.id, &raw)?;
+                    self.entries(&w.segment, &w.id, &fields)
+                }
+                _ => Vec::new(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -343,50 +440,22 @@ impl<S: Server> DocBackend for KvDocs<S> {
     }
 
     fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre<Self>) -> KvWrite {
-        KvWrite((|| {
-            let existing = match &pre {
-                Pre::At(raw) => Some(Value::Object(self.view(collection, id, raw)?)),
-                _ => None,
-            };
-            let body = match layout(collection) {
-                Some(l) => shape(fields.clone(), l.order, Nulls::Keep, existing.as_ref()),
-                None => Value::Object(fields.clone()),
-            };
-            let old = self.old_entries(collection, id, &pre)?;
-            let new = self.entries(collection, id, fields);
-            Ok(Planned {
-                key: self.store.key(collection, id),
-                prunes: self.removed_owners(collection, &old, &new),
-                old,
-                new,
-                value: Some(encode(&body)),
-                expect: expectation(pre),
-            })
-        })())
+        KvWrite(self.plan(collection, id, pre, Some(fields)))
     }
 
     fn delete(&self, collection: &str, id: &str, pre: Pre<Self>) -> KvWrite {
-        KvWrite((|| {
-            let old = self.old_entries(collection, id, &pre)?;
-            Ok(Planned {
-                key: self.store.key(collection, id),
-                prunes: self.removed_owners(collection, &old, &[]),
-                old,
-                new: Vec::new(),
-                value: None,
-                expect: expectation(pre),
-            })
-        })())
+        KvWrite(self.plan(collection, id, pre, None))
     }
 
     async fn commit(&self, _operation: &'static str, writes: Vec<KvWrite>) -> Result<Commit> {
-        let writes = writes
+        let mut writes = writes
             .into_iter()
             .map(|w| w.0)
             .collect::<Result<Vec<_>>>()?;
         if writes.is_empty() {
             return Ok(Commit::Done);
         }
+        self.resolve_old(&mut writes).await?;
         let mut keys: Vec<String> = Vec::new();
         let mut slot = |key: &str| -> usize {
             match keys.iter().position(|k| k == key) {
@@ -410,23 +479,28 @@ impl<S: Server> DocBackend for KvDocs<S> {
                 None => ("del", ""),
             };
             records.push((slot(&w.key), expect, want, action, value));
-            for e in w.old.iter().filter(|e| e.score.is_some()) {
+            let old = w.old.as_deref().unwrap_or_default();
+            for e in old.iter().filter(|e| e.score.is_some()) {
                 if !w.new.iter().any(|n| n.key == e.key && n.member == e.member) {
                     ops.push(("zrem", slot(&e.key), &e.member, String::new()));
                 }
             }
-            for e in w.new.iter().filter(|e| !w.old.contains(e)) {
+            for e in w.new.iter().filter(|e| !old.contains(e)) {
                 match e.score {
                     Some(s) => ops.push(("zadd", slot(&e.key), &e.member, score_arg(s))),
                     None => ops.push(("sadd", slot(&e.key), &e.member, String::new())),
                 }
             }
         }
-        for w in &writes {
-            for (index, set, member) in &w.prunes {
-                let set = slot(set).to_string();
-                ops.push(("prune", slot(index), member, set));
-            }
+        let prunes: Vec<(String, String, String)> = writes
+            .iter()
+            .flat_map(|w| {
+                self.removed_owners(&w.segment, w.old.as_deref().unwrap_or_default(), &w.new)
+            })
+            .collect();
+        for (index, set, member) in &prunes {
+            let set = slot(set).to_string();
+            ops.push(("prune", slot(index), member, set));
         }
         let mut inv = self.commit_script.prepare_invoke();
         for k in &keys {
@@ -452,10 +526,67 @@ impl<S: Server> DocBackend for KvDocs<S> {
     }
 
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>> {
-        match self.store.get(&self.store.key(collection, id)).await? {
+        let (key, literal) = self.key_of(collection, id);
+        match self.store.get(&key).await? {
+            Some(holder) if literal => Ok(Some(Stored {
+                id: id.to_owned(),
+                fields: Fields::from_iter([(HOLDER.to_owned(), Value::String(holder.clone()))]),
+                version: holder,
+            })),
             Some(raw) => Ok(Some(self.stored(collection, id, raw)?)),
             None => Ok(None),
         }
+    }
+
+    /// agno-storage's name key `{prefix}:schedules:index:name:{owner}:{name}`, holding the
+    /// schedule's id as plain text.
+    fn schedule_name_guard(&self, user_id: Option<&str>, name: &str) -> Guard {
+        Guard {
+            id: format!(
+                "{LITERAL_KEY}{}",
+                self.store.schedule_name_key(user_id, name)
+            ),
+            holder: HOLDER,
+        }
+    }
+
+    /// The `due` (unlocked, by `next_run_at`) and `locked` (by `locked_at`) sorted sets,
+    /// up to 64 of each.
+    async fn due_schedules(&self, now: i64, lock_grace_seconds: i64) -> Result<Vec<Stored<Self>>> {
+        let page = |index: String, max: i64| {
+            let mut c = redis::cmd("ZRANGEBYSCORE");
+            c.arg(index)
+                .arg("-inf")
+                .arg(max)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(64);
+            c
+        };
+        let store = &self.store;
+        let mut ids: Vec<String> = store.query(&page(store.schedules_due(), now)).await?;
+        let stale: Vec<String> = store
+            .query(&page(store.schedules_locked(), now - lock_grace_seconds))
+            .await?;
+        ids.extend(stale);
+        ids.sort();
+        ids.dedup();
+        let keys: Vec<String> = ids
+            .iter()
+            .map(|id| store.key(crate::schedules::TABLE, id))
+            .collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, raw) in ids.iter().zip(store.mget(&keys).await?) {
+            if let Some(raw) = raw {
+                out.push(self.stored(crate::schedules::TABLE, id, raw)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The server's `TIME`: every writer's claims decided by one clock.
+    async fn now(&self) -> Result<i64> {
+        self.store.server_now().await
     }
 
     /// Reads the table's owner or all-records index (a `SCAN` for a table without indexes,

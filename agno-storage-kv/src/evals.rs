@@ -2,7 +2,7 @@
 //! (`created_at`, `updated_at`, then the record's fields, then the owner), indexed by
 //! creation time (all, per owner). The store is the document engine's.
 
-use crate::docs::{score, TableLayout};
+use crate::docs::{no_extra, score, TableLayout};
 
 pub(crate) const TABLE: &str = "evals";
 
@@ -25,9 +25,12 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
     ],
     key_field: "run_id",
     score: |f| score(f, "created_at"),
+    group_field: "user_id",
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("created:user:{u}"))),
     owners: None,
     owned: |_| true,
-    all: |s| s.idx(TABLE, "created:all"),
+    all: Some(|s| s.idx(TABLE, "created:all")),
+    extra: no_extra,
+    unique_key: None,
     score_field: "created_at",
 };

@@ -183,20 +183,6 @@ impl KvStore {
                 self.session_entries(&s.session, s.legacy.is_some())
             }
             crate::runs::TABLE => self.run_entries(&crate::runs::decode(&key, raw)?),
-            crate::schedules::TABLE => {
-                let s = crate::schedules::decode(&key, raw)?;
-                return Ok(Some(RecordIndex {
-                    entries: self.schedule_entries(&s),
-                    prunes: Vec::new(),
-                    name_claim: Some((
-                        self.schedule_name_key(s.user_id.as_deref(), &s.name),
-                        s.id.clone(),
-                    )),
-                }));
-            }
-            crate::schedules::RUNS_TABLE => {
-                self.schedule_run_entries(&crate::schedules::decode_run(&key, raw)?)
-            }
             crate::jobs::TABLE => {
                 if !id.starts_with("job:") {
                     return Ok(None);

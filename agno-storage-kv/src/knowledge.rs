@@ -3,7 +3,7 @@
 
 use agno_storage_doc::layout::KNOWLEDGE_ROW;
 
-use crate::docs::{score, TableLayout};
+use crate::docs::{no_extra, score, TableLayout};
 
 pub(crate) const TABLE: &str = "knowledge";
 
@@ -11,6 +11,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
     order: KNOWLEDGE_ROW,
     key_field: "id",
     score: |f| score(f, "created_at"),
+    group_field: "user_id",
     by_owner: |s, user| {
         Some(match user {
             Some(u) => s.idx(TABLE, &format!("created:user:{u}")),
@@ -19,6 +20,8 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
     },
     owners: None,
     owned: |_| true,
-    all: |s| s.idx(TABLE, "created:all"),
+    all: Some(|s| s.idx(TABLE, "created:all")),
+    extra: no_extra,
+    unique_key: None,
     score_field: "created_at",
 };

@@ -2,7 +2,7 @@
 //! `RedisDb` has no learnings), indexed by last update (all, per owner, global). The store
 //! is the document engine's.
 
-use crate::docs::{score, TableLayout};
+use crate::docs::{no_extra, score, TableLayout};
 
 pub(crate) const TABLE: &str = "learnings";
 
@@ -29,6 +29,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         Some(_) => score(f, "updated_at"),
         None => score(f, "created_at"),
     },
+    group_field: "user_id",
     by_owner: |s, user| {
         Some(match user {
             Some(u) => s.idx(TABLE, &format!("updated:user:{u}")),
@@ -37,6 +38,8 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
     },
     owners: None,
     owned: |_| true,
-    all: |s| s.idx(TABLE, "updated:all"),
+    all: Some(|s| s.idx(TABLE, "updated:all")),
+    extra: no_extra,
+    unique_key: None,
     score_field: "updated_at",
 };

@@ -107,7 +107,7 @@ mod client {
 
     use agno_storage_core::{
         AgnoDb, Error, ErrorKind, EvalStore, KnowledgeStore, LearningStore, MemoryStore,
-        MetricsStore, OpenMode, Result, TableType,
+        MetricsStore, OpenMode, Result, ScheduleStore, TableType,
     };
 
     use agno_storage_doc::Docs;
@@ -255,21 +255,22 @@ mod client {
         /// One handle over every store of this database.
         pub fn agno_db(&self) -> AgnoDb {
             let s = self.store.clone();
-            let (memories, metrics, evals, knowledge, learnings) = if s.server == "valkey" {
-                engine_stores(Docs(KvDocs::<Valkey>::new(s.clone())))
-            } else {
-                engine_stores(Docs(KvDocs::<Redis>::new(s.clone())))
-            };
+            let (memories, metrics, evals, knowledge, schedules, learnings) =
+                if s.server == "valkey" {
+                    engine_stores(Docs(KvDocs::<Valkey>::new(s.clone())))
+                } else {
+                    engine_stores(Docs(KvDocs::<Redis>::new(s.clone())))
+                };
             AgnoDb::builder(s.server)
                 .sessions(s.clone())
                 .runs(s.clone())
-                .schedules(s.clone())
                 .jobs(s.clone())
                 .legacy(s.clone())
                 .memories(memories)
                 .metrics(metrics)
                 .evals(evals)
                 .knowledge(knowledge)
+                .schedules(schedules)
                 .learnings(learnings.clone())
                 .migrations(Arc::new(KvMigrations {
                     store: s,
@@ -362,12 +363,20 @@ mod client {
         Arc<dyn MetricsStore>,
         Arc<dyn EvalStore>,
         Arc<dyn KnowledgeStore>,
+        Arc<dyn ScheduleStore>,
         Arc<dyn LearningStore>,
     );
 
     /// The stores served by the document engine.
     fn engine_stores<S: Server>(docs: Docs<KvDocs<S>>) -> EngineStores {
         let docs = Arc::new(docs);
-        (docs.clone(), docs.clone(), docs.clone(), docs.clone(), docs)
+        (
+            docs.clone(),
+            docs.clone(),
+            docs.clone(),
+            docs.clone(),
+            docs.clone(),
+            docs,
+        )
     }
 }

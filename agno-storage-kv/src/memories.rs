@@ -4,7 +4,7 @@
 
 use agno_storage_core::{MemoryStats, Page, Pagination, Result};
 
-use crate::docs::{score, TableLayout};
+use crate::docs::{no_extra, score, TableLayout};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "memories";
@@ -28,10 +28,13 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         Some(_) => score(f, "updated_at"),
         None => score(f, "created_at"),
     },
+    group_field: "user_id",
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("updated:user:{u}"))),
     owned: |_| true,
-    all: |s| s.idx(TABLE, "updated:all"),
+    all: Some(|s| s.idx(TABLE, "updated:all")),
     owners: Some(|s| s.idx(TABLE, "users")),
+    extra: no_extra,
+    unique_key: None,
     score_field: "updated_at",
 };
 

@@ -12,7 +12,7 @@ use agno_storage_core::{Error, ErrorKind, MetricsRecord, Result};
 use chrono::NaiveDate;
 
 use crate::cas::{Cas, Outcome};
-use crate::docs::{text, TableLayout};
+use crate::docs::{no_extra, text, TableLayout};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "metrics";
@@ -61,10 +61,13 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
             .map_or(0.0, day_number)
     },
     // Per owner bucket (`""`: the shared one); agno 2.x's whole-day records by day only.
+    group_field: "user_id",
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("date:user:{u}"))),
     owners: None,
     owned: |f| !is_legacy_metric_json(f),
-    all: |s| s.idx(TABLE, "date:all"),
+    all: Some(|s| s.idx(TABLE, "date:all")),
+    extra: no_extra,
+    unique_key: None,
     score_field: "date",
 };
 
