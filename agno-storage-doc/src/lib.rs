@@ -121,6 +121,28 @@ impl<B: DocBackend> Docs<B> {
     }
 }
 
+/// A way to stand a document backend in for another (the test kit's `DefaultPaths`, which
+/// leaves a backend's native paths to the engine's defaults), for adapters that build their
+/// own `AgnoDb` and take the wrapper as a type parameter.
+pub trait Wrap {
+    /// `B` wrapped.
+    type Of<B: DocBackend>: DocBackend;
+    /// Wraps `backend`.
+    fn wrap<B: DocBackend>(backend: B) -> Self::Of<B>;
+}
+
+/// The identity [`Wrap`]: the backend itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Unwrapped;
+
+impl Wrap for Unwrapped {
+    type Of<B: DocBackend> = B;
+
+    fn wrap<B: DocBackend>(backend: B) -> B {
+        backend
+    }
+}
+
 /// One [`AgnoDb`] over every store of `db`.
 pub fn agno_db<B: DocBackend>(db: &B) -> AgnoDb {
     let me = Arc::new(Docs(db.clone()));

@@ -110,9 +110,9 @@ mod client {
         MetricsStore, OpenMode, Result, ScheduleStore, TableType,
     };
 
-    use agno_storage_doc::Docs;
+    use agno_storage_doc::{DocBackend, Docs, Unwrapped, Wrap};
 
-    use crate::docs::{KvDocs, Redis, Server, Valkey};
+    use crate::docs::{KvDocs, Redis, Valkey};
     use crate::follower::{FollowError, Follower, IndexFollower};
     use crate::migrate::KvMigrations;
     use crate::store::{redis_err, KvStore};
@@ -254,12 +254,19 @@ mod client {
 
         /// One handle over every store of this database.
         pub fn agno_db(&self) -> AgnoDb {
+            self.agno_db_with::<Unwrapped>()
+        }
+
+        /// [`KvDb::agno_db`] with the stores the document engine serves over `W`'s wrapping
+        /// of this database's engine backend (the test kit's `DefaultPathsOf` runs them on
+        /// the engine's default paths instead of the sorted-set ones).
+        pub fn agno_db_with<W: Wrap>(&self) -> AgnoDb {
             let s = self.store.clone();
             let (memories, metrics, evals, knowledge, schedules, learnings) =
                 if s.server == "valkey" {
-                    engine_stores(Docs(KvDocs::<Valkey>::new(s.clone())))
+                    engine_stores(Docs(W::wrap(KvDocs::<Valkey>::new(s.clone()))))
                 } else {
-                    engine_stores(Docs(KvDocs::<Redis>::new(s.clone())))
+                    engine_stores(Docs(W::wrap(KvDocs::<Redis>::new(s.clone()))))
                 };
             AgnoDb::builder(s.server)
                 .sessions(s.clone())
@@ -368,7 +375,7 @@ mod client {
     );
 
     /// The stores served by the document engine.
-    fn engine_stores<S: Server>(docs: Docs<KvDocs<S>>) -> EngineStores {
+    fn engine_stores<B: DocBackend>(docs: Docs<B>) -> EngineStores {
         let docs = Arc::new(docs);
         (
             docs.clone(),

@@ -6,5 +6,10 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run_suite("redis", agno_storage_testkit::servers::Backend::Redis)
+    // The native paths (sorted-set pages, due sets, per-owner counts, the server clock),
+    // then the engine's defaults on the same layout: both pass.
+    common::run_suites(
+        &[("redis", false), ("redis-default-paths", true)],
+        agno_storage_testkit::servers::Backend::Redis,
+    )
 }

@@ -6,5 +6,10 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run_suite("valkey", agno_storage_testkit::servers::Backend::Valkey)
+    // The native paths (sorted-set pages, due sets, per-owner counts, the server clock),
+    // then the engine's defaults on the same layout: both pass.
+    common::run_suites(
+        &[("valkey", false), ("valkey-default-paths", true)],
+        agno_storage_testkit::servers::Backend::Valkey,
+    )
 }

@@ -3,7 +3,7 @@
 //!
 //! A backend's native paths are the engine hooks it overrides for speed or atomicity
 //! (`write_run`, `copy_legacy_runs`, `delete_session`, `claim_next_job`, `legacy_page`,
-//! `migration_lock`). `DefaultPaths(backend)` delegates everything else (its layout: names,
+//! `migration_lock`, `query_page`, `memory_stats`, `due_schedules`, `now`). `DefaultPaths(backend)` delegates everything else (its layout: names,
 //! document ids, encodings, guards, metrics ids, the lock's item) and leaves those hooks to
 //! the engine's defaults; running the conformance suite over both shows the native paths
 //! behave as the defaults do.
@@ -15,6 +15,19 @@ use serde_json::Value;
 /// `B` with the engine's default paths in place of its native ones.
 #[derive(Debug, Clone)]
 pub struct DefaultPaths<B>(pub B);
+
+/// [`DefaultPaths`] as an [`agno_storage_doc::Wrap`], for adapters that build their own
+/// `AgnoDb` (Redis/Valkey's `KvDb::agno_db_with`).
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultPathsOf;
+
+impl agno_storage_doc::Wrap for DefaultPathsOf {
+    type Of<B: DocBackend> = DefaultPaths<B>;
+
+    fn wrap<B: DocBackend>(backend: B) -> DefaultPaths<B> {
+        DefaultPaths(backend)
+    }
+}
 
 fn pre<B: DocBackend>(pre: Pre<DefaultPaths<B>>) -> Pre<B> {
     match pre {

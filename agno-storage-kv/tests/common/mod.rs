@@ -13,6 +13,7 @@ use agno_storage_core::{
     now_epoch_seconds, AgnoDb, Capabilities, Error, ErrorKind, Result, Session, SessionType,
 };
 use agno_storage_kv::{KvDb, KvOptions};
+use agno_storage_testkit::default_paths::DefaultPathsOf;
 use agno_storage_testkit::servers::{self, Backend};
 use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter, RawRunWriter, RawRunsDb};
 use serde_json::{json, Value};
@@ -175,11 +176,22 @@ pub struct Kv {
     pub url: String,
     pub stem: String,
     pub durable: bool,
+    /// Whether the engine's stores run on its default paths instead of the sorted sets.
+    pub default_paths: bool,
 }
 
 impl Kv {
     fn prefix(&self, case: &str) -> String {
         format!("{}_{}", self.stem, slug(case))
+    }
+
+    /// The stores of `db`, on its native paths or the engine's defaults.
+    fn wire(&self, db: &KvDb) -> AgnoDb {
+        if self.default_paths {
+            db.agno_db_with::<DefaultPathsOf>()
+        } else {
+            db.agno_db()
+        }
     }
 }
 
@@ -201,7 +213,7 @@ impl Harness for Kv {
             prefix: self.prefix(case),
             stamp_new: true,
         };
-        Ok(KvDb::connect(&self.url, options).await?.agno_db())
+        Ok(self.wire(&KvDb::connect(&self.url, options).await?))
     }
 
     async fn open_legacy(&self, case: &str) -> Result<LegacyDb> {
@@ -210,7 +222,7 @@ impl Harness for Kv {
             prefix: prefix.clone(),
             stamp_new: false,
         };
-        let db = KvDb::connect(&self.url, options).await?.agno_db();
+        let db = self.wire(&KvDb::connect(&self.url, options).await?);
         let writer = Writer::new(connection(&self.url).await?, prefix);
         Ok(LegacyDb {
             db,
@@ -228,7 +240,7 @@ impl Harness for Kv {
             prefix: prefix.clone(),
             stamp_new: true,
         };
-        let db = KvDb::connect(&self.url, options).await?.agno_db();
+        let db = self.wire(&KvDb::connect(&self.url, options).await?);
         let conn = connection(&self.url).await?;
         Ok(RawRunsDb {
             db,
@@ -268,6 +280,12 @@ impl RawRunWriter for RawRuns {
 /// `agno-storage-testkit/containers` feature), as harness `name`: drops stale test prefixes
 /// first, this run's keys afterwards.
 pub fn run_suite(name: &'static str, backend: Backend) -> ExitCode {
+    run_suites(&[(name, false)], backend)
+}
+
+/// [`run_suite`] once per `(harness name, engine default paths)`, stopping at the first
+/// failure.
+pub fn run_suites(runs: &[(&'static str, bool)], backend: Backend) -> ExitCode {
     let url = match servers::url_for_suite(backend) {
         Ok(url) => url,
         Err(code) => return code,
@@ -303,12 +321,19 @@ pub fn run_suite(name: &'static str, backend: Backend) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = conformance_tests::main(Kv {
-        name,
-        url: url.clone(),
-        stem: stem.clone(),
-        durable,
-    });
+    let mut code = ExitCode::SUCCESS;
+    for (name, default_paths) in runs {
+        code = conformance_tests::main(Kv {
+            name,
+            url: url.clone(),
+            stem: format!("{stem}{}", if *default_paths { "d" } else { "" }),
+            durable,
+            default_paths: *default_paths,
+        });
+        if code != ExitCode::SUCCESS {
+            break;
+        }
+    }
     if std::env::var_os("AGNO_TEST_KEEP_KEYS").is_none() {
         let cleaned = rt.block_on(async {
             let mut conn = connection(&url).await?;
