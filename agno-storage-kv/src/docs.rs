@@ -138,9 +138,9 @@ struct Planned {
 
 /// A table's layout, as its domain module declares it.
 pub(crate) struct TableLayout {
-    /// agno's key order, nulls kept as `model_dump` writes them (empty: the record's serde
-    /// order, as `to_dict` writes it).
-    pub(crate) order: &'static [&'static str],
+    /// agno's key order for a record, nulls kept as `model_dump` writes them (empty: the
+    /// record's serde order, as `to_dict` writes it).
+    pub(crate) order: fn(&Fields) -> &'static [&'static str],
     /// The field holding the record's id.
     pub(crate) key_field: &'static str,
     /// A record's score in its indexes.
@@ -162,7 +162,32 @@ pub(crate) struct TableLayout {
     pub(crate) unique_key: Option<fn(&KvStore, &Fields) -> Option<String>>,
     /// The field [`TableLayout::score`] reads (the order `query_page` serves).
     pub(crate) score_field: &'static str,
+    /// The score in the group index, when not [`TableLayout::score`] (a run's index).
+    pub(crate) group_score: Option<fn(&Fields) -> f64>,
+    /// A second equality index: `(field, index of a value)`, scored by
+    /// [`TableLayout::score`].
+    pub(crate) secondary: Option<(&'static str, fn(&KvStore, &str) -> String)>,
+    /// Fills in what records older writers stored without (`id`, fields).
+    pub(crate) normalize: fn(&str, &mut Fields),
 }
+
+/// The layout fields most tables share; a table's layout names what differs.
+pub(crate) const DEFAULT_LAYOUT: TableLayout = TableLayout {
+    order: |_| &[],
+    key_field: "id",
+    score: |_| 0.0,
+    group_field: "user_id",
+    by_owner: |_, _| None,
+    owned: |_| true,
+    all: None,
+    owners: None,
+    extra: no_extra,
+    unique_key: None,
+    score_field: "created_at",
+    group_score: None,
+    secondary: None,
+    normalize: |_, _| {},
+};
 
 /// A layout's `extra` for tables without further indexes.
 pub(crate) fn no_extra(_: &KvStore, _: &str, _: &Fields) -> Vec<Entry> {
@@ -182,7 +207,13 @@ impl TableLayout {
             .collect();
         let group = text(fields, self.group_field).filter(|_| (self.owned)(fields));
         if let Some(index) = (self.by_owner)(store, group) {
-            entries.push(Entry::z(index, id, score));
+            let group_score = self.group_score.map_or(score, |f| f(fields));
+            entries.push(Entry::z(index, id, group_score));
+        }
+        if let Some((field, index)) = self.secondary {
+            if let Some(value) = text(fields, field) {
+                entries.push(Entry::z(index(store, value), id, score));
+            }
         }
         if let (Some(owners), Some(owner)) = (self.owners, group) {
             entries.push(Entry::s(owners(store), owner));
@@ -262,6 +293,7 @@ pub(crate) fn view(store: &KvStore, segment: &str, id: &str, raw: &str) -> Resul
         if !fields.get(l.key_field).is_some_and(Value::is_string) {
             fields.insert(l.key_field.to_owned(), Value::String(id.to_owned()));
         }
+        (l.normalize)(id, &mut fields);
     }
     Ok(fields)
 }
@@ -327,11 +359,18 @@ impl<S: Server> KvDocs<S> {
     fn index_for(&self, segment: &str, eq: &[(&str, Value)]) -> Option<String> {
         let l = layout(segment)?;
         let all = l.all.map(|all| all(&self.store));
+        let secondary =
+            l.secondary.and_then(
+                |(field, index)| match eq.iter().find(|(k, _)| *k == field) {
+                    Some((_, Value::String(v))) => Some(index(&self.store, v)),
+                    _ => None,
+                },
+            );
         match eq.iter().find(|(k, _)| *k == l.group_field) {
             Some((_, Value::String(g))) => (l.by_owner)(&self.store, Some(g)),
-            Some((_, Value::Null)) => (l.by_owner)(&self.store, None).or(all),
+            Some((_, Value::Null)) => (l.by_owner)(&self.store, None).or(secondary).or(all),
             Some(_) => None,
-            None => all,
+            None => secondary.or(all),
         }
     }
 
@@ -367,9 +406,9 @@ impl<S: Server> KvDocs<S> {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),
-            (false, Some(l)) if !l.order.is_empty() => encode(&shape(
+            (false, Some(l)) if !(l.order)(fields).is_empty() => encode(&shape(
                 fields.clone(),
-                l.order,
+                (l.order)(fields),
                 Nulls::Keep,
                 existing.as_ref(),
             )),

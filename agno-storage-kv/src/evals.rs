@@ -2,35 +2,32 @@
 //! (`created_at`, `updated_at`, then the record's fields, then the owner), indexed by
 //! creation time (all, per owner). The store is the document engine's.
 
-use crate::docs::{no_extra, score, TableLayout};
+use crate::docs::{score, TableLayout, DEFAULT_LAYOUT};
 
 pub(crate) const TABLE: &str = "evals";
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: &[
-        "created_at",
-        "updated_at",
-        "agent_id",
-        "model_id",
-        "model_provider",
-        "team_id",
-        "workflow_id",
-        "name",
-        "evaluated_component_name",
-        "run_id",
-        "eval_type",
-        "eval_data",
-        "eval_input",
-        "user_id",
-    ],
+    order: |_| {
+        &[
+            "created_at",
+            "updated_at",
+            "agent_id",
+            "model_id",
+            "model_provider",
+            "team_id",
+            "workflow_id",
+            "name",
+            "evaluated_component_name",
+            "run_id",
+            "eval_type",
+            "eval_data",
+            "eval_input",
+            "user_id",
+        ]
+    },
     key_field: "run_id",
     score: |f| score(f, "created_at"),
-    group_field: "user_id",
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("created:user:{u}"))),
-    owners: None,
-    owned: |_| true,
     all: Some(|s| s.idx(TABLE, "created:all")),
-    extra: no_extra,
-    unique_key: None,
-    score_field: "created_at",
+    ..DEFAULT_LAYOUT
 };

@@ -2,44 +2,42 @@
 //! `RedisDb` has no learnings), indexed by last update (all, per owner, global). The store
 //! is the document engine's.
 
-use crate::docs::{no_extra, score, TableLayout};
+use crate::docs::{score, TableLayout, DEFAULT_LAYOUT};
 
 pub(crate) const TABLE: &str = "learnings";
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: &[
-        "learning_id",
-        "learning_type",
-        "namespace",
-        "user_id",
-        "agent_id",
-        "team_id",
-        "workflow_id",
-        "session_id",
-        "entity_id",
-        "entity_type",
-        "content",
-        "metadata",
-        "created_at",
-        "updated_at",
-    ],
+    order: |_| {
+        &[
+            "learning_id",
+            "learning_type",
+            "namespace",
+            "user_id",
+            "agent_id",
+            "team_id",
+            "workflow_id",
+            "session_id",
+            "entity_id",
+            "entity_type",
+            "content",
+            "metadata",
+            "created_at",
+            "updated_at",
+        ]
+    },
     key_field: "learning_id",
     // A learning agno wrote without `updated_at` is ordered by its creation.
     score: |f| match f.get("updated_at").filter(|v| !v.is_null()) {
         Some(_) => score(f, "updated_at"),
         None => score(f, "created_at"),
     },
-    group_field: "user_id",
     by_owner: |s, user| {
         Some(match user {
             Some(u) => s.idx(TABLE, &format!("updated:user:{u}")),
             None => s.idx(TABLE, "updated:global"),
         })
     },
-    owners: None,
-    owned: |_| true,
     all: Some(|s| s.idx(TABLE, "updated:all")),
-    extra: no_extra,
-    unique_key: None,
     score_field: "updated_at",
+    ..DEFAULT_LAYOUT
 };

@@ -4,38 +4,37 @@
 
 use agno_storage_core::{MemoryStats, Page, Pagination, Result};
 
-use crate::docs::{no_extra, score, TableLayout};
+use crate::docs::{score, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "memories";
 
 /// As agno's `RedisDb.upsert_user_memory` lays a memory out.
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: &[
-        "user_id",
-        "agent_id",
-        "team_id",
-        "memory_id",
-        "memory",
-        "topics",
-        "input",
-        "feedback",
-        "created_at",
-        "updated_at",
-    ],
+    order: |_| {
+        &[
+            "user_id",
+            "agent_id",
+            "team_id",
+            "memory_id",
+            "memory",
+            "topics",
+            "input",
+            "feedback",
+            "created_at",
+            "updated_at",
+        ]
+    },
     key_field: "memory_id",
     score: |f| match f.get("updated_at").filter(|v| !v.is_null()) {
         Some(_) => score(f, "updated_at"),
         None => score(f, "created_at"),
     },
-    group_field: "user_id",
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("updated:user:{u}"))),
-    owned: |_| true,
     all: Some(|s| s.idx(TABLE, "updated:all")),
     owners: Some(|s| s.idx(TABLE, "users")),
-    extra: no_extra,
-    unique_key: None,
     score_field: "updated_at",
+    ..DEFAULT_LAYOUT
 };
 
 impl KvStore {

@@ -12,7 +12,7 @@ use agno_storage_core::{Error, ErrorKind, MetricsRecord, Result};
 use chrono::NaiveDate;
 
 use crate::cas::{Cas, Outcome};
-use crate::docs::{no_extra, text, TableLayout};
+use crate::docs::{text, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "metrics";
@@ -35,25 +35,26 @@ pub(crate) fn record_id(r: &MetricsRecord) -> String {
 
 /// As agno's `calculate_date_metrics` lays a record out.
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: &[
-        "id",
-        "date",
-        "completed",
-        "token_metrics",
-        "model_metrics",
-        "created_at",
-        "updated_at",
-        "aggregation_period",
-        "user_id",
-        "users_count",
-        "agent_sessions_count",
-        "team_sessions_count",
-        "workflow_sessions_count",
-        "agent_runs_count",
-        "team_runs_count",
-        "workflow_runs_count",
-    ],
-    key_field: "id",
+    order: |_| {
+        &[
+            "id",
+            "date",
+            "completed",
+            "token_metrics",
+            "model_metrics",
+            "created_at",
+            "updated_at",
+            "aggregation_period",
+            "user_id",
+            "users_count",
+            "agent_sessions_count",
+            "team_sessions_count",
+            "workflow_sessions_count",
+            "agent_runs_count",
+            "team_runs_count",
+            "workflow_runs_count",
+        ]
+    },
     score: |f| {
         text(f, "date")
             .and_then(|d| d.get(..10))
@@ -61,14 +62,11 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
             .map_or(0.0, day_number)
     },
     // Per owner bucket (`""`: the shared one); agno 2.x's whole-day records by day only.
-    group_field: "user_id",
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("date:user:{u}"))),
-    owners: None,
     owned: |f| !is_legacy_metric_json(f),
     all: Some(|s| s.idx(TABLE, "date:all")),
-    extra: no_extra,
-    unique_key: None,
     score_field: "date",
+    ..DEFAULT_LAYOUT
 };
 
 impl KvStore {

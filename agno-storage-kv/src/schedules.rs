@@ -12,41 +12,29 @@ use agno_storage_doc::Fields;
 use serde_json::Value;
 
 use crate::cas::Entry;
-use crate::docs::{no_extra, score, text, TableLayout};
+use crate::docs::{score, text, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "schedules";
 pub(crate) const RUNS_TABLE: &str = "schedule_runs";
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: &[],
-    key_field: "id",
     score: |f| score(f, "created_at"),
-    group_field: "user_id",
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("created:user:{u}"))),
-    owned: |_| true,
     all: Some(|s| s.idx(TABLE, "created:all")),
-    owners: None,
     extra: due_entries,
     unique_key: Some(|s, f| {
         let name = text(f, "name")?;
         Some(s.schedule_name_key(text(f, "user_id"), name))
     }),
-    score_field: "created_at",
+    ..DEFAULT_LAYOUT
 };
 
 pub(crate) const RUNS_LAYOUT: TableLayout = TableLayout {
-    order: &[],
-    key_field: "id",
     score: |f| score(f, "created_at"),
     group_field: "schedule_id",
     by_owner: |s, schedule| schedule.map(|id| s.idx(RUNS_TABLE, &format!("by_schedule:{id}"))),
-    owned: |_| true,
-    all: None,
-    owners: None,
-    extra: no_extra,
-    unique_key: None,
-    score_field: "created_at",
+    ..DEFAULT_LAYOUT
 };
 
 /// An enabled schedule with a next run is in `due` (unlocked, by `next_run_at`) or in
