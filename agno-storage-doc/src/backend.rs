@@ -7,7 +7,7 @@ use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
 use agno_storage_core::migration::MigrationLock;
 use agno_storage_core::{
     async_trait, Error, ErrorKind, Job, MemoryStats, MetricsRecord, Page, Pagination, Result,
-    RunRecord, SortOrder, Table, UserMemory,
+    RunRecord, SessionQuery, SortOrder, Table, UserMemory,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -253,6 +253,27 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// with a server clock every writer shares may use it).
     async fn now(&self) -> Result<i64> {
         Ok(agno_storage_core::now_epoch_seconds())
+    }
+
+    /// One page of [`agno_storage_core::SessionStore::get_sessions`] from the backend's own
+    /// indexes: the page's session documents in order and how many match in all; `None`
+    /// (the default) when it keeps none for `query`, and the engine reads the owner's
+    /// sessions and pages them in memory.
+    async fn session_page(
+        &self,
+        _query: &SessionQuery,
+    ) -> Result<Option<(Vec<Stored<Self>>, u64)>> {
+        Ok(None)
+    }
+
+    /// The sessions visible to `user_id` that may keep agno 2.x's legacy `runs` field (a
+    /// run deleted is scrubbed from them); default: every session visible to `user_id`.
+    async fn legacy_sessions(&self, user_id: Option<&str>) -> Result<Vec<Stored<Self>>> {
+        let mut eq = Vec::new();
+        if let Some(u) = user_id {
+            eq.push(("user_id", opt(Some(u))));
+        }
+        self.query(self.collection(Table::Sessions), &eq).await
     }
 
     /// A memory as its document body (default: the record's fields).

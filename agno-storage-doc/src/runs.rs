@@ -180,11 +180,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
         // cannot resurrect the runs (agno's `FirestoreDb` scrubs a document id that does not
         // exist, its `SurrealDb` by a read-then-write that can lose a concurrent update).
         let scrub: std::collections::HashSet<&str> = run_ids.iter().map(String::as_str).collect();
-        let mut eq = Vec::new();
-        if let Some(u) = user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
-        for stored in self.query(self.collection(Table::Sessions), &eq).await? {
+        for stored in self.0.legacy_sessions(user_id).await? {
             if stored.fields.get(LEGACY_RUNS).is_none_or(Value::is_null) {
                 continue;
             }

@@ -134,6 +134,18 @@ impl<B: DocBackend> SessionStore for Docs<B> {
 
     async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
         query.pagination.validate()?;
+        if let Some((docs, total)) = self.0.session_page(&query).await? {
+            let mut items = Vec::with_capacity(docs.len());
+            for d in &docs {
+                let (mut s, legacy) = self.decode_session(d)?;
+                if query.include_runs {
+                    let runs = self.session_runs(&s.session_id).await?;
+                    s.runs = Some(merge_runs(legacy.as_ref(), runs));
+                }
+                items.push(s);
+            }
+            return Ok(Page::new(items, total));
+        }
         let mut eq = Vec::new();
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));

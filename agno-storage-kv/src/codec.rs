@@ -47,11 +47,6 @@ pub(crate) fn int(map: &Map<String, Value>, field: &str) -> Option<i64> {
     v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))
 }
 
-/// A JSON field; `null` and absent are `None`.
-pub(crate) fn json(map: &Map<String, Value>, field: &str) -> Option<Value> {
-    map.get(field).filter(|v| !v.is_null()).cloned()
-}
-
 /// A required string field, or a `Serialization` error naming the key and field.
 pub(crate) fn required(map: &Map<String, Value>, field: &str, key: &str) -> Result<String> {
     text(map, field).ok_or_else(|| {
@@ -70,11 +65,6 @@ pub(crate) fn opt_str(v: &Option<String>) -> Value {
 /// `Some(n)` as a JSON number, `None` as `null`.
 pub(crate) fn opt_int(v: Option<i64>) -> Value {
     v.map_or(Value::Null, Value::from)
-}
-
-/// `Some(v)` as itself, `None` as `null`.
-pub(crate) fn opt_json(v: &Option<Value>) -> Value {
-    v.clone().unwrap_or(Value::Null)
 }
 
 /// Builds a JSON object from fields in order (agno's key order).

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{
-    async_trait, Error, ErrorKind, MemoryStats, MetricsRecord, Page, Pagination, Result,
+    async_trait, Error, ErrorKind, MemoryStats, MetricsRecord, Page, Pagination, Result, RunRecord,
+    SessionQuery,
 };
 use agno_storage_core::{SortOrder, Table};
 use agno_storage_doc::layout::{shape, shape_serde, Nulls};
@@ -136,6 +137,9 @@ struct Planned {
     new: Vec<Entry>,
 }
 
+/// The index key of one value of an indexed field.
+pub(crate) type IndexOf = fn(&KvStore, &str) -> String;
+
 /// A table's layout, as its domain module declares it.
 pub(crate) struct TableLayout {
     /// agno's key order for a record, nulls kept as `model_dump` writes them (empty: the
@@ -166,7 +170,7 @@ pub(crate) struct TableLayout {
     pub(crate) group_score: Option<fn(&Fields) -> f64>,
     /// A second equality index: `(field, index of a value)`, scored by
     /// [`TableLayout::score`].
-    pub(crate) secondary: Option<(&'static str, fn(&KvStore, &str) -> String)>,
+    pub(crate) secondary: Option<(&'static str, IndexOf)>,
     /// Fills in what records older writers stored without (`id`, fields).
     pub(crate) normalize: fn(&str, &mut Fields),
 }
@@ -245,6 +249,8 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
         crate::metrics::TABLE => Some(&crate::metrics::LAYOUT),
         crate::schedules::TABLE => Some(&crate::schedules::LAYOUT),
         crate::schedules::RUNS_TABLE => Some(&crate::schedules::RUNS_LAYOUT),
+        crate::sessions::TABLE => Some(&crate::sessions::LAYOUT),
+        crate::runs::TABLE => Some(&crate::runs::LAYOUT),
         _ => None,
     }
 }
@@ -281,7 +287,16 @@ pub(crate) fn text<'a>(fields: &'a Fields, key: &str) -> Option<&'a str> {
 /// floats as integers, a missing key field filled from the key.
 pub(crate) fn view(store: &KvStore, segment: &str, id: &str, raw: &str) -> Result<Fields> {
     let key = store.key(segment, id);
-    let mut fields = decode_object(&key, raw).map_err(|e| e.with_backend(store.server))?;
+    let mut fields = match decode_object(&key, raw) {
+        Ok(fields) => fields,
+        Err(e) => match (segment == crate::runs::TABLE)
+            .then(|| crate::runs::unreadable_fields(raw))
+            .flatten()
+        {
+            Some(fields) => fields,
+            None => return Err(e.with_backend(store.server)),
+        },
+    };
     for ts in ["created_at", "updated_at"] {
         if let Some(v) = fields.get_mut(ts) {
             if let (false, Some(f)) = (v.is_i64(), v.as_f64()) {
@@ -296,6 +311,18 @@ pub(crate) fn view(store: &KvStore, segment: &str, id: &str, raw: &str) -> Resul
         (l.normalize)(id, &mut fields);
     }
     Ok(fields)
+}
+
+/// The stored text of a record of `segment` holding `fields`, over `existing` (the record it
+/// replaces, whose keys the fields do not model are kept): agno's key order where the table
+/// has one, else the fields' own order.
+pub(crate) fn body(segment: &str, fields: &Fields, existing: Option<&Value>) -> String {
+    let order = layout(segment).map_or(&[][..], |l| (l.order)(fields));
+    if order.is_empty() {
+        encode(&shape_serde(fields.clone(), existing))
+    } else {
+        encode(&shape(fields.clone(), order, Nulls::Keep, existing))
+    }
 }
 
 /// How record `id` of `segment` stored as `raw` is indexed, when the table is served by the
@@ -322,11 +349,20 @@ pub(crate) fn record_index(
 }
 
 impl<S: Server> KvDocs<S> {
+    pub(crate) fn store(&self) -> &KvStore {
+        &self.store
+    }
+
     fn view(&self, segment: &str, id: &str, raw: &str) -> Result<Fields> {
         view(&self.store, segment, id, raw)
     }
 
-    fn stored(&self, segment: &str, id: &str, raw: String) -> Result<Stored<Self>> {
+    /// The stored text of a record (see [`body`]).
+    pub(crate) fn body(&self, segment: &str, fields: &Fields, existing: Option<&Value>) -> String {
+        body(segment, fields, existing)
+    }
+
+    pub(crate) fn stored(&self, segment: &str, id: &str, raw: String) -> Result<Stored<Self>> {
         Ok(Stored {
             id: id.to_owned(),
             fields: self.view(segment, id, &raw)?,
@@ -400,19 +436,13 @@ impl<S: Server> KvDocs<S> {
             Pre::Any => (None, None),
             _ => (None, Some(Vec::new())),
         };
-        let value = fields.map(|fields| match (literal, layout(collection)) {
-            (true, _) => fields
+        let value = fields.map(|fields| match literal {
+            true => fields
                 .get(HOLDER)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),
-            (false, Some(l)) if !(l.order)(fields).is_empty() => encode(&shape(
-                fields.clone(),
-                (l.order)(fields),
-                Nulls::Keep,
-                existing.as_ref(),
-            )),
-            (false, _) => encode(&shape_serde(fields.clone(), existing.as_ref())),
+            false => body(collection, fields, existing.as_ref()),
         });
         Ok(Planned {
             key,
@@ -621,6 +651,22 @@ impl<S: Server> DocBackend for KvDocs<S> {
             }
         }
         Ok(out)
+    }
+
+    async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
+        self.upsert_run(run).await
+    }
+
+    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.delete_one_session(session_id, user_id).await
+    }
+
+    async fn session_page(&self, query: &SessionQuery) -> Result<Option<(Vec<Stored<Self>>, u64)>> {
+        self.sessions_page(query).await
+    }
+
+    async fn legacy_sessions(&self, user_id: Option<&str>) -> Result<Vec<Stored<Self>>> {
+        self.blob_sessions(user_id).await
     }
 
     /// The server's `TIME`: every writer's claims decided by one clock.

@@ -178,11 +178,6 @@ impl KvStore {
         }
         let key = self.key(segment, id);
         let entries = match segment {
-            crate::sessions::TABLE => {
-                let s = crate::sessions::decode(&key, raw)?;
-                self.session_entries(&s.session, s.legacy.is_some())
-            }
-            crate::runs::TABLE => self.run_entries(&crate::runs::decode(&key, raw)?),
             crate::jobs::TABLE => {
                 if !id.starts_with("job:") {
                     return Ok(None);

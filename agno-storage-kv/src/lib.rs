@@ -107,7 +107,7 @@ mod client {
 
     use agno_storage_core::{
         AgnoDb, Error, ErrorKind, EvalStore, KnowledgeStore, LearningStore, MemoryStore,
-        MetricsStore, OpenMode, Result, ScheduleStore, TableType,
+        MetricsStore, OpenMode, Result, RunStore, ScheduleStore, SessionStore, TableType,
     };
 
     use agno_storage_doc::{DocBackend, Docs, Unwrapped, Wrap};
@@ -262,17 +262,17 @@ mod client {
         /// the engine's default paths instead of the sorted-set ones).
         pub fn agno_db_with<W: Wrap>(&self) -> AgnoDb {
             let s = self.store.clone();
-            let (memories, metrics, evals, knowledge, schedules, learnings) =
+            let (sessions, runs, memories, metrics, evals, knowledge, schedules, learnings) =
                 if s.server == "valkey" {
                     engine_stores(Docs(W::wrap(KvDocs::<Valkey>::new(s.clone()))))
                 } else {
                     engine_stores(Docs(W::wrap(KvDocs::<Redis>::new(s.clone()))))
                 };
             AgnoDb::builder(s.server)
-                .sessions(s.clone())
-                .runs(s.clone())
                 .jobs(s.clone())
                 .legacy(s.clone())
+                .sessions(sessions)
+                .runs(runs)
                 .memories(memories)
                 .metrics(metrics)
                 .evals(evals)
@@ -366,6 +366,8 @@ mod client {
     }
 
     type EngineStores = (
+        Arc<dyn SessionStore>,
+        Arc<dyn RunStore>,
         Arc<dyn MemoryStore>,
         Arc<dyn MetricsStore>,
         Arc<dyn EvalStore>,
@@ -378,6 +380,8 @@ mod client {
     fn engine_stores<B: DocBackend>(docs: Docs<B>) -> EngineStores {
         let docs = Arc::new(docs);
         (
+            docs.clone(),
+            docs.clone(),
             docs.clone(),
             docs.clone(),
             docs.clone(),

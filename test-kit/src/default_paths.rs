@@ -3,10 +3,11 @@
 //!
 //! A backend's native paths are the engine hooks it overrides for speed or atomicity
 //! (`write_run`, `copy_legacy_runs`, `delete_session`, `claim_next_job`, `legacy_page`,
-//! `migration_lock`, `query_page`, `memory_stats`, `due_schedules`, `now`). `DefaultPaths(backend)` delegates everything else (its layout: names,
-//! document ids, encodings, guards, metrics ids, the lock's item) and leaves those hooks to
-//! the engine's defaults; running the conformance suite over both shows the native paths
-//! behave as the defaults do.
+//! `migration_lock`, `query_page`, `session_page`, `memory_stats`, `due_schedules`, `now`).
+//! `DefaultPaths(backend)` delegates everything else (its layout: names, document ids,
+//! encodings, guards, metrics ids, the lock's item, where legacy blobs are) and leaves those
+//! hooks to the engine's defaults; running the conformance suite over both shows the native
+//! paths behave as the defaults do.
 
 use agno_storage_core::{async_trait, MetricsRecord, Result, Table, UserMemory};
 use agno_storage_doc::{Commit, DocBackend, Fields, Guard, Pre, Stored};
@@ -120,6 +121,18 @@ impl<B: DocBackend> DocBackend for DefaultPaths<B> {
 
     async fn metrics_id(&self, record: &MetricsRecord) -> Result<String> {
         self.0.metrics_id(record).await
+    }
+
+    /// Where agno 2.x's runs blobs can be found is layout, not a path: a backend whose
+    /// queries read indexes that records agno 2.x wrote are not in yet finds them its way.
+    async fn legacy_sessions(&self, user_id: Option<&str>) -> Result<Vec<Stored<Self>>> {
+        Ok(self
+            .0
+            .legacy_sessions(user_id)
+            .await?
+            .into_iter()
+            .map(stored)
+            .collect())
     }
 
     fn is_legacy_metric(&self, fields: &Fields) -> bool {
