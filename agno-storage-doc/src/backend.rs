@@ -249,7 +249,17 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         .await
     }
 
-    /// The clock claims are decided by, in epoch seconds (default: this host's; a backend
+    /// How many jobs are queued, for `enqueue_job`'s `max_depth` (default: the queued jobs
+    /// read and counted).
+    async fn count_queued_jobs(&self) -> Result<u64> {
+        let queued = opt(Some(agno_storage_core::JobStatus::Queued.as_str()));
+        Ok(self
+            .query(self.collection(Table::Jobs), &[("status", queued)])
+            .await?
+            .len() as u64)
+    }
+
+    /// The clock claims and leases are decided by, in epoch seconds (default: this host's; a backend
     /// with a server clock every writer shares may use it).
     async fn now(&self) -> Result<i64> {
         Ok(agno_storage_core::now_epoch_seconds())

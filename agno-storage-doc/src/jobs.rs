@@ -9,8 +9,8 @@
 
 use agno_storage_core::job::{check_finish_status, lease_lost};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
-    Job, JobQuery, JobStatus, JobStore, Page, Result,
+    async_trait, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job, JobQuery,
+    JobStatus, JobStore, Page, Result, SortOrder,
 };
 use serde_json::json;
 
@@ -86,7 +86,7 @@ impl<B: DocBackend> Docs<B> {
                 .await?
                 .filter(|(_, j)| j.is_held_by(worker_id, attempt))
                 .ok_or_else(|| lease_lost(id, worker_id, attempt))?;
-            change(&mut job, now_epoch_seconds());
+            change(&mut job, self.0.now().await?);
             let write = self.put(
                 self.collection(Table::Jobs),
                 &stored.id,
@@ -118,13 +118,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 }
             }
             if max_depth > 0 {
-                let queued = self
-                    .query(
-                        self.collection(Table::Jobs),
-                        &[("status", opt(Some(JobStatus::Queued.as_str())))],
-                    )
-                    .await?
-                    .len() as u64;
+                let queued = self.0.count_queued_jobs().await?;
                 if queued >= max_depth {
                     return Ok(EnqueueOutcome {
                         rejection: Some(EnqueueRejection::QueueFull),
@@ -209,7 +203,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 else {
                     break;
                 };
-                job.locked_at = Some(now_epoch_seconds());
+                job.locked_at = Some(self.0.now().await?);
                 let write = self.put(
                     self.collection(Table::Jobs),
                     &stored.id,
@@ -269,7 +263,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
             if !matches!(job.status, JobStatus::Queued | JobStatus::Paused) {
                 return Ok(false);
             }
-            let now = now_epoch_seconds();
+            let now = self.0.now().await?;
             job.status = JobStatus::Cancelled;
             job.completed_at = Some(now);
             job.updated_at = Some(now);
@@ -297,6 +291,26 @@ impl<B: DocBackend> JobStore for Docs<B> {
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
         query.pagination.validate()?;
+        if query.status.is_none() && (query.session_id.is_none() || query.user_id.is_none()) {
+            let mut eq = Vec::new();
+            if let Some(s) = &query.session_id {
+                eq.push(("session_id", opt(Some(s))));
+            }
+            if let Some(u) = &query.user_id {
+                eq.push(("user_id", opt(Some(u))));
+            }
+            let coll = self.collection(Table::Jobs);
+            let page = self
+                .query_page(coll, &eq, "created_at", SortOrder::Desc, &query.pagination)
+                .await?;
+            if let Some((docs, total)) = page {
+                let items = docs
+                    .iter()
+                    .map(|d| d.decode("a job"))
+                    .collect::<Result<Vec<Job>>>()?;
+                return Ok(Page::new(items, total));
+            }
+        }
         let mut eq = Vec::new();
         if let Some(s) = query.status {
             eq.push(("status", opt(Some(s.as_str()))));
@@ -318,7 +332,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
-        let cutoff = now_epoch_seconds() - older_than_seconds;
+        let cutoff = self.0.now().await? - older_than_seconds;
         let mut removed = 0;
         for (stored, job) in self.jobs_where(&[]).await? {
             if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
@@ -351,7 +365,7 @@ pub async fn claim_oldest_job<B: DocBackend>(
 ) -> Result<Option<Job>> {
     let docs = Docs::of(db);
     for round in 0..CAS_ATTEMPTS {
-        let now = now_epoch_seconds();
+        let now = db.now().await?;
         let mut candidates = Vec::new();
         for status in [JobStatus::Queued, JobStatus::Running] {
             for (d, j) in docs

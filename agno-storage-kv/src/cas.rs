@@ -30,7 +30,6 @@ for g = 1, tonumber(ARGV[5]) do
   elseif kind == 'exists' then ok = redis.call('EXISTS', k) == 1
   elseif kind == 'eq' then ok = redis.call('GET', k) == a
   elseif kind == 'zcard_eq' then ok = redis.call('ZCARD', k) == tonumber(a)
-  elseif kind == 'zcard_lt' then ok = redis.call('ZCARD', k) < tonumber(a)
   elseif kind == 'zmax_eq' then
     local top = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
     if a == '' then ok = #top == 0 else ok = #top == 2 and tonumber(top[2]) == tonumber(a) end
@@ -51,7 +50,6 @@ for _ = 1, n do
   elseif kind == 'zrem' then redis.call('ZREM', k, a)
   elseif kind == 'sadd' then redis.call('SADD', k, a)
   elseif kind == 'srem' then redis.call('SREM', k, a)
-  elseif kind == 'set' then redis.call('SET', k, a)
   elseif kind == 'del' then redis.call('DEL', k)
   else
     return redis.error_reply('agno cas: unknown op ' .. kind)
@@ -213,12 +211,6 @@ impl Cas {
         self
     }
 
-    /// Guard: the sorted set at `key` has fewer than `n` members.
-    pub(crate) fn guard_zcard_below(mut self, key: &str, n: u64) -> Self {
-        self.guard("zcard_lt", key, n.to_string());
-        self
-    }
-
     /// Guard: the highest score in the sorted set at `key` is `score` (`None`: it is empty).
     pub(crate) fn guard_zmax(mut self, key: &str, score: Option<f64>) -> Self {
         self.guard("zmax_eq", key, score.map(score_arg).unwrap_or_default());
@@ -228,12 +220,6 @@ impl Cas {
     /// Removes a sorted-set member.
     pub(crate) fn zrem(mut self, key: &str, member: &str) -> Self {
         self.op("zrem", key, member.to_owned(), String::new());
-        self
-    }
-
-    /// Sets another string key.
-    pub(crate) fn set_key(mut self, key: &str, value: &str) -> Self {
-        self.op("set", key, value.to_owned(), String::new());
         self
     }
 

@@ -41,37 +41,6 @@ pub(crate) fn text(map: &Map<String, Value>, field: &str) -> Option<String> {
     map.get(field).and_then(Value::as_str).map(str::to_owned)
 }
 
-/// An integer field; floats are truncated (Python may store `1.0`), anything else is `None`.
-pub(crate) fn int(map: &Map<String, Value>, field: &str) -> Option<i64> {
-    let v = map.get(field)?;
-    v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))
-}
-
-/// A required string field, or a `Serialization` error naming the key and field.
-pub(crate) fn required(map: &Map<String, Value>, field: &str, key: &str) -> Result<String> {
-    text(map, field).ok_or_else(|| {
-        Error::new(
-            ErrorKind::Serialization,
-            format!("{key} has no string `{field}`"),
-        )
-    })
-}
-
-/// `Some(s)` as a JSON string, `None` as `null`.
-pub(crate) fn opt_str(v: &Option<String>) -> Value {
-    v.as_ref().map_or(Value::Null, |s| Value::String(s.clone()))
-}
-
-/// `Some(n)` as a JSON number, `None` as `null`.
-pub(crate) fn opt_int(v: Option<i64>) -> Value {
-    v.map_or(Value::Null, Value::from)
-}
-
-/// Builds a JSON object from fields in order (agno's key order).
-pub(crate) fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

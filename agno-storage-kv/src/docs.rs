@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{
-    async_trait, Error, ErrorKind, MemoryStats, MetricsRecord, Page, Pagination, Result, RunRecord,
-    SessionQuery,
+    async_trait, Error, ErrorKind, Job, MemoryStats, MetricsRecord, Page, Pagination, Result,
+    RunRecord, SessionQuery,
 };
 use agno_storage_core::{SortOrder, Table};
 use agno_storage_doc::layout::{shape, shape_serde, Nulls};
@@ -21,7 +21,7 @@ use agno_storage_doc::{matches_eq, Commit, DocBackend, Fields, Guard, Pre, Store
 use serde_json::Value;
 
 use crate::cas::{score_arg, Entry};
-use crate::codec::{decode_object, encode};
+use crate::codec::{decode_object, encode, encode_ascii};
 use crate::indexing::RecordIndex;
 use crate::store::KvStore;
 
@@ -173,7 +173,17 @@ pub(crate) struct TableLayout {
     pub(crate) secondary: Option<(&'static str, IndexOf)>,
     /// Fills in what records older writers stored without (`id`, fields).
     pub(crate) normalize: fn(&str, &mut Fields),
+    /// What a record's key adds before its id (agno's job tickets: `job:`).
+    pub(crate) key_prefix: &'static str,
+    /// Whether records are `json.dumps`-encoded with `ensure_ascii` (agno's job tickets).
+    pub(crate) ascii: bool,
+    /// Equality lookups served by sets the records' `extra` entries keep: `(field, the set
+    /// of a value, if any)`.
+    pub(crate) lookups: &'static [(&'static str, IndexLookup)],
 }
+
+/// The set holding the records whose field has a value, if one is kept.
+pub(crate) type IndexLookup = fn(&KvStore, &str) -> Option<String>;
 
 /// The layout fields most tables share; a table's layout names what differs.
 pub(crate) const DEFAULT_LAYOUT: TableLayout = TableLayout {
@@ -191,6 +201,9 @@ pub(crate) const DEFAULT_LAYOUT: TableLayout = TableLayout {
     group_score: None,
     secondary: None,
     normalize: |_, _| {},
+    key_prefix: "",
+    ascii: false,
+    lookups: &[],
 };
 
 /// A layout's `extra` for tables without further indexes.
@@ -251,6 +264,7 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
         crate::schedules::RUNS_TABLE => Some(&crate::schedules::RUNS_LAYOUT),
         crate::sessions::TABLE => Some(&crate::sessions::LAYOUT),
         crate::runs::TABLE => Some(&crate::runs::LAYOUT),
+        crate::jobs::TABLE => Some(&crate::jobs::LAYOUT),
         _ => None,
     }
 }
@@ -260,8 +274,9 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
 /// key, that the follower and earlier versions write).
 const LITERAL_KEY: char = '@';
 
-/// The holder field of a literal-key meta document.
-const HOLDER: &str = "schedule_id";
+/// The holder fields of literal-key meta documents (a schedule's name key, a job's
+/// idempotency key): the one a document carries is stored, and read back as either.
+const HOLDERS: [&str; 2] = ["schedule_id", "job_id"];
 
 /// A precondition as what the record must hold: `None` anything, `Some(None)` nothing,
 /// `Some(Some(text))` that text.
@@ -317,11 +332,17 @@ pub(crate) fn view(store: &KvStore, segment: &str, id: &str, raw: &str) -> Resul
 /// replaces, whose keys the fields do not model are kept): agno's key order where the table
 /// has one, else the fields' own order.
 pub(crate) fn body(segment: &str, fields: &Fields, existing: Option<&Value>) -> String {
-    let order = layout(segment).map_or(&[][..], |l| (l.order)(fields));
-    if order.is_empty() {
-        encode(&shape_serde(fields.clone(), existing))
+    let l = layout(segment);
+    let order = l.map_or(&[][..], |l| (l.order)(fields));
+    let value = if order.is_empty() {
+        shape_serde(fields.clone(), existing)
     } else {
-        encode(&shape(fields.clone(), order, Nulls::Keep, existing))
+        shape(fields.clone(), order, Nulls::Keep, existing)
+    };
+    if l.is_some_and(|l| l.ascii) {
+        encode_ascii(&value)
+    } else {
+        encode(&value)
     }
 }
 
@@ -334,6 +355,10 @@ pub(crate) fn record_index(
     raw: &str,
 ) -> Result<Option<RecordIndex>> {
     let Some(l) = layout(segment) else {
+        return Ok(None);
+    };
+    // Keys of the table without the records' prefix are not records (the queue's sets).
+    let Some(id) = id.strip_prefix(l.key_prefix) else {
         return Ok(None);
     };
     let fields = view(store, segment, id, raw)?;
@@ -370,6 +395,22 @@ impl<S: Server> KvDocs<S> {
         })
     }
 
+    /// The documents `ids` of `collection` that exist, in one `MGET`.
+    pub(crate) async fn get_many(
+        &self,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<Vec<Stored<Self>>> {
+        let keys: Vec<String> = ids.iter().map(|id| self.key_of(collection, id).0).collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, raw) in ids.iter().zip(self.store.mget(&keys).await?) {
+            if let Some(raw) = raw {
+                out.push(self.stored(collection, id, raw)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// The index entries of record `id` of `segment` holding `fields`.
     fn entries(&self, segment: &str, id: &str, fields: &Fields) -> Vec<Entry> {
         layout(segment).map_or_else(Vec::new, |l| l.entries(&self.store, id, fields))
@@ -402,11 +443,21 @@ impl<S: Server> KvDocs<S> {
                     _ => None,
                 },
             );
+        let lookup =
+            l.lookups
+                .iter()
+                .find_map(|(field, set)| match eq.iter().find(|(k, _)| k == field) {
+                    Some((_, Value::String(v))) => set(&self.store, v),
+                    _ => None,
+                });
         match eq.iter().find(|(k, _)| *k == l.group_field) {
             Some((_, Value::String(g))) => (l.by_owner)(&self.store, Some(g)),
-            Some((_, Value::Null)) => (l.by_owner)(&self.store, None).or(secondary).or(all),
+            Some((_, Value::Null)) => (l.by_owner)(&self.store, None)
+                .or(secondary)
+                .or(lookup)
+                .or(all),
             Some(_) => None,
-            None => secondary.or(all),
+            None => secondary.or(lookup).or(all),
         }
     }
 
@@ -415,7 +466,13 @@ impl<S: Server> KvDocs<S> {
     fn key_of(&self, collection: &str, id: &str) -> (String, bool) {
         match id.strip_prefix(LITERAL_KEY) {
             Some(key) if collection == self.collection(Table::Meta) => (key.to_owned(), true),
-            _ => (self.store.key(collection, id), false),
+            _ => match layout(collection).filter(|l| !l.key_prefix.is_empty()) {
+                Some(l) => (
+                    self.store.key(collection, &format!("{}{id}", l.key_prefix)),
+                    false,
+                ),
+                None => (self.store.key(collection, id), false),
+            },
         }
     }
 
@@ -437,9 +494,9 @@ impl<S: Server> KvDocs<S> {
             _ => (None, Some(Vec::new())),
         };
         let value = fields.map(|fields| match literal {
-            true => fields
-                .get(HOLDER)
-                .and_then(Value::as_str)
+            true => HOLDERS
+                .iter()
+                .find_map(|h| fields.get(*h).and_then(Value::as_str))
                 .unwrap_or_default()
                 .to_owned(),
             false => body(collection, fields, existing.as_ref()),
@@ -599,7 +656,10 @@ impl<S: Server> DocBackend for KvDocs<S> {
         match self.store.get(&key).await? {
             Some(holder) if literal => Ok(Some(Stored {
                 id: id.to_owned(),
-                fields: Fields::from_iter([(HOLDER.to_owned(), Value::String(holder.clone()))]),
+                fields: HOLDERS
+                    .iter()
+                    .map(|h| ((*h).to_owned(), Value::String(holder.clone())))
+                    .collect(),
                 version: holder,
             })),
             Some(raw) => Ok(Some(self.stored(collection, id, raw)?)),
@@ -615,8 +675,35 @@ impl<S: Server> DocBackend for KvDocs<S> {
                 "{LITERAL_KEY}{}",
                 self.store.schedule_name_key(user_id, name)
             ),
-            holder: HOLDER,
+            holder: HOLDERS[0],
         }
+    }
+
+    /// agno's idempotency key `{prefix}:jobs:idem:u{len}:{user}:{key}`, holding the job's id
+    /// as plain text.
+    fn job_key_guard(&self, user_id: Option<&str>, key: &str) -> Guard {
+        Guard {
+            id: format!("{LITERAL_KEY}{}", self.store.idem_key(user_id, key)),
+            holder: HOLDERS[1],
+        }
+    }
+
+    /// `ZCARD` of agno's `queued` set.
+    async fn count_queued_jobs(&self) -> Result<u64> {
+        let store = &self.store;
+        store
+            .query(redis::cmd("ZCARD").arg(store.jobs_set("queued")))
+            .await
+    }
+
+    async fn claim_next_job(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+    ) -> Result<Option<Job>> {
+        self.claim(worker_id, lock_grace_seconds, deployment_id)
+            .await
     }
 
     /// The `due` (unlocked, by `next_run_at`) and `locked` (by `locked_at`) sorted sets,
@@ -640,17 +727,7 @@ impl<S: Server> DocBackend for KvDocs<S> {
         ids.extend(stale);
         ids.sort();
         ids.dedup();
-        let keys: Vec<String> = ids
-            .iter()
-            .map(|id| store.key(crate::schedules::TABLE, id))
-            .collect();
-        let mut out = Vec::with_capacity(ids.len());
-        for (id, raw) in ids.iter().zip(store.mget(&keys).await?) {
-            if let Some(raw) = raw {
-                out.push(self.stored(crate::schedules::TABLE, id, raw)?);
-            }
-        }
-        Ok(out)
+        self.get_many(crate::schedules::TABLE, &ids).await
     }
 
     async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
@@ -679,8 +756,9 @@ impl<S: Server> DocBackend for KvDocs<S> {
     async fn query(&self, collection: &str, eq: &[(&str, Value)]) -> Result<Vec<Stored<Self>>> {
         let records = match self.index_for(collection, eq) {
             Some(index) => {
+                let ids = self.store.members(&index, "-inf", "+inf").await?;
                 self.store
-                    .load_index(collection, &index, "-inf", "+inf")
+                    .load_with(&index, ids, |id| self.key_of(collection, id).0)
                     .await?
             }
             None => self.store.scan_records(collection).await?,
@@ -720,9 +798,9 @@ impl<S: Server> DocBackend for KvDocs<S> {
         }
         let (rows, total) = self
             .store
-            .page_index(
-                collection,
+            .page_by(
                 &index,
+                |id| self.key_of(collection, id).0,
                 ("-inf", "+inf"),
                 order,
                 page,

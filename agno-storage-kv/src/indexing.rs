@@ -173,23 +173,7 @@ impl KvStore {
         id: &str,
         raw: &str,
     ) -> Result<Option<RecordIndex>> {
-        if let Some(index) = crate::docs::record_index(self, segment, id, raw)? {
-            return Ok(Some(index));
-        }
-        let key = self.key(segment, id);
-        let entries = match segment {
-            crate::jobs::TABLE => {
-                if !id.starts_with("job:") {
-                    return Ok(None);
-                }
-                self.job_entries(&crate::jobs::decode(&key, raw)?)
-            }
-            _ => return Ok(None),
-        };
-        Ok(Some(RecordIndex {
-            entries,
-            ..RecordIndex::default()
-        }))
+        crate::docs::record_index(self, segment, id, raw)
     }
 
     /// The ledger operations of `ix` and the score of each (`""` for non-sorted-set ones).

@@ -106,7 +106,7 @@ mod client {
     use std::sync::Arc;
 
     use agno_storage_core::{
-        AgnoDb, Error, ErrorKind, EvalStore, KnowledgeStore, LearningStore, MemoryStore,
+        AgnoDb, Error, ErrorKind, EvalStore, JobStore, KnowledgeStore, LearningStore, MemoryStore,
         MetricsStore, OpenMode, Result, RunStore, ScheduleStore, SessionStore, TableType,
     };
 
@@ -262,14 +262,13 @@ mod client {
         /// the engine's default paths instead of the sorted-set ones).
         pub fn agno_db_with<W: Wrap>(&self) -> AgnoDb {
             let s = self.store.clone();
-            let (sessions, runs, memories, metrics, evals, knowledge, schedules, learnings) =
+            let (sessions, runs, memories, metrics, evals, knowledge, schedules, learnings, jobs) =
                 if s.server == "valkey" {
                     engine_stores(Docs(W::wrap(KvDocs::<Valkey>::new(s.clone()))))
                 } else {
                     engine_stores(Docs(W::wrap(KvDocs::<Redis>::new(s.clone()))))
                 };
             AgnoDb::builder(s.server)
-                .jobs(s.clone())
                 .legacy(s.clone())
                 .sessions(sessions)
                 .runs(runs)
@@ -279,6 +278,7 @@ mod client {
                 .knowledge(knowledge)
                 .schedules(schedules)
                 .learnings(learnings.clone())
+                .jobs(jobs)
                 .migrations(Arc::new(KvMigrations {
                     store: s,
                     learnings,
@@ -374,12 +374,14 @@ mod client {
         Arc<dyn KnowledgeStore>,
         Arc<dyn ScheduleStore>,
         Arc<dyn LearningStore>,
+        Arc<dyn JobStore>,
     );
 
     /// The stores served by the document engine.
     fn engine_stores<B: DocBackend>(docs: Docs<B>) -> EngineStores {
         let docs = Arc::new(docs);
         (
+            docs.clone(),
             docs.clone(),
             docs.clone(),
             docs.clone(),
