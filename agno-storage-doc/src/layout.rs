@@ -5,6 +5,43 @@
 
 use serde_json::{Map, Value};
 
+/// A run row as agno's `build_single_run_row` lays it out.
+pub const RUN_ROW: &[&str] = &[
+    "run_id",
+    "session_id",
+    "run_type",
+    "agent_id",
+    "team_id",
+    "workflow_id",
+    "user_id",
+    "parent_run_id",
+    "status",
+    "run_index",
+    "run_data",
+    "created_at",
+    "updated_at",
+];
+
+/// A metrics row as agno's `calculate_date_metrics` lays it out.
+pub const METRICS_ROW: &[&str] = &[
+    "id",
+    "date",
+    "completed",
+    "token_metrics",
+    "model_metrics",
+    "created_at",
+    "updated_at",
+    "aggregation_period",
+    "user_id",
+    "users_count",
+    "agent_sessions_count",
+    "team_sessions_count",
+    "workflow_sessions_count",
+    "agent_runs_count",
+    "team_runs_count",
+    "workflow_runs_count",
+];
+
 /// agno's `KnowledgeRow` fields in `model_dump()` order: a knowledge row as every agno
 /// store that writes JSON text lays it out.
 pub const KNOWLEDGE_ROW: &[&str] = &[

@@ -3,7 +3,7 @@
 //! agno's `workflow_name`, fields of newer agno releases) and the fields a read hands over.
 
 use agno_storage_core::{Error, ErrorKind, Result};
-use agno_storage_doc::layout::{shape, shape_serde, Nulls, KNOWLEDGE_ROW};
+use agno_storage_doc::layout::{shape, shape_serde, Nulls, KNOWLEDGE_ROW, METRICS_ROW, RUN_ROW};
 use agno_storage_doc::Fields;
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use serde_json::Value;
@@ -114,14 +114,14 @@ pub(crate) fn layout(table: Table, mut fields: Fields, existing: Option<&Value>)
             }
             return row;
         }
-        Table::Runs => (RUN_KEYS, Nulls::Keep),
+        Table::Runs => (RUN_ROW, Nulls::Keep),
         Table::Memories => {
             if let Some(ts) = fields.get("created_at").and_then(Value::as_i64) {
                 fields.insert("created_at".into(), iso_utc(ts));
             }
             (MEMORY_KEYS, Nulls::Drop)
         }
-        Table::Metrics => (METRICS_KEYS, Nulls::Keep),
+        Table::Metrics => (METRICS_ROW, Nulls::Keep),
         Table::Evals => (EVAL_KEYS, Nulls::Keep),
         Table::Knowledge => (KNOWLEDGE_ROW, Nulls::Keep),
         _ => return shape_serde(fields, existing),
@@ -273,21 +273,6 @@ const WORKFLOW_KEYS: &[&str] = &[
     "updated_at",
     "session_type",
 ];
-const RUN_KEYS: &[&str] = &[
-    "run_id",
-    "session_id",
-    "run_type",
-    "agent_id",
-    "team_id",
-    "workflow_id",
-    "user_id",
-    "parent_run_id",
-    "status",
-    "run_index",
-    "run_data",
-    "created_at",
-    "updated_at",
-];
 const MEMORY_KEYS: &[&str] = &[
     "memory_id",
     "memory",
@@ -299,24 +284,6 @@ const MEMORY_KEYS: &[&str] = &[
     "agent_id",
     "team_id",
     "feedback",
-];
-const METRICS_KEYS: &[&str] = &[
-    "id",
-    "date",
-    "completed",
-    "token_metrics",
-    "model_metrics",
-    "created_at",
-    "updated_at",
-    "aggregation_period",
-    "user_id",
-    "users_count",
-    "agent_sessions_count",
-    "team_sessions_count",
-    "workflow_sessions_count",
-    "agent_runs_count",
-    "team_runs_count",
-    "workflow_runs_count",
 ];
 const EVAL_KEYS: &[&str] = &[
     "agent_id",

@@ -2,10 +2,11 @@
 //! record key `{prefix}:{table}:{id}` holding agno's JSON text, its compare-and-set version
 //! is that text as read, and a commit is one Lua script that checks every precondition, then
 //! writes every record and moves its index entries (sorted sets under
-//! `{prefix}:{table}:index:`, computed from the old and new fields by the table's rule).
-//!
-//! The domains served through the engine so far: eval runs, knowledge contents and
-//! learnings; the others still use this crate's own modules.
+//! `{prefix}:{table}:index:` and agno's own sets, computed from the old and new fields by the
+//! table's [`TableLayout`]). Every store is the engine's; this crate's native paths are the
+//! engine's hooks, and its maintenance writes (the legacy-runs copy, the metrics move) go
+//! through the same commit; the follower applies the same per-table rules with its ledger
+//! scripts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +21,15 @@ use agno_storage_doc::layout::{shape, shape_serde, Nulls};
 use agno_storage_doc::{matches_eq, Commit, DocBackend, Fields, Guard, Pre, Stored};
 use serde_json::Value;
 
-use crate::cas::{score_arg, Entry};
 use crate::codec::{decode_object, encode, encode_ascii};
 use crate::indexing::RecordIndex;
 use crate::store::KvStore;
 
 /// Checks every record's precondition, then applies every write and index operation.
 /// ARGV[1] the record count; per record (key index, expectation `*` any / `-` absent /
-/// `=` equal to the value after it, expected text, action `set` / `del`, new text); then
+/// `=` equal to the value after it / `exists` / `zcard` the sorted set has that many
+/// members / `zmax` its highest score is that (empty: it is empty), the expected value,
+/// action `set` / `del` / `none`, new text); then
 /// the operation count and `(kind, key index, member, score)` quadruples (`prune`: remove
 /// `member` from the set whose key index is in the score's place once the sorted set is
 /// empty; prunes come last). Returns 1 when
@@ -37,17 +39,28 @@ local n = tonumber(ARGV[1])
 local i = 2
 for _ = 1, n do
   local k, expect = KEYS[tonumber(ARGV[i])], ARGV[i + 1]
+  local want = ARGV[i + 2]
   if expect == '-' then
     if redis.call('EXISTS', k) == 1 then return 0 end
   elseif expect == '=' then
-    if redis.call('GET', k) ~= ARGV[i + 2] then return 0 end
+    if redis.call('GET', k) ~= want then return 0 end
+  elseif expect == 'exists' then
+    if redis.call('EXISTS', k) == 0 then return 0 end
+  elseif expect == 'zcard' then
+    if redis.call('ZCARD', k) ~= tonumber(want) then return 0 end
+  elseif expect == 'zmax' then
+    local top = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
+    if want == '' then
+      if #top ~= 0 then return 0 end
+    elseif #top ~= 2 or tonumber(top[2]) ~= tonumber(want) then return 0 end
   end
   i = i + 5
 end
 i = 2
 for _ = 1, n do
-  local k = KEYS[tonumber(ARGV[i])]
-  if ARGV[i + 3] == 'set' then redis.call('SET', k, ARGV[i + 4]) else redis.call('DEL', k) end
+  local k, action = KEYS[tonumber(ARGV[i])], ARGV[i + 3]
+  if action == 'set' then redis.call('SET', k, ARGV[i + 4])
+  elseif action == 'del' then redis.call('DEL', k) end
   i = i + 5
 end
 local m = tonumber(ARGV[i])
@@ -64,6 +77,44 @@ for _ = 1, m do
 end
 return 1
 "#;
+
+/// One index entry of a record: a sorted-set member with its score, or (without a score)
+/// a plain set member.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Entry {
+    pub(crate) key: String,
+    pub(crate) member: String,
+    pub(crate) score: Option<f64>,
+}
+
+impl Entry {
+    /// A sorted-set entry.
+    pub(crate) fn z(key: String, member: &str, score: f64) -> Self {
+        Entry {
+            key,
+            member: member.to_owned(),
+            score: Some(score),
+        }
+    }
+
+    /// A set entry.
+    pub(crate) fn s(key: String, member: &str) -> Self {
+        Entry {
+            key,
+            member: member.to_owned(),
+            score: None,
+        }
+    }
+}
+
+/// A score as Redis parses it (integers without a fraction).
+pub(crate) fn score_arg(score: f64) -> String {
+    if score.fract() == 0.0 && score.abs() < 9.0e15 {
+        format!("{}", score as i64)
+    } else {
+        format!("{score}")
+    }
+}
 
 /// Which server a [`KvDocs`] talks to: the name the engine's errors carry.
 pub(crate) trait Server: Send + Sync + 'static {
@@ -85,10 +136,14 @@ impl Server for Valkey {
     const NAME: &'static str = "valkey";
 }
 
+/// The compiled commit script.
+pub(crate) fn commit_script() -> redis::Script {
+    redis::Script::new(COMMIT)
+}
+
 /// The engine's backend over one Redis/Valkey database and key prefix.
 pub(crate) struct KvDocs<S> {
     store: Arc<KvStore>,
-    commit_script: Arc<redis::Script>,
     server: std::marker::PhantomData<S>,
 }
 
@@ -96,7 +151,6 @@ impl<S> Clone for KvDocs<S> {
     fn clone(&self) -> Self {
         KvDocs {
             store: self.store.clone(),
-            commit_script: self.commit_script.clone(),
             server: std::marker::PhantomData,
         }
     }
@@ -115,23 +169,51 @@ impl<S> KvDocs<S> {
     pub(crate) fn new(store: Arc<KvStore>) -> Self {
         KvDocs {
             store,
-            commit_script: Arc::new(redis::Script::new(COMMIT)),
             server: std::marker::PhantomData,
         }
     }
 }
 
 /// One write of a commit, or the error building it met.
-pub(crate) struct KvWrite(Result<Planned>);
+pub(crate) struct KvWrite(pub(crate) Result<Planned>);
 
-struct Planned {
+/// What a commit requires of a key before it applies.
+pub(crate) enum Expect {
+    /// Nothing.
+    Any,
+    /// The key does not exist.
+    Absent,
+    /// The key holds this text.
+    Text(String),
+    /// The key exists.
+    Exists,
+    /// The sorted set at the key has this many members.
+    Zcard(usize),
+    /// The highest score of the sorted set at the key is this (`None`: it is empty).
+    Zmax(Option<f64>),
+}
+
+impl Planned {
+    /// This write storing `text` as it is (a record moved to another key byte for byte).
+    pub(crate) fn verbatim(mut self, text: String) -> Self {
+        self.action = Action::Set(text);
+        self
+    }
+}
+
+/// What a commit does to a key.
+enum Action {
+    Set(String),
+    Delete,
+    Nothing,
+}
+
+pub(crate) struct Planned {
     key: String,
     segment: String,
     id: String,
-    /// `None` anything, `Some(None)` nothing, `Some(Some(text))` that text.
-    expect: Option<Option<String>>,
-    /// The new text (`None`: deleted).
-    value: Option<String>,
+    expect: Expect,
+    action: Action,
     /// The index entries of the version replaced (`None`: unknown, read at commit).
     old: Option<Vec<Entry>>,
     new: Vec<Entry>,
@@ -269,6 +351,9 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
     }
 }
 
+/// The collection of our bookkeeping documents.
+const META: &str = "storage_meta";
+
 /// Meta documents whose id starts with this are stored at the key that follows it, holding
 /// only their holder's id as plain text (the unique-value keys, such as a schedule's name
 /// key, that the follower and earlier versions write).
@@ -278,13 +363,11 @@ const LITERAL_KEY: char = '@';
 /// idempotency key): the one a document carries is stored, and read back as either.
 const HOLDERS: [&str; 2] = ["schedule_id", "job_id"];
 
-/// A precondition as what the record must hold: `None` anything, `Some(None)` nothing,
-/// `Some(Some(text))` that text.
-fn expectation<S: Server>(pre: Pre<KvDocs<S>>) -> Option<Option<String>> {
+fn expectation<S: Server>(pre: Pre<KvDocs<S>>) -> Expect {
     match pre {
-        Pre::Any => None,
-        Pre::Absent => Some(None),
-        Pre::At(raw) => Some(Some(raw)),
+        Pre::Any => Expect::Any,
+        Pre::Absent => Expect::Absent,
+        Pre::At(raw) => Expect::Text(raw),
     }
 }
 
@@ -382,11 +465,6 @@ impl<S: Server> KvDocs<S> {
         view(&self.store, segment, id, raw)
     }
 
-    /// The stored text of a record (see [`body`]).
-    pub(crate) fn body(&self, segment: &str, fields: &Fields, existing: Option<&Value>) -> String {
-        body(segment, fields, existing)
-    }
-
     pub(crate) fn stored(&self, segment: &str, id: &str, raw: String) -> Result<Stored<Self>> {
         Ok(Stored {
             id: id.to_owned(),
@@ -401,7 +479,10 @@ impl<S: Server> KvDocs<S> {
         collection: &str,
         ids: &[String],
     ) -> Result<Vec<Stored<Self>>> {
-        let keys: Vec<String> = ids.iter().map(|id| self.key_of(collection, id).0).collect();
+        let keys: Vec<String> = ids
+            .iter()
+            .map(|id| self.store.key_of(collection, id).0)
+            .collect();
         let mut out = Vec::with_capacity(ids.len());
         for (id, raw) in ids.iter().zip(self.store.mget(&keys).await?) {
             if let Some(raw) = raw {
@@ -410,10 +491,13 @@ impl<S: Server> KvDocs<S> {
         }
         Ok(out)
     }
+}
 
+/// Commits: plans of writes and their index moves, and the script that applies them.
+impl KvStore {
     /// The index entries of record `id` of `segment` holding `fields`.
     fn entries(&self, segment: &str, id: &str, fields: &Fields) -> Vec<Entry> {
-        layout(segment).map_or_else(Vec::new, |l| l.entries(&self.store, id, fields))
+        layout(segment).map_or_else(Vec::new, |l| l.entries(self, id, fields))
     }
 
     /// The owner set entries of `old` that `new` lacks, as prunes.
@@ -428,18 +512,18 @@ impl<S: Server> KvDocs<S> {
             .filter(|e| e.score.is_none() && !new.contains(e))
             .cloned()
             .collect();
-        layout(segment).map_or_else(Vec::new, |l| l.prunes(&self.store, &removed))
+        layout(segment).map_or_else(Vec::new, |l| l.prunes(self, &removed))
     }
 
     /// The index answering `eq` on `segment` (the group index for an equality on the group
     /// field, else the table's index of every record), if the table keeps one.
     fn index_for(&self, segment: &str, eq: &[(&str, Value)]) -> Option<String> {
         let l = layout(segment)?;
-        let all = l.all.map(|all| all(&self.store));
+        let all = l.all.map(|all| all(self));
         let secondary =
             l.secondary.and_then(
                 |(field, index)| match eq.iter().find(|(k, _)| *k == field) {
-                    Some((_, Value::String(v))) => Some(index(&self.store, v)),
+                    Some((_, Value::String(v))) => Some(index(self, v)),
                     _ => None,
                 },
             );
@@ -447,15 +531,12 @@ impl<S: Server> KvDocs<S> {
             l.lookups
                 .iter()
                 .find_map(|(field, set)| match eq.iter().find(|(k, _)| k == field) {
-                    Some((_, Value::String(v))) => set(&self.store, v),
+                    Some((_, Value::String(v))) => set(self, v),
                     _ => None,
                 });
         match eq.iter().find(|(k, _)| *k == l.group_field) {
-            Some((_, Value::String(g))) => (l.by_owner)(&self.store, Some(g)),
-            Some((_, Value::Null)) => (l.by_owner)(&self.store, None)
-                .or(secondary)
-                .or(lookup)
-                .or(all),
+            Some((_, Value::String(g))) => (l.by_owner)(self, Some(g)),
+            Some((_, Value::Null)) => (l.by_owner)(self, None).or(secondary).or(lookup).or(all),
             Some(_) => None,
             None => secondary.or(lookup).or(all),
         }
@@ -465,51 +546,78 @@ impl<S: Server> KvDocs<S> {
     /// document (see [`LITERAL_KEY`]).
     fn key_of(&self, collection: &str, id: &str) -> (String, bool) {
         match id.strip_prefix(LITERAL_KEY) {
-            Some(key) if collection == self.collection(Table::Meta) => (key.to_owned(), true),
+            Some(key) if collection == META => (key.to_owned(), true),
             _ => match layout(collection).filter(|l| !l.key_prefix.is_empty()) {
                 Some(l) => (
-                    self.store.key(collection, &format!("{}{id}", l.key_prefix)),
+                    self.key(collection, &format!("{}{id}", l.key_prefix)),
                     false,
                 ),
-                None => (self.store.key(collection, id), false),
+                None => (self.key(collection, id), false),
             },
         }
     }
 
-    fn plan(
+    /// A write of document `id` of `collection`: `fields` (`None`: a delete) under
+    /// `expect`, with the index moves from the version `expect` names (a text) to `fields`.
+    pub(crate) fn plan(
         &self,
         collection: &str,
         id: &str,
-        pre: Pre<Self>,
+        expect: Expect,
         fields: Option<&Fields>,
     ) -> Result<Planned> {
         let (key, literal) = self.key_of(collection, id);
-        let (existing, old) = match &pre {
-            Pre::At(raw) if !literal => {
-                let fields = self.view(collection, id, raw)?;
+        let (existing, old) = match &expect {
+            Expect::Text(raw) if !literal => {
+                let fields = view(self, collection, id, raw)?;
                 let old = self.entries(collection, id, &fields);
                 (Some(Value::Object(fields)), Some(old))
             }
-            Pre::Any => (None, None),
+            Expect::Any => (None, None),
             _ => (None, Some(Vec::new())),
         };
-        let value = fields.map(|fields| match literal {
-            true => HOLDERS
-                .iter()
-                .find_map(|h| fields.get(*h).and_then(Value::as_str))
-                .unwrap_or_default()
-                .to_owned(),
-            false => body(collection, fields, existing.as_ref()),
-        });
+        let action = match fields {
+            Some(fields) if literal => Action::Set(
+                HOLDERS
+                    .iter()
+                    .find_map(|h| fields.get(*h).and_then(Value::as_str))
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+            Some(fields) => Action::Set(body(collection, fields, existing.as_ref())),
+            None => Action::Delete,
+        };
         Ok(Planned {
             key,
             segment: collection.to_owned(),
             id: id.to_owned(),
             new: fields.map_or_else(Vec::new, |f| self.entries(collection, id, f)),
             old,
-            value,
-            expect: expectation(pre),
+            action,
+            expect,
         })
+    }
+
+    /// A commit's check of `key` that writes nothing.
+    pub(crate) fn check(&self, key: String, expect: Expect) -> Planned {
+        Planned {
+            key,
+            segment: String::new(),
+            id: String::new(),
+            expect,
+            action: Action::Nothing,
+            old: Some(Vec::new()),
+            new: Vec::new(),
+        }
+    }
+
+    /// A commit's delete of a key that is no record (a set emptied by the commit's other
+    /// writes).
+    pub(crate) fn drop_key(&self, key: String) -> Planned {
+        Planned {
+            action: Action::Delete,
+            ..self.check(key, Expect::Any)
+        }
     }
 
     /// Fills in the index entries of the versions replaced without a precondition, from the
@@ -520,12 +628,12 @@ impl<S: Server> KvDocs<S> {
             .filter(|&i| writes[i].old.is_none())
             .collect();
         let keys: Vec<String> = unknown.iter().map(|&i| writes[i].key.clone()).collect();
-        let current = self.store.mget(&keys).await?;
+        let current = self.mget(&keys).await?;
         for (i, raw) in unknown.into_iter().zip(current) {
             let w = &mut writes[i];
             w.old = Some(match (raw, layout(&w.segment)) {
                 (Some(raw), Some(_)) => {
-                    let fields = self.view(&w.segment, &w.id, &raw)?;
+                    let fields = view(self, &w.segment, &w.id, &raw)?;
                     self.entries(&w.segment, &w.id, &fields)
                 }
                 _ => Vec::new(),
@@ -533,51 +641,9 @@ impl<S: Server> KvDocs<S> {
         }
         Ok(())
     }
-}
 
-#[async_trait]
-impl<S: Server> DocBackend for KvDocs<S> {
-    const BACKEND: &'static str = S::NAME;
-    const ITEM: &'static str = "record";
-    const SCHEDULE_NAME_GUARDS: bool = true;
-    const MAX_ID_CHARS: Option<usize> = None;
-    const MAX_JSON_DEPTH: Option<usize> = None;
-    /// Reported per server by `KvDb` (`appendonly`), which builds its own `AgnoDb`.
-    const DURABLE: bool = false;
-
-    type Version = String;
-    type Write = KvWrite;
-
-    fn collection(&self, which: Table) -> &str {
-        match which {
-            Table::Sessions => crate::sessions::TABLE,
-            Table::Runs => crate::runs::TABLE,
-            Table::Memories => crate::memories::TABLE,
-            Table::Metrics => crate::metrics::TABLE,
-            Table::Evals => crate::evals::TABLE,
-            Table::Knowledge => crate::knowledge::TABLE,
-            Table::Schedules => crate::schedules::TABLE,
-            Table::ScheduleRuns => crate::schedules::RUNS_TABLE,
-            Table::Learnings => crate::learnings::TABLE,
-            Table::Jobs => crate::jobs::TABLE,
-            Table::Versions => "agno_schema_versions",
-            Table::Meta => "storage_meta",
-        }
-    }
-
-    fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre<Self>) -> KvWrite {
-        KvWrite(self.plan(collection, id, pre, Some(fields)))
-    }
-
-    fn delete(&self, collection: &str, id: &str, pre: Pre<Self>) -> KvWrite {
-        KvWrite(self.plan(collection, id, pre, None))
-    }
-
-    async fn commit(&self, _operation: &'static str, writes: Vec<KvWrite>) -> Result<Commit> {
-        let mut writes = writes
-            .into_iter()
-            .map(|w| w.0)
-            .collect::<Result<Vec<_>>>()?;
+    /// Applies every write or none: [`Commit::Conflict`] when a check failed.
+    pub(crate) async fn commit(&self, mut writes: Vec<Planned>) -> Result<Commit> {
         if writes.is_empty() {
             return Ok(Commit::Done);
         }
@@ -596,13 +662,17 @@ impl<S: Server> DocBackend for KvDocs<S> {
         let mut ops: Vec<(&str, usize, &str, String)> = Vec::new();
         for w in &writes {
             let (expect, want) = match &w.expect {
-                None => ("*", ""),
-                Some(None) => ("-", ""),
-                Some(Some(raw)) => ("=", raw.as_str()),
+                Expect::Any => ("*", String::new()),
+                Expect::Absent => ("-", String::new()),
+                Expect::Text(raw) => ("=", raw.clone()),
+                Expect::Exists => ("exists", String::new()),
+                Expect::Zcard(n) => ("zcard", n.to_string()),
+                Expect::Zmax(top) => ("zmax", top.map(score_arg).unwrap_or_default()),
             };
-            let (action, value) = match &w.value {
-                Some(v) => ("set", v.as_str()),
-                None => ("del", ""),
+            let (action, value) = match &w.action {
+                Action::Set(v) => ("set", v.as_str()),
+                Action::Delete => ("del", ""),
+                Action::Nothing => ("none", ""),
             };
             records.push((slot(&w.key), expect, want, action, value));
             let old = w.old.as_deref().unwrap_or_default();
@@ -634,25 +704,75 @@ impl<S: Server> DocBackend for KvDocs<S> {
         }
         inv.arg(records.len());
         for (k, expect, want, action, value) in &records {
-            inv.arg(*k).arg(*expect).arg(*want).arg(*action).arg(*value);
+            inv.arg(*k).arg(*expect).arg(want).arg(*action).arg(*value);
         }
         inv.arg(ops.len());
         for (kind, k, member, score) in &ops {
             inv.arg(*kind).arg(*k).arg(*member).arg(score);
         }
         let applied: i64 = inv
-            .invoke_async(&mut self.store.conn())
+            .invoke_async(&mut self.conn())
             .await
-            .map_err(|e| self.store.err(e))?;
+            .map_err(|e| self.err(e))?;
         Ok(if applied == 1 {
             Commit::Done
         } else {
             Commit::Conflict
         })
     }
+}
+
+#[async_trait]
+impl<S: Server> DocBackend for KvDocs<S> {
+    const BACKEND: &'static str = S::NAME;
+    const ITEM: &'static str = "record";
+    const SCHEDULE_NAME_GUARDS: bool = true;
+    const MAX_ID_CHARS: Option<usize> = None;
+    const MAX_JSON_DEPTH: Option<usize> = None;
+    /// Reported per server by `KvDb` (`appendonly`), which builds its own `AgnoDb`.
+    const DURABLE: bool = false;
+
+    type Version = String;
+    type Write = KvWrite;
+
+    fn collection(&self, which: Table) -> &str {
+        match which {
+            Table::Sessions => crate::sessions::TABLE,
+            Table::Runs => crate::runs::TABLE,
+            Table::Memories => crate::memories::TABLE,
+            Table::Metrics => crate::metrics::TABLE,
+            Table::Evals => crate::evals::TABLE,
+            Table::Knowledge => crate::knowledge::TABLE,
+            Table::Schedules => crate::schedules::TABLE,
+            Table::ScheduleRuns => crate::schedules::RUNS_TABLE,
+            Table::Learnings => crate::learnings::TABLE,
+            Table::Jobs => crate::jobs::TABLE,
+            Table::Versions => "agno_schema_versions",
+            Table::Meta => META,
+        }
+    }
+
+    fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre<Self>) -> KvWrite {
+        KvWrite(
+            self.store
+                .plan(collection, id, expectation(pre), Some(fields)),
+        )
+    }
+
+    fn delete(&self, collection: &str, id: &str, pre: Pre<Self>) -> KvWrite {
+        KvWrite(self.store.plan(collection, id, expectation(pre), None))
+    }
+
+    async fn commit(&self, _operation: &'static str, writes: Vec<KvWrite>) -> Result<Commit> {
+        let writes = writes
+            .into_iter()
+            .map(|w| w.0)
+            .collect::<Result<Vec<_>>>()?;
+        self.store.commit(writes).await
+    }
 
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>> {
-        let (key, literal) = self.key_of(collection, id);
+        let (key, literal) = self.store.key_of(collection, id);
         match self.store.get(&key).await? {
             Some(holder) if literal => Ok(Some(Stored {
                 id: id.to_owned(),
@@ -754,11 +874,11 @@ impl<S: Server> DocBackend for KvDocs<S> {
     /// Reads the table's owner or all-records index (a `SCAN` for a table without indexes,
     /// never used by the stores served here), dropping members that left it.
     async fn query(&self, collection: &str, eq: &[(&str, Value)]) -> Result<Vec<Stored<Self>>> {
-        let records = match self.index_for(collection, eq) {
+        let records = match self.store.index_for(collection, eq) {
             Some(index) => {
                 let ids = self.store.members(&index, "-inf", "+inf").await?;
                 self.store
-                    .load_with(&index, ids, |id| self.key_of(collection, id).0)
+                    .load_with(&index, ids, |id| self.store.key_of(collection, id).0)
                     .await?
             }
             None => self.store.scan_records(collection).await?,
@@ -790,7 +910,7 @@ impl<S: Server> DocBackend for KvDocs<S> {
             return Ok(None);
         };
         let owner_only = eq.iter().all(|(k, v)| *k == "user_id" && v.is_string());
-        let Some(index) = self.index_for(collection, eq) else {
+        let Some(index) = self.store.index_for(collection, eq) else {
             return Ok(None);
         };
         if !owner_only || sort_by != l.score_field {
@@ -800,7 +920,7 @@ impl<S: Server> DocBackend for KvDocs<S> {
             .store
             .page_by(
                 &index,
-                |id| self.key_of(collection, id).0,
+                |id| self.store.key_of(collection, id).0,
                 ("-inf", "+inf"),
                 order,
                 page,
@@ -850,5 +970,16 @@ impl<S: Server> DocBackend for KvDocs<S> {
         )
         .with_backend(self.store.server)
         .set_temporary(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_are_integers_when_integral() {
+        assert_eq!(score_arg(1_700_000_000.0), "1700000000");
+        assert_eq!(score_arg(0.5), "0.5");
     }
 }

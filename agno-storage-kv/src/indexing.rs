@@ -18,7 +18,7 @@
 use agno_storage_core::{Error, ErrorKind, Result, TableType};
 use serde_json::{json, Value};
 
-use crate::cas::{score_arg, Entry};
+use crate::docs::{score_arg, Entry};
 use crate::store::KvStore;
 
 /// The tables (key segments `{prefix}:{segment}:…`) whose records are indexed, in the order

@@ -21,7 +21,7 @@ use agno_storage_core::{Error, ErrorKind, Job, Result};
 use agno_storage_doc::{Commit, DocBackend, Fields};
 use serde_json::Value;
 
-use crate::cas::Entry;
+use crate::docs::Entry;
 use crate::docs::{score, text, KvDocs, Server, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 

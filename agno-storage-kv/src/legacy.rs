@@ -7,11 +7,12 @@
 use agno_storage_core::legacy::{
     decode_legacy_runs, InsertedRuns, LegacyRunsStore, LegacySessionRuns,
 };
-use agno_storage_core::{async_trait, Result, RunRecord};
+use agno_storage_core::{async_trait, Error, ErrorKind, Result, RunRecord};
+use agno_storage_doc::{backoff, Commit, CAS_ATTEMPTS};
 use serde_json::Value;
 
-use crate::cas::{Cas, Entry, Outcome};
-use crate::codec::{decode_object, encode, text};
+use crate::codec::{decode_object, text};
+use crate::docs::{Entry, Expect};
 use crate::sessions::TABLE;
 use crate::store::KvStore;
 
@@ -113,29 +114,32 @@ impl LegacyRunsStore for KvStore {
     }
 
     async fn drop_legacy_runs(&self) -> Result<u64> {
-        let index = self.sessions_legacy();
         let mut changed = 0;
-        for (id, _) in self.scan_records(TABLE).await? {
+        'sessions: for (id, _) in self.scan_records(TABLE).await? {
             let key = self.key(TABLE, &id);
-            let dropped = self
-                .retry("drop_legacy_runs", || async {
-                    let Some(raw) = self.get(&key).await? else {
-                        return Ok(Some(false));
-                    };
-                    let mut map = decode_object(&key, &raw)?;
-                    if map.shift_remove("runs").is_none() {
-                        return Ok(Some(false));
-                    }
-                    let cas = Cas::on(&key)
-                        .expect(Some(&raw))
-                        .set(encode(&Value::Object(map)))
-                        .zrem(&index, &id);
-                    Ok((self.cas(&cas).await? == Outcome::Applied).then_some(true))
-                })
-                .await?;
-            if dropped {
-                changed += 1;
+            for attempt in 0..CAS_ATTEMPTS {
+                let Some(raw) = self.get(&key).await? else {
+                    continue 'sessions;
+                };
+                let mut fields = crate::docs::view(self, TABLE, &id, &raw)?;
+                if !fields.contains_key("runs") {
+                    continue 'sessions;
+                }
+                // A null `runs` is written as no `runs` key (and leaves the legacy index).
+                fields.insert("runs".into(), Value::Null);
+                let write = self.plan(TABLE, &id, Expect::Text(raw), Some(&fields))?;
+                if self.commit(vec![write]).await? == Commit::Done {
+                    changed += 1;
+                    continue 'sessions;
+                }
+                backoff(attempt).await;
             }
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!("drop_legacy_runs: session {id} kept changing; run it again"),
+            )
+            .with_backend(self.server)
+            .set_temporary(true));
         }
         Ok(changed)
     }

@@ -54,8 +54,6 @@
 #![deny(missing_docs)]
 
 #[cfg(feature = "redis")]
-mod cas;
-#[cfg(feature = "redis")]
 mod codec;
 #[cfg(feature = "redis")]
 mod coordination;

@@ -11,8 +11,10 @@ use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{Error, ErrorKind, MetricsRecord, Result};
 use chrono::NaiveDate;
 
-use crate::cas::{Cas, Outcome};
-use crate::docs::{text, TableLayout, DEFAULT_LAYOUT};
+use agno_storage_doc::layout::METRICS_ROW;
+use agno_storage_doc::Commit;
+
+use crate::docs::{text, Expect, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "metrics";
@@ -35,26 +37,7 @@ pub(crate) fn record_id(r: &MetricsRecord) -> String {
 
 /// As agno's `calculate_date_metrics` lays a record out.
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: |_| {
-        &[
-            "id",
-            "date",
-            "completed",
-            "token_metrics",
-            "model_metrics",
-            "created_at",
-            "updated_at",
-            "aggregation_period",
-            "user_id",
-            "users_count",
-            "agent_sessions_count",
-            "team_sessions_count",
-            "workflow_sessions_count",
-            "agent_runs_count",
-            "team_runs_count",
-            "workflow_runs_count",
-        ]
-    },
+    order: |_| METRICS_ROW,
     score: |f| {
         text(f, "date")
             .and_then(|d| d.get(..10))
@@ -90,27 +73,26 @@ impl KvStore {
             return Ok(false);
         }
         let target_id = format!("{date}_{period}");
-        let target = self.key(TABLE, &target_id);
-        let cas = Cas::on(&target)
-            .expect(None)
-            .set(raw.clone())
-            .guard_value(&key, Some(&raw))
-            .del_key(&key)
-            .reindex(
-                &LAYOUT.entries(self, id, &fields),
-                &LAYOUT.entries(self, &target_id, &fields),
-            );
-        match self.cas(&cas).await? {
-            Outcome::Applied => Ok(true),
-            Outcome::Guard(_) => Ok(false),
-            Outcome::Changed => Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "{key} holds a pre-3.0 whole-day metrics record and {target} is taken too; \
-                     move or delete one of them, then recompute the metrics"
-                ),
-            )
-            .with_backend(self.server)),
+        let writes = vec![
+            self.plan(TABLE, &target_id, Expect::Absent, Some(&fields))?
+                .verbatim(raw.clone()),
+            self.plan(TABLE, id, Expect::Text(raw), None)?,
+        ];
+        if self.commit(writes).await? == Commit::Done {
+            return Ok(true);
         }
+        let target = self.key(TABLE, &target_id);
+        if self.get(&target).await?.is_none() {
+            // The record changed meanwhile: it is no longer this one to move.
+            return Ok(false);
+        }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "{key} holds a pre-3.0 whole-day metrics record and {target} is taken too; \
+                 move or delete one of them, then recompute the metrics"
+            ),
+        )
+        .with_backend(self.server))
     }
 }

@@ -9,35 +9,18 @@ use agno_storage_core::{
     now_epoch_seconds, Error, ErrorKind, Result, RunRecord, RunType, SchemaVersion,
     SchemaVersionStore, TableType,
 };
-use agno_storage_doc::{updated_run, DocBackend, Fields};
+use agno_storage_doc::layout::RUN_ROW;
+use agno_storage_doc::{backoff, updated_run, Commit, DocBackend, Fields, Pre, CAS_ATTEMPTS};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::cas::{Cas, Outcome};
-use crate::docs::{score, KvDocs, Server, TableLayout, DEFAULT_LAYOUT};
+use crate::docs::{score, Expect, KvDocs, KvWrite, Server, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "runs";
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    // As agno's `build_single_run_row` lays a run out.
-    order: |_| {
-        &[
-            "run_id",
-            "session_id",
-            "run_type",
-            "agent_id",
-            "team_id",
-            "workflow_id",
-            "user_id",
-            "parent_run_id",
-            "status",
-            "run_index",
-            "run_data",
-            "created_at",
-            "updated_at",
-        ]
-    },
+    order: |_| RUN_ROW,
     key_field: "run_id",
     score: |f| score(f, "created_at"),
     group_field: "session_id",
@@ -96,79 +79,65 @@ impl KvStore {
 
 impl<S: Server> KvDocs<S> {
     /// [`DocBackend::write_run`]: reads the session (its owner) and the run, then writes the
-    /// run guarded on the session still existing and, for a new run without an index, on the
-    /// session set's highest index, which the new index is one past.
+    /// run in a commit that checks the session still exists and, for a new run without an
+    /// index, that the session set's highest index is the one read (the new index is one
+    /// past it).
     pub(crate) async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
         let store = self.store();
-        let key = store.key(TABLE, &run.run_id);
         let session_key = store.key(crate::sessions::TABLE, &run.session_id);
         let by_session = store.by_session(&run.session_id);
-        store
-            .retry("upsert_run", || async {
-                // The owner is read first; the write is then guarded on the session still
-                // existing (a session's owner changes only by deleting it).
-                let owner = match store.get(&session_key).await? {
-                    Some(raw) => {
-                        let fields = self.stored(crate::sessions::TABLE, &run.session_id, raw)?;
-                        Some(fields.str("user_id").map(str::to_owned))
-                    }
-                    None => None,
-                };
-                run.check_session(owner.as_ref().map(Option::as_deref))?;
-                let current = store.get(&key).await?;
-                let mut cas = Cas::on(&key)
-                    .expect(current.as_deref())
-                    .guard_exists(&session_key);
-                let (next, old) = match &current {
-                    Some(raw) => {
-                        let stored = self.stored(TABLE, &run.run_id, raw.clone())?;
-                        let old_index = stored.fields.get("run_index").and_then(Value::as_i64);
-                        let mut next =
-                            updated_run(stored.decode("a run")?, &run, now_epoch_seconds())?;
-                        next.run_index = old_index.or(run.run_index);
-                        (next, Some(stored.fields))
-                    }
-                    None => {
-                        let mut next = run.clone();
-                        next.updated_at = Some(now_epoch_seconds());
-                        if next.run_index.is_none() {
-                            let top: Vec<(String, f64)> = store
-                                .query(
-                                    redis::cmd("ZRANGE")
-                                        .arg(&by_session)
-                                        .arg(-1)
-                                        .arg(-1)
-                                        .arg("WITHSCORES"),
-                                )
-                                .await?;
-                            let max = top.first().map(|(_, s)| *s);
-                            next.run_index = Some(max.map_or(0, |m| m as i64 + 1));
-                            cas = cas.guard_zmax(&by_session, max);
-                        }
-                        (next, None)
-                    }
-                };
-                let fields = self.to_fields(&next, "a run")?;
-                let old_entries = old
-                    .as_ref()
-                    .map(|f| LAYOUT.entries(store, &run.run_id, f))
-                    .unwrap_or_default();
-                let cas = cas
-                    .set(self.body(TABLE, &fields, old.map(Value::Object).as_ref()))
-                    .reindex(&old_entries, &LAYOUT.entries(store, &run.run_id, &fields));
-                match store.cas(&cas).await? {
-                    Outcome::Applied => Ok(Some(next)),
-                    Outcome::Guard(0) => Err(run.missing_session()),
-                    _ => Ok(None),
+        for attempt in 0..CAS_ATTEMPTS {
+            // The owner is read first; the write is then checked on the session still
+            // existing (a session's owner changes only by deleting it).
+            let owner = self
+                .get(crate::sessions::TABLE, &run.session_id)
+                .await?
+                .map(|session| session.str("user_id").map(str::to_owned));
+            run.check_session(owner.as_ref().map(Option::as_deref))?;
+            let now = now_epoch_seconds();
+            let mut writes = vec![KvWrite(
+                Ok(store.check(session_key.clone(), Expect::Exists)),
+            )];
+            let (next, pre) = match self.get(TABLE, &run.run_id).await? {
+                Some(stored) => {
+                    let mut next = updated_run(stored.decode("a run")?, &run, now)?;
+                    next.run_index = next.run_index.or(run.run_index);
+                    (next, stored.unchanged())
                 }
-            })
-            .await
+                None => {
+                    let mut next = run.clone();
+                    next.updated_at = Some(now);
+                    if next.run_index.is_none() {
+                        let top: Vec<(String, f64)> = store
+                            .query(
+                                redis::cmd("ZRANGE")
+                                    .arg(&by_session)
+                                    .arg(-1)
+                                    .arg(-1)
+                                    .arg("WITHSCORES"),
+                            )
+                            .await?;
+                        let max = top.first().map(|(_, s)| *s);
+                        next.run_index = Some(max.map_or(0, |m| m as i64 + 1));
+                        writes.push(KvWrite(Ok(
+                            store.check(by_session.clone(), Expect::Zmax(max))
+                        )));
+                    }
+                    (next, Pre::Absent)
+                }
+            };
+            writes.push(self.put(TABLE, &run.run_id, &self.to_fields(&next, "a run")?, pre));
+            match self.commit("upsert run", writes).await? {
+                Commit::Done => return Ok(next),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(self.contended("upsert run"))
     }
 }
 
 /// A legacy row the migration copies, written only when its `run_id` is not stored yet.
 pub(crate) async fn insert_if_absent(store: &KvStore, row: &RunRecord) -> Result<bool> {
-    let key = store.key(TABLE, &row.run_id);
     let fields = match serde_json::to_value(row) {
         Ok(Value::Object(fields)) => fields,
         _ => {
@@ -178,22 +147,6 @@ pub(crate) async fn insert_if_absent(store: &KvStore, row: &RunRecord) -> Result
             ))
         }
     };
-    let body = agno_storage_doc::layout::shape(
-        fields.clone(),
-        (LAYOUT.order)(&fields),
-        agno_storage_doc::layout::Nulls::Keep,
-        None,
-    );
-    let cas = Cas::on(&key)
-        .expect(None)
-        .set(crate::codec::encode(&body))
-        .reindex(&[], &LAYOUT.entries(store, &row.run_id, &fields));
-    match store.cas(&cas).await? {
-        Outcome::Applied => Ok(true),
-        Outcome::Changed => Ok(false),
-        Outcome::Guard(_) => Err(Error::new(
-            ErrorKind::Unexpected,
-            "insert_runs_if_absent: unexpected guard failure",
-        )),
-    }
+    let write = store.plan(TABLE, &row.run_id, Expect::Absent, Some(&fields))?;
+    Ok(store.commit(vec![write]).await? == Commit::Done)
 }

@@ -11,7 +11,7 @@
 use agno_storage_doc::Fields;
 use serde_json::Value;
 
-use crate::cas::Entry;
+use crate::docs::Entry;
 use crate::docs::{score, text, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 

@@ -7,11 +7,12 @@
 use std::collections::BTreeSet;
 
 use agno_storage_core::{validate_sort, visible_to, Result, Session, SessionQuery, SortOrder};
-use agno_storage_doc::{Docs, Fields, Stored};
+use agno_storage_doc::{backoff, Commit, DocBackend, Docs, Fields, Stored, CAS_ATTEMPTS};
 use serde_json::Value;
 
-use crate::cas::{Cas, Entry, Outcome};
-use crate::docs::{score, text, KvDocs, Server, TableLayout, DEFAULT_LAYOUT};
+use crate::docs::{
+    score, text, Entry, Expect, KvDocs, KvWrite, Server, TableLayout, DEFAULT_LAYOUT,
+};
 use crate::store::{bound, KvStore};
 
 pub(crate) const TABLE: &str = "sessions";
@@ -263,55 +264,40 @@ impl<S: Server> KvDocs<S> {
     }
 
     /// [`agno_storage_doc::DocBackend::delete_session`]: the session, every run in agno's
-    /// per-session set and the set itself in one compare-and-set, guarded on the set's size
-    /// (a run appended meanwhile retries the delete).
+    /// per-session set and the set itself in one commit that checks the set's size (a run
+    /// appended meanwhile retries the delete).
     pub(crate) async fn delete_one_session(
         &self,
         session_id: &str,
         user_id: Option<&str>,
     ) -> Result<bool> {
         let store = self.store();
-        let key = store.key(TABLE, session_id);
         let by_session = store.by_session(session_id);
-        store
-            .retry("delete_sessions", || async {
-                let Some(raw) = store.get(&key).await? else {
-                    return Ok(Some(false));
-                };
-                let session = self.stored(TABLE, session_id, raw.clone())?;
-                if !visible_to(session.str("user_id"), user_id) {
-                    return Ok(Some(false));
-                }
-                let run_ids: Vec<String> = store
-                    .query(redis::cmd("ZRANGE").arg(&by_session).arg(0).arg(-1))
-                    .await?;
-                let run_keys: Vec<String> = run_ids
-                    .iter()
-                    .map(|r| store.key(crate::runs::TABLE, r))
-                    .collect();
-                let run_values = store.mget(&run_keys).await?;
-                let mut cas = Cas::on(&key)
-                    .expect(Some(&raw))
-                    .delete()
-                    .guard_zcard(&by_session, run_ids.len())
-                    .reindex(&LAYOUT.entries(store, session_id, &session.fields), &[]);
-                for ((run_id, run_key), value) in run_ids.iter().zip(&run_keys).zip(run_values) {
-                    if let Some(run) =
-                        value.and_then(|v| self.stored(crate::runs::TABLE, run_id, v).ok())
-                    {
-                        cas = cas.reindex(
-                            &crate::runs::LAYOUT.entries(store, run_id, &run.fields),
-                            &[],
-                        );
-                    }
-                    cas = cas.del_key(run_key);
-                }
-                cas = cas.del_key(&by_session);
-                Ok(match store.cas(&cas).await? {
-                    Outcome::Applied => Some(true),
-                    _ => None,
-                })
-            })
-            .await
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some(session) = self.get(TABLE, session_id).await? else {
+                return Ok(false);
+            };
+            if !visible_to(session.str("user_id"), user_id) {
+                return Ok(false);
+            }
+            let run_ids: Vec<String> = store
+                .query(redis::cmd("ZRANGE").arg(&by_session).arg(0).arg(-1))
+                .await?;
+            let mut writes = vec![
+                self.delete(TABLE, session_id, session.unchanged()),
+                KvWrite(Ok(
+                    store.check(by_session.clone(), Expect::Zcard(run_ids.len()))
+                )),
+            ];
+            for run in self.get_many(crate::runs::TABLE, &run_ids).await? {
+                writes.push(self.delete(crate::runs::TABLE, &run.id, run.unchanged()));
+            }
+            writes.push(KvWrite(Ok(store.drop_key(by_session.clone()))));
+            match self.commit("delete sessions", writes).await? {
+                Commit::Done => return Ok(true),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(self.contended("delete sessions"))
     }
 }

@@ -1,17 +1,11 @@
 //! The store behind every trait: one multiplexed connection, the key prefix, key builders
 //! and the reads and atomic writes the domain modules share.
 
-use std::future::Future;
-use std::time::Duration;
-
 use agno_storage_core::{Error, ErrorKind, Pagination, Result, SortOrder};
 use redis::aio::ConnectionManager;
 
-use crate::cas::{Cas, Outcome};
+use crate::docs::Entry;
 
-/// How many times a compare-and-set is retried after a concurrent change before giving up
-/// with `Conflict`.
-const MAX_ATTEMPTS: u32 = 200;
 /// Members read per round trip when walking an index.
 const CHUNK: usize = 500;
 
@@ -19,7 +13,7 @@ pub(crate) struct KvStore {
     conn: ConnectionManager,
     pub(crate) prefix: String,
     pub(crate) server: &'static str,
-    cas_script: redis::Script,
+    pub(crate) commit_script: redis::Script,
 }
 
 /// A Redis error as a storage error: connection problems are `Unavailable` (retryable),
@@ -55,7 +49,7 @@ impl KvStore {
             conn,
             prefix,
             server,
-            cas_script: crate::cas::script(),
+            commit_script: crate::docs::commit_script(),
         }
     }
 
@@ -124,40 +118,6 @@ impl KvStore {
     pub(crate) async fn server_now(&self) -> Result<i64> {
         let (seconds, _micros): (i64, i64) = self.query(&redis::cmd("TIME")).await?;
         Ok(seconds)
-    }
-
-    /// Runs a compare-and-set.
-    pub(crate) async fn cas(&self, cas: &Cas) -> Result<Outcome> {
-        cas.run(&self.cas_script, &mut self.conn())
-            .await
-            .map_err(|e| self.err(e))
-    }
-
-    /// Repeats `attempt` while it reports a concurrent change (`Ok(None)`), with a short
-    /// growing pause; `Conflict` after [`MAX_ATTEMPTS`].
-    pub(crate) async fn retry<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Option<T>>>,
-    {
-        for n in 0..MAX_ATTEMPTS {
-            if let Some(done) = attempt().await? {
-                return Ok(done);
-            }
-            if n > 2 {
-                let jitter = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.subsec_nanos() % 1000)
-                    .unwrap_or_default();
-                let micros = u64::from((n * 200).min(5_000) + jitter);
-                tokio::time::sleep(Duration::from_micros(micros)).await;
-            }
-        }
-        Err(Error::new(
-            ErrorKind::Conflict,
-            format!("{what}: concurrent writers kept changing the record; retry the call"),
-        )
-        .with_backend(self.server))
     }
 
     /// Every key matching `pattern` (a `SCAN MATCH` glob). O(keys in the database): for
@@ -365,7 +325,7 @@ impl KvStore {
     }
 
     /// Adds index entries in bulk (rebuilds and migrations), many per round trip.
-    pub(crate) async fn add_entries(&self, entries: &[crate::cas::Entry]) -> Result<()> {
+    pub(crate) async fn add_entries(&self, entries: &[Entry]) -> Result<()> {
         for chunk in entries.chunks(CHUNK) {
             let mut pipe = redis::pipe();
             for e in chunk {
@@ -373,7 +333,7 @@ impl KvStore {
                     Some(s) => pipe
                         .cmd("ZADD")
                         .arg(&e.key)
-                        .arg(crate::cas::score_arg(s))
+                        .arg(crate::docs::score_arg(s))
                         .arg(&e.member)
                         .ignore(),
                     None => pipe.cmd("SADD").arg(&e.key).arg(&e.member).ignore(),
