@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{
-    async_trait, Error, ErrorKind, Job, MemoryStats, MetricsRecord, Page, Pagination, Result,
-    RunRecord, SessionQuery,
+    async_trait, Job, MemoryStats, MetricsRecord, Page, Pagination, Result, RunRecord, SessionQuery,
 };
 use agno_storage_core::{SortOrder, Table};
 use agno_storage_doc::layout::{shape, shape_serde, Nulls};
@@ -961,15 +960,6 @@ impl<S: Server> DocBackend for KvDocs<S> {
 
     fn lock_location(&self) -> String {
         format!("`{}:` on {}", self.store.prefix, self.store.server)
-    }
-
-    fn contended(&self, operation: &str) -> Error {
-        Error::new(
-            ErrorKind::Conflict,
-            format!("{operation}: concurrent writers kept changing the record; retry the call"),
-        )
-        .with_backend(self.store.server)
-        .set_temporary(true)
     }
 }
 
