@@ -150,6 +150,12 @@ impl Error {
         self
     }
 
+    /// Says which part of a call the error is about (`"job 3 (j-3)"`), ahead of the message.
+    pub fn within(mut self, part: impl fmt::Display) -> Self {
+        self.message = format!("{part}: {}", self.message);
+        self
+    }
+
     /// Overrides whether retrying may succeed.
     pub fn set_temporary(mut self, temporary: bool) -> Self {
         self.temporary = temporary;

@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::eval::{EvalQuery, EvalRun, EvalStore};
-use crate::job::{EnqueueOutcome, Job, JobQuery, JobStatus, JobStore};
+use crate::job::{EnqueueOutcome, Job, JobCompletion, JobQuery, JobStatus, JobStore};
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use crate::learning::{Learning, LearningQuery, LearningStore};
 use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
@@ -135,6 +135,18 @@ impl<S: ?Sized> Checked<S> {
     /// `inner`, checked by `rules`.
     pub fn new(rules: Rules, inner: Arc<S>) -> Self {
         Checked { rules, inner }
+    }
+
+    /// The rules of a submitted job: its identifiers and its payload's nesting.
+    fn job(&self, j: &Job) -> Result<()> {
+        let r = self.rules;
+        r.id("id", &j.id)?;
+        r.id("component_id", &j.component_id)?;
+        r.id("session_id", &j.session_id)?;
+        r.opt_id("user_id", j.user_id.as_deref())?;
+        r.opt_id("deployment_id", j.deployment_id.as_deref())?;
+        r.opt_id("idempotency_key", j.idempotency_key.as_deref())?;
+        r.json("payload", &j.payload)
     }
 }
 
@@ -657,21 +669,52 @@ impl<S: LearningStore + ?Sized> LearningStore for Checked<S> {
 #[async_trait]
 impl<S: JobStore + ?Sized> JobStore for Checked<S> {
     async fn enqueue_job(&self, job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
-        let r = self.rules;
-        let job = admit(
-            job,
-            |j| {
-                r.id("id", &j.id)?;
-                r.id("component_id", &j.component_id)?;
-                r.id("session_id", &j.session_id)?;
-                r.opt_id("user_id", j.user_id.as_deref())?;
-                r.opt_id("deployment_id", j.deployment_id.as_deref())?;
-                r.opt_id("idempotency_key", j.idempotency_key.as_deref())?;
-                r.json("payload", &j.payload)
-            },
-            |j| vec![j.payload],
-        )?;
+        let job = admit(job, |j| self.job(j), |j| vec![j.payload])?;
         self.inner.enqueue_job(job, max_depth).await
+    }
+
+    async fn enqueue_jobs(
+        &self,
+        jobs: Vec<Job>,
+        max_depth: u64,
+    ) -> Result<Vec<Result<EnqueueOutcome>>> {
+        let jobs = admit(
+            jobs,
+            |jobs| {
+                jobs.iter().enumerate().try_for_each(|(i, j)| {
+                    self.job(j)
+                        .map_err(|e| e.within(format_args!("job {i} ({})", j.id)))
+                })
+            },
+            |jobs| jobs.into_iter().map(|j| j.payload).collect(),
+        )?;
+        self.inner.enqueue_jobs(jobs, max_depth).await
+    }
+
+    async fn claim_jobs(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.rules.id("worker_id", worker_id)?;
+        self.rules.opt_id("deployment_id", deployment_id)?;
+        self.inner
+            .claim_jobs(worker_id, lock_grace_seconds, deployment_id, limit)
+            .await
+    }
+
+    async fn complete_jobs(
+        &self,
+        worker_id: &str,
+        completions: Vec<JobCompletion>,
+    ) -> Result<Vec<Result<Job>>> {
+        self.rules.id("worker_id", worker_id)?;
+        completions
+            .iter()
+            .try_for_each(|c| self.rules.id("id", &c.id))?;
+        self.inner.complete_jobs(worker_id, completions).await
     }
 
     async fn claim_job(

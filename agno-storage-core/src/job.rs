@@ -243,6 +243,54 @@ pub struct EnqueueOutcome {
     pub job: Option<Job>,
 }
 
+/// One held job to finish in [`JobStore::complete_jobs`]: the fence (`id`, `attempt`; the
+/// worker is the call's) and the state to end it in, as [`JobStore::complete_job`] takes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobCompletion {
+    /// The job.
+    pub id: String,
+    /// The attempt the worker claimed (the fencing token).
+    pub attempt: i64,
+    /// Completed, failed, cancelled or paused.
+    pub status: JobStatus,
+    /// Error text of the attempt.
+    pub error: Option<String>,
+}
+
+impl JobCompletion {
+    /// Finishing `job` (as claimed) in `status` with `error`.
+    pub fn of(job: &Job, status: JobStatus, error: Option<String>) -> Self {
+        JobCompletion {
+            id: job.id.clone(),
+            attempt: job.attempt,
+            status,
+            error,
+        }
+    }
+}
+
+/// `InvalidInput` unless every completion finishes in an allowed state
+/// ([`check_finish_status`]) and names a job once: what [`JobStore::complete_jobs`] checks
+/// before it writes anything.
+pub fn check_completions(completions: &[JobCompletion]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(completions.len());
+    for c in completions {
+        check_finish_status(c.status)?;
+        if !seen.insert(c.id.as_str()) {
+            return Err(Error::invalid_input(format!(
+                "complete_jobs: job {} is listed twice; finish each job once per call",
+                c.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Sorts claimed jobs oldest first (`created_at, id`), the order claims take them in.
+pub fn sort_oldest_first(jobs: &mut [Job]) {
+    jobs.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+}
+
 /// Filters of [`JobStore::list_jobs`] (newest first).
 #[derive(Debug, Clone, Default)]
 pub struct JobQuery {
@@ -335,4 +383,68 @@ pub trait JobStore: Send + Sync {
 
     /// Deletes completed, failed and cancelled jobs finished at least `older_than_seconds` ago.
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64>;
+
+    /// Submits jobs as [`JobStore::enqueue_job`] would one after another: one result per
+    /// job, in order (a taken id is that job's `AlreadyExists`; the others still go in).
+    /// Backends with a multi-row insert override it; the default calls `enqueue_job`.
+    async fn enqueue_jobs(
+        &self,
+        jobs: Vec<Job>,
+        max_depth: u64,
+    ) -> Result<Vec<Result<EnqueueOutcome>>> {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            outcomes.push(self.enqueue_job(job, max_depth).await);
+        }
+        Ok(outcomes)
+    }
+
+    /// Claims up to `limit` available jobs for `worker_id` in claim order (oldest first),
+    /// each as [`JobStore::claim_job`] claims one: its own lease and next attempt (its
+    /// fencing token). Fewer (or none) when fewer are available. Jobs it claimed are
+    /// always returned: an error after the first claim ends the batch early instead (the
+    /// next call meets it again). Backends that claim many rows in one statement override
+    /// it; the default calls `claim_job` until it has `limit` or none is left.
+    async fn claim_jobs(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let mut claimed = Vec::new();
+        while claimed.len() < limit {
+            match self
+                .claim_job(worker_id, lock_grace_seconds, deployment_id)
+                .await
+            {
+                Ok(Some(job)) => claimed.push(job),
+                Ok(None) => break,
+                Err(e) if claimed.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Finishes many held jobs of `worker_id`, each fenced on its own: one result per
+    /// completion, in order: the finished job, or `LeaseLost` for a stale one (the rest
+    /// still finish). `InvalidInput`, with nothing written, when a status is not one a job
+    /// may finish in or a job is listed twice ([`check_completions`]). Backends that
+    /// finish many rows in one statement override it; the default calls `complete_job`.
+    async fn complete_jobs(
+        &self,
+        worker_id: &str,
+        completions: Vec<JobCompletion>,
+    ) -> Result<Vec<Result<Job>>> {
+        check_completions(&completions)?;
+        let mut results = Vec::with_capacity(completions.len());
+        for c in completions {
+            results.push(
+                self.complete_job(&c.id, worker_id, c.attempt, c.status, c.error)
+                    .await,
+            );
+        }
+        Ok(results)
+    }
 }

@@ -40,7 +40,9 @@ pub use capabilities::Capabilities;
 pub use db::{AgnoDb, AgnoDbBuilder, AllStores};
 pub use error::{Error, ErrorKind, Result};
 pub use eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore, EvalType};
-pub use job::{EnqueueOutcome, EnqueueRejection, Job, JobQuery, JobStatus, JobStore};
+pub use job::{
+    EnqueueOutcome, EnqueueRejection, Job, JobCompletion, JobQuery, JobStatus, JobStore,
+};
 pub use knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 pub use learning::{Learning, LearningQuery, LearningStore};
 pub use legacy::LegacyRunsStore;

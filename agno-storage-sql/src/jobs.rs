@@ -1,9 +1,13 @@
 //! The durable job queue (`agno_jobs`): atomic claims, leases, fencing, idempotency keys.
 
-use agno_storage_core::job::{check_finish_status, lease_lost};
+use std::collections::HashMap;
+
+use agno_storage_core::job::{
+    check_completions, check_finish_status, lease_lost, sort_oldest_first,
+};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
-    JobQuery, JobStatus, JobStore, Page, Result,
+    JobCompletion, JobQuery, JobStatus, JobStore, Page, Result,
 };
 use serde_json::Value;
 
@@ -152,6 +156,19 @@ impl JobStore for SqlStore {
         lock_grace_seconds: i64,
         deployment_id: Option<&str>,
     ) -> Result<Option<Job>> {
+        Ok(self
+            .claim_jobs(worker_id, lock_grace_seconds, deployment_id, 1)
+            .await?
+            .pop())
+    }
+
+    async fn claim_jobs(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
         self.check(Table::Jobs)?;
         let now = now_epoch_seconds();
         let claimable = "available_at <= ? AND (deployment_id IS NULL OR deployment_id = ?) AND \
@@ -175,13 +192,42 @@ impl JobStore for SqlStore {
                     SqlValue::int(now),
                 ],
             ),
+            limit,
         };
-        self.dialect
+        let mut jobs = self
+            .dialect
             .claim(self, claim)
             .await?
-            .as_ref()
+            .iter()
             .map(job_from_row)
-            .transpose()
+            .collect::<Result<Vec<_>>>()?;
+        sort_oldest_first(&mut jobs);
+        Ok(jobs)
+    }
+
+    async fn complete_jobs(
+        &self,
+        worker_id: &str,
+        completions: Vec<JobCompletion>,
+    ) -> Result<Vec<Result<Job>>> {
+        self.check(Table::Jobs)?;
+        check_completions(&completions)?;
+        let rows = self
+            .dialect
+            .finish_jobs(self, worker_id, &completions, now_epoch_seconds())
+            .await?;
+        let mut finished = rows
+            .iter()
+            .map(|row| job_from_row(row).map(|job| (job.id.clone(), job)))
+            .collect::<Result<HashMap<_, _>>>()?;
+        Ok(completions
+            .iter()
+            .map(|c| {
+                finished
+                    .remove(&c.id)
+                    .ok_or_else(|| lease_lost(&c.id, worker_id, c.attempt))
+            })
+            .collect())
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {

@@ -340,11 +340,12 @@ impl ScheduleStore for SqlStore {
                 "locked_by = ?, locked_at = ?",
                 vec![SqlValue::text(worker_id), SqlValue::int(now)],
             ),
+            limit: 1,
         };
         self.dialect
             .claim(self, claim)
             .await?
-            .as_ref()
+            .first()
             .map(schedule_from_row)
             .transpose()
     }

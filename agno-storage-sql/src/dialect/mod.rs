@@ -11,7 +11,7 @@
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::migration::StepOutcome;
-use agno_storage_core::{async_trait, Result, RunRecord};
+use agno_storage_core::{async_trait, JobCompletion, Result, RunRecord};
 use serde_json::Value;
 
 use crate::exec::Statement;
@@ -48,8 +48,9 @@ pub(crate) enum ColType {
     Date,
 }
 
-/// One claim of a job or schedule: the first row by `order` that meets `predicate` gets
-/// `set` and is returned, and no two claimers get the same row.
+/// One claim of jobs or a schedule: the first `limit` rows by `order` that meet
+/// `predicate` get `set` and are returned (in no particular order), and no two claimers get
+/// the same row.
 pub(crate) struct Claim<'a> {
     pub(crate) table: Table,
     /// Which rows are claimable, with its parameters.
@@ -58,14 +59,16 @@ pub(crate) struct Claim<'a> {
     pub(crate) order: &'a str,
     /// The `SET` list of the claim, with its parameters.
     pub(crate) set: (&'a str, Vec<SqlValue>),
+    /// How many rows at most.
+    pub(crate) limit: usize,
 }
 
 impl Claim<'_> {
-    /// `SELECT id` of the one candidate, locked where the dialect locks rows.
-    fn candidate(&self, table: &str, skip_locked: &str) -> String {
+    /// `SELECT id` of the candidates, locked where the dialect locks rows.
+    fn candidates(&self, table: &str, skip_locked: &str) -> String {
         format!(
-            "SELECT id FROM {table} WHERE {} ORDER BY {} LIMIT 1{skip_locked}",
-            self.predicate.0, self.order
+            "SELECT id FROM {table} WHERE {} ORDER BY {} LIMIT {}{skip_locked}",
+            self.predicate.0, self.order, self.limit
         )
     }
 }
@@ -329,20 +332,60 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         Ok(results.last().map_or(0, |rows| rows.len() as u64))
     }
 
-    /// One claim (see [`Claim`]): the candidate is chosen and locked, then re-checked in
+    /// `id` among the rows a subquery selects, the subquery run once.
+    fn id_among(&self, subquery: &str) -> String {
+        format!("id IN ({subquery})")
+    }
+
+    /// One claim (see [`Claim`]): the candidates are chosen and locked, then re-checked in
     /// one statement, so two claimers never get the same row (SQLite serializes writers;
     /// PostgreSQL skips rows another claimer holds).
-    async fn claim(&self, s: &SqlStore, c: Claim<'_>) -> Result<Option<Row>> {
+    async fn claim(&self, s: &SqlStore, c: Claim<'_>) -> Result<Vec<Row>> {
+        if c.limit == 0 {
+            return Ok(Vec::new());
+        }
         let table = s.t(c.table);
-        let candidate = c.candidate(&table, self.skip_locked());
+        let among = self.id_among(&c.candidates(&table, self.skip_locked()));
         let (set, mut params) = c.set;
         let (predicate, predicate_params) = c.predicate;
-        let sql = format!(
-            "UPDATE {table} SET {set} WHERE {predicate} AND id = ({candidate}) RETURNING *"
-        );
+        let sql = format!("UPDATE {table} SET {set} WHERE {predicate} AND {among} RETURNING *");
         params.extend(predicate_params.iter().cloned());
         params.extend(predicate_params);
-        Ok(s.exec.query(&sql, params).await?.into_iter().next())
+        s.exec.query(&sql, params).await
+    }
+
+    /// Finishes held jobs of `worker_id` at `now`, each fenced on its own (`locked_by`,
+    /// its `attempt`, `running`), and returns the rows it finished: one
+    /// `UPDATE … FROM (VALUES …)` joined on `id`.
+    async fn finish_jobs(
+        &self,
+        s: &SqlStore,
+        worker_id: &str,
+        completions: &[JobCompletion],
+        now: i64,
+    ) -> Result<Vec<Row>> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = vec!["(?, ?, ?, ?)"; completions.len()].join(", ");
+        let sql = format!(
+            "UPDATE {} AS j SET status = v.column3, error = v.column4, locked_by = NULL, locked_at = NULL, \
+             completed_at = CASE WHEN v.column3 = 'paused' THEN NULL ELSE ? END, updated_at = ? \
+             FROM (VALUES {values}) AS v \
+             WHERE j.id = v.column1 AND j.attempt = v.column2 AND j.locked_by = ? AND j.status = 'running' RETURNING *",
+            s.t(Table::Jobs)
+        );
+        let mut params = vec![SqlValue::int(now), SqlValue::int(now)];
+        for c in completions {
+            params.extend([
+                SqlValue::text(&c.id),
+                SqlValue::int(c.attempt),
+                SqlValue::text(c.status.as_str()),
+                SqlValue::Text(c.error.clone()),
+            ]);
+        }
+        params.push(SqlValue::text(worker_id));
+        s.exec.query(&sql, params).await
     }
 
     /// Inserts rows whose `key` is not stored yet, a chunk at a time in one transaction

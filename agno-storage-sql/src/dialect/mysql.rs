@@ -4,7 +4,7 @@
 
 use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::migration::StepOutcome;
-use agno_storage_core::{async_trait, ErrorKind, Result, RunRecord};
+use agno_storage_core::{async_trait, ErrorKind, JobCompletion, Result, RunRecord};
 use serde_json::Value;
 
 use super::{count_of, like_pattern, Claim, ColType, Dialect, InsertChunk};
@@ -12,7 +12,7 @@ use crate::exec::{NamedLock, Statement};
 use crate::named::NamedSql;
 use crate::runs::{run_param, RunWrite, RETURNED};
 use crate::schema::{mysql_spec, Table};
-use crate::store::{owned_by_other, SqlStore, Upsert};
+use crate::store::{in_list, owned_by_other, SqlStore, Upsert};
 use crate::value::{Row, SqlValue};
 
 /// The MySQL dialect.
@@ -270,25 +270,98 @@ impl Dialect for MySql {
         Ok(last)
     }
 
-    /// MySQL cannot name the updated table in the UPDATE's subquery: the candidate is
-    /// locked first, then updated, in one transaction.
-    async fn claim(&self, s: &SqlStore, c: Claim<'_>) -> Result<Option<Row>> {
+    /// MySQL cannot name the updated table in the UPDATE's subquery: the candidates are
+    /// locked first, then updated and read back, in one transaction.
+    async fn claim(&self, s: &SqlStore, c: Claim<'_>) -> Result<Vec<Row>> {
+        if c.limit == 0 {
+            return Ok(Vec::new());
+        }
         let table = s.t(c.table);
-        let candidate = c.candidate(&table, self.skip_locked());
+        let candidates = c.candidates(&table, self.skip_locked());
         let mut tx = s.exec.begin(None).await?;
-        let rows = tx.query(&candidate, c.predicate.1).await?;
-        let Some(id) = rows.first().map(|r| r.str("id")).transpose()? else {
+        let ids = tx
+            .query(&candidates, c.predicate.1)
+            .await?
+            .iter()
+            .map(|r| r.str("id"))
+            .collect::<Result<Vec<_>>>()?;
+        if ids.is_empty() {
             tx.commit().await?;
-            return Ok(None);
-        };
+            return Ok(Vec::new());
+        }
+        let (list, id_params) = in_list(&ids);
         let (set, mut params) = c.set;
-        params.push(SqlValue::text(&id));
-        tx.execute(&format!("UPDATE {table} SET {set} WHERE id = ?"), params)
+        params.extend(id_params.iter().cloned());
+        tx.execute(
+            &format!("UPDATE {table} SET {set} WHERE id IN {list}"),
+            params,
+        )
+        .await?;
+        let rows = tx
+            .query(
+                &format!("SELECT * FROM {table} WHERE id IN {list}"),
+                id_params,
+            )
             .await?;
-        let (read, key) = s.select_by(c.table, "id", &id);
-        let row = tx.query(&read, key).await?.into_iter().next();
         tx.commit().await?;
-        Ok(row)
+        Ok(rows)
+    }
+
+    /// MySQL has no `UPDATE … FROM (VALUES …)`: the held rows are locked and read, each
+    /// fenced one updated, and the finished rows read back, in one transaction.
+    async fn finish_jobs(
+        &self,
+        s: &SqlStore,
+        worker_id: &str,
+        completions: &[JobCompletion],
+        now: i64,
+    ) -> Result<Vec<Row>> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let table = s.t(Table::Jobs);
+        let ids: Vec<String> = completions.iter().map(|c| c.id.clone()).collect();
+        let (list, id_params) = in_list(&ids);
+        let mut tx = s.exec.begin(None).await?;
+        let mut params = id_params;
+        params.push(SqlValue::text(worker_id));
+        let held = tx
+            .query(
+                &format!("SELECT id, attempt FROM {table} WHERE id IN {list} AND locked_by = ? AND status = 'running' FOR UPDATE"),
+                params,
+            )
+            .await?
+            .iter()
+            .map(|r| Ok((r.str("id")?, r.i64("attempt")?)))
+            .collect::<Result<std::collections::HashSet<_>>>()?;
+        let mut finished = Vec::new();
+        for c in completions {
+            if !held.contains(&(c.id.clone(), c.attempt)) {
+                continue;
+            }
+            let completed_at = (c.status != agno_storage_core::JobStatus::Paused).then_some(now);
+            tx.execute(
+                &format!("UPDATE {table} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE id = ?"),
+                vec![
+                    SqlValue::text(c.status.as_str()),
+                    SqlValue::Text(c.error.clone()),
+                    SqlValue::Int(completed_at),
+                    SqlValue::int(now),
+                    SqlValue::text(&c.id),
+                ],
+            )
+            .await?;
+            finished.push(c.id.clone());
+        }
+        let rows = if finished.is_empty() {
+            Vec::new()
+        } else {
+            let (list, params) = in_list(&finished);
+            tx.query(&format!("SELECT * FROM {table} WHERE id IN {list}"), params)
+                .await?
+        };
+        tx.commit().await?;
+        Ok(rows)
     }
 
     /// A no-op update keeps a stored row; with found-rows counting MySQL reports it like

@@ -22,6 +22,12 @@ impl Dialect for Postgres {
         "postgres"
     }
 
+    /// `ARRAY(subquery)` is evaluated once, so a locking `LIMIT n` subquery never
+    /// yields more than `n` rows however the join is planned.
+    fn id_among(&self, subquery: &str) -> String {
+        format!("id = ANY(ARRAY({subquery}))")
+    }
+
     /// 512 keeps any id of 4-byte characters under a B-tree entry's 2,704-byte limit.
     fn max_id_chars(&self) -> Option<usize> {
         Some(512)

@@ -4,13 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agno_storage_core::{AgnoDb, EnqueueRejection, ErrorKind, Job, JobQuery, JobStatus};
+use agno_storage_core::{
+    AgnoDb, EnqueueRejection, ErrorKind, Job, JobCompletion, JobQuery, JobStatus,
+};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
 use super::{uid, Rng};
-use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx, JobStress};
+use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx, Failure, JobStress};
 
 fn job() -> Job {
     Job::new(
@@ -239,6 +241,168 @@ pub(crate) async fn two_claimers_of_one_job_one_winner(ctx: &Ctx) -> CaseResult 
         }
     }
     ensure_eq(winners, 1, "claimers that got the job")
+}
+
+/// Batches: one `enqueue_jobs` call submits 120 jobs (a reused id in it is that job's
+/// `AlreadyExists` alone); four workers drain them with `claim_jobs` of up to 7 and
+/// `complete_jobs`: each batch is at most 7 jobs in claim order, each job with its own lease
+/// at attempt 1, and every job is claimed and completed exactly once.
+pub(crate) async fn batch_claims_and_completions_exactly_once(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let jobs: Vec<Job> = (0..120).map(|_| job()).collect();
+    let mut submitted = jobs.clone();
+    submitted.insert(60, jobs[3].clone());
+    let outcomes = store.enqueue_jobs(submitted, 0).await?;
+    ensure_eq(outcomes.len(), 121, "one outcome per submitted job")?;
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match (i, outcome) {
+            (60, Err(e)) => ensure_eq(e.kind(), ErrorKind::AlreadyExists, "the reused id")?,
+            (60, Ok(o)) => return Err(format!("a reused id was accepted: {o:?}").into()),
+            (_, Ok(o)) => ensure(o.rejection.is_none(), format!("job {i} accepted"))?,
+            (_, Err(e)) => return Err(format!("job {i} refused: {e}").into()),
+        }
+    }
+    ensure(
+        store.claim_jobs("idle", 60, None, 0).await?.is_empty(),
+        "a claim of none claims nothing",
+    )?;
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let db = db.clone();
+        workers.push(tokio::spawn(async move {
+            let worker = format!("batcher-{w}");
+            let mut done = Vec::new();
+            loop {
+                let batch = db.jobs()?.claim_jobs(&worker, 60, None, 7).await?;
+                if batch.is_empty() {
+                    return Ok::<_, Failure>(done);
+                }
+                ensure(batch.len() <= 7, "a batch holds at most its limit")?;
+                ensure(
+                    batch
+                        .windows(2)
+                        .all(|p| (p[0].created_at, &p[0].id) < (p[1].created_at, &p[1].id)),
+                    "a batch comes in claim order",
+                )?;
+                ensure(
+                    batch.iter().all(|j| j.is_held_by(&worker, 1)),
+                    "each claimed job runs under the claimer's lease at attempt 1",
+                )?;
+                let completions = batch
+                    .iter()
+                    .map(|j| JobCompletion::of(j, JobStatus::Completed, None))
+                    .collect();
+                for result in db.jobs()?.complete_jobs(&worker, completions).await? {
+                    let finished = result?;
+                    ensure_eq(finished.status, JobStatus::Completed, "a finished job")?;
+                    done.push(finished.id);
+                }
+            }
+        }));
+    }
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for w in workers {
+        for id in w.await.map_err(|e| format!("worker panicked: {e}"))?? {
+            *counts.entry(id).or_default() += 1;
+        }
+    }
+    ensure_eq(counts.len(), 120, "distinct jobs completed")?;
+    ensure(
+        counts.values().all(|&c| c == 1),
+        "a job was completed twice",
+    )?;
+    Ok(())
+}
+
+/// `complete_jobs` fences each job on its own: a job reclaimed by another worker is that
+/// job's `LeaseLost` while the rest finish (a paused one without `completed_at`); a
+/// listing that names a job twice or a status no job finishes in is refused whole.
+pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let mut jobs: Vec<Job> = (0..3)
+        .map(|_| Job {
+            max_attempts: 2,
+            ..job()
+        })
+        .collect();
+    jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    for outcome in store.enqueue_jobs(jobs.clone(), 0).await? {
+        ensure(outcome?.rejection.is_none(), "enqueue accepted")?;
+    }
+    let held = store.claim_jobs("slow", 60, None, 3).await?;
+    ensure_eq(held.len(), 3, "jobs claimed")?;
+    let taken = store.claim_jobs("eager", 0, None, 1).await?;
+    ensure_eq(
+        taken
+            .iter()
+            .map(|j| (j.id.as_str(), j.attempt))
+            .collect::<Vec<_>>(),
+        vec![(held[0].id.as_str(), 2)],
+        "the oldest stale lease reclaimed",
+    )?;
+    let completions = vec![
+        JobCompletion::of(&held[0], JobStatus::Completed, None),
+        JobCompletion::of(&held[1], JobStatus::Failed, Some("boom".into())),
+        JobCompletion::of(&held[2], JobStatus::Paused, None),
+    ];
+    let mut twice = completions.clone();
+    twice.push(completions[1].clone());
+    expect_err(
+        store.complete_jobs("slow", twice).await,
+        ErrorKind::InvalidInput,
+        "a job listed twice",
+    )?;
+    let mut queued = completions.clone();
+    queued[1].status = JobStatus::Queued;
+    expect_err(
+        store.complete_jobs("slow", queued).await,
+        ErrorKind::InvalidInput,
+        "a status no job finishes in",
+    )?;
+    ensure_eq(
+        store.heartbeat_jobs("slow", &[held[1].id.clone()]).await?,
+        1,
+        "a refused listing wrote nothing",
+    )?;
+    let results = store.complete_jobs("slow", completions).await?;
+    ensure_eq(results.len(), 3, "one result per completion")?;
+    let mut results = results.into_iter();
+    expect_err(
+        results.next().ok_or("first result")?,
+        ErrorKind::LeaseLost,
+        "the reclaimed job",
+    )?;
+    let failed = results.next().ok_or("second result")??;
+    ensure_eq(
+        (
+            failed.status,
+            failed.error.as_deref(),
+            failed.locked_by.is_none(),
+        ),
+        (JobStatus::Failed, Some("boom"), true),
+        "the failed job",
+    )?;
+    ensure(
+        failed.completed_at.is_some(),
+        "a failed job records completed_at",
+    )?;
+    let paused = results.next().ok_or("third result")??;
+    ensure_eq(
+        (paused.status, paused.completed_at, paused.locked_by),
+        (JobStatus::Paused, None, None),
+        "the paused job",
+    )?;
+    let reclaimed = store
+        .get_job(&held[0].id, None)
+        .await?
+        .ok_or("reclaimed job")?;
+    ensure(
+        reclaimed.is_held_by("eager", 2),
+        "the reclaimed job still runs under the new lease",
+    )?;
+    Ok(())
 }
 
 /// How long a killed worker's claim stays leased before another worker may take it over.
