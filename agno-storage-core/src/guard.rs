@@ -709,7 +709,7 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         &self,
         worker_id: &str,
         completions: Vec<JobCompletion>,
-    ) -> Result<Vec<Result<Job>>> {
+    ) -> Result<Vec<Result<()>>> {
         self.rules.id("worker_id", worker_id)?;
         completions
             .iter()

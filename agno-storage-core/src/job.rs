@@ -428,21 +428,23 @@ pub trait JobStore: Send + Sync {
     }
 
     /// Finishes many held jobs of `worker_id`, each fenced on its own: one result per
-    /// completion, in order: the finished job, or `LeaseLost` for a stale one (the rest
-    /// still finish). `InvalidInput`, with nothing written, when a status is not one a job
+    /// completion, in order: `Ok` when it finished as [`JobStore::complete_job`] would
+    /// finish it, `LeaseLost` for a stale one (the rest still finish). Nothing is read
+    /// back: the caller holds the jobs. `InvalidInput`, with nothing written, when a status is not one a job
     /// may finish in or a job is listed twice ([`check_completions`]). Backends that
     /// finish many rows in one statement override it; the default calls `complete_job`.
     async fn complete_jobs(
         &self,
         worker_id: &str,
         completions: Vec<JobCompletion>,
-    ) -> Result<Vec<Result<Job>>> {
+    ) -> Result<Vec<Result<()>>> {
         check_completions(&completions)?;
         let mut results = Vec::with_capacity(completions.len());
         for c in completions {
             results.push(
                 self.complete_job(&c.id, worker_id, c.attempt, c.status, c.error)
-                    .await,
+                    .await
+                    .map(drop),
             );
         }
         Ok(results)

@@ -1,7 +1,5 @@
 //! The durable job queue (`agno_jobs`): atomic claims, leases, fencing, idempotency keys.
 
-use std::collections::HashMap;
-
 use agno_storage_core::job::{
     check_completions, check_finish_status, lease_lost, sort_oldest_first,
 };
@@ -209,23 +207,18 @@ impl JobStore for SqlStore {
         &self,
         worker_id: &str,
         completions: Vec<JobCompletion>,
-    ) -> Result<Vec<Result<Job>>> {
+    ) -> Result<Vec<Result<()>>> {
         self.check(Table::Jobs)?;
         check_completions(&completions)?;
-        let rows = self
+        let finished = self
             .dialect
             .finish_jobs(self, worker_id, &completions, now_epoch_seconds())
             .await?;
-        let mut finished = rows
-            .iter()
-            .map(|row| job_from_row(row).map(|job| (job.id.clone(), job)))
-            .collect::<Result<HashMap<_, _>>>()?;
         Ok(completions
             .iter()
-            .map(|c| {
-                finished
-                    .remove(&c.id)
-                    .ok_or_else(|| lease_lost(&c.id, worker_id, c.attempt))
+            .map(|c| match finished.contains(&c.id) {
+                true => Ok(()),
+                false => Err(lease_lost(&c.id, worker_id, c.attempt)),
             })
             .collect())
     }

@@ -59,6 +59,10 @@ pub(crate) struct TableSpec {
     pub(crate) partial_unique: &'static [(&'static str, &'static [&'static str], &'static str)],
     /// `(column, parent table, parent column)`, `ON DELETE CASCADE`.
     pub(crate) foreign_key: Option<(&'static str, Table, &'static str)>,
+    /// Our own partial indexes, which agno does not declare (its schema checks ignore
+    /// extra indexes): `(declared name, columns, WHERE)`; physical name `ix_{table}_{declared}`.
+    /// Made where the dialect has partial indexes.
+    pub(crate) own_partial: &'static [(&'static str, &'static [&'static str], &'static str)],
 }
 
 const SESSIONS: TableSpec = TableSpec {
@@ -83,6 +87,7 @@ const SESSIONS: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const RUNS: TableSpec = TableSpec {
@@ -106,6 +111,7 @@ const RUNS: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: Some(("session_id", Table::Sessions, "session_id")),
+    own_partial: &[],
 };
 
 const MEMORIES: TableSpec = TableSpec {
@@ -126,6 +132,7 @@ const MEMORIES: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const METRICS: TableSpec = TableSpec {
@@ -155,6 +162,7 @@ const METRICS: TableSpec = TableSpec {
     )],
     partial_unique: &[],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const EVALS: TableSpec = TableSpec {
@@ -179,6 +187,7 @@ const EVALS: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const KNOWLEDGE: TableSpec = TableSpec {
@@ -203,6 +212,7 @@ const KNOWLEDGE: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const VERSIONS: TableSpec = TableSpec {
@@ -217,6 +227,7 @@ const VERSIONS: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const LEARNINGS: TableSpec = TableSpec {
@@ -241,6 +252,7 @@ const LEARNINGS: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const SCHEDULES: TableSpec = TableSpec {
@@ -286,6 +298,7 @@ const SCHEDULES: TableSpec = TableSpec {
         ("uq_unowned_name", &["name"], "user_id IS NULL"),
     ],
     foreign_key: None,
+    own_partial: &[],
 };
 
 const SCHEDULE_RUNS: TableSpec = TableSpec {
@@ -311,6 +324,7 @@ const SCHEDULE_RUNS: TableSpec = TableSpec {
     unique: &[],
     partial_unique: &[],
     foreign_key: Some(("schedule_id", Table::Schedules, "id")),
+    own_partial: &[],
 };
 
 const JOBS: TableSpec = TableSpec {
@@ -351,6 +365,13 @@ const JOBS: TableSpec = TableSpec {
         ),
     ],
     foreign_key: None,
+    // Claims walk the live jobs in claim order; finished ones leave the index, so a claim
+    // costs the same however many finished jobs the table keeps.
+    own_partial: &[(
+        "claim",
+        &["created_at", "id"],
+        "status IN ('queued', 'running')",
+    )],
 };
 
 /// The layout of `t`. SQL keeps no `Table::Meta` (it is not in [`TABLES`], so nothing
@@ -604,6 +625,22 @@ impl Ddl<'_> {
                 cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
             );
             out.push((index, sql));
+        }
+        if self.dialect.has_partial_indexes() {
+            for (declared, cols, filter) in s
+                .own_partial
+                .iter()
+                .filter(|(_, cols, _)| cols.iter().all(|c| has(c)))
+            {
+                let index = format!("ix_{name}_{declared}");
+                let sql = format!(
+                    "CREATE INDEX {if_not_exists}{} ON {} ({}) WHERE {filter}",
+                    q(&index),
+                    self.table(t),
+                    cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
+                );
+                out.push((index, sql));
+            }
         }
         out
     }

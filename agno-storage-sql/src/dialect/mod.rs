@@ -8,6 +8,8 @@
 //! each database has one implementation in its own module, and no other module asks which
 //! database it runs on.
 
+use std::collections::HashSet;
+
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::migration::StepOutcome;
@@ -186,6 +188,11 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         format!("idx_{table}_{}", columns.join("_"))
     }
 
+    /// Whether `CREATE INDEX … WHERE` makes a partial index.
+    fn has_partial_indexes(&self) -> bool {
+        true
+    }
+
     /// `IF NOT EXISTS ` where `CREATE INDEX` takes it.
     fn if_not_exists(&self) -> &'static str {
         "IF NOT EXISTS "
@@ -355,7 +362,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     }
 
     /// Finishes held jobs of `worker_id` at `now`, each fenced on its own (`locked_by`,
-    /// its `attempt`, `running`), and returns the rows it finished: one
+    /// its `attempt`, `running`), and returns the ids it finished: one
     /// `UPDATE … FROM (VALUES …)` joined on `id`.
     async fn finish_jobs(
         &self,
@@ -363,16 +370,16 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         worker_id: &str,
         completions: &[JobCompletion],
         now: i64,
-    ) -> Result<Vec<Row>> {
+    ) -> Result<HashSet<String>> {
         if completions.is_empty() {
-            return Ok(Vec::new());
+            return Ok(HashSet::new());
         }
         let values = vec!["(?, ?, ?, ?)"; completions.len()].join(", ");
         let sql = format!(
             "UPDATE {} AS j SET status = v.column3, error = v.column4, locked_by = NULL, locked_at = NULL, \
              completed_at = CASE WHEN v.column3 = 'paused' THEN NULL ELSE ? END, updated_at = ? \
              FROM (VALUES {values}) AS v \
-             WHERE j.id = v.column1 AND j.attempt = v.column2 AND j.locked_by = ? AND j.status = 'running' RETURNING *",
+             WHERE j.id = v.column1 AND j.attempt = v.column2 AND j.locked_by = ? AND j.status = 'running' RETURNING id",
             s.t(Table::Jobs)
         );
         let mut params = vec![SqlValue::int(now), SqlValue::int(now)];
@@ -385,7 +392,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
             ]);
         }
         params.push(SqlValue::text(worker_id));
-        s.exec.query(&sql, params).await
+        s.exec
+            .query(&sql, params)
+            .await?
+            .iter()
+            .map(|r| r.str("id"))
+            .collect()
     }
 
     /// Inserts rows whose `key` is not stored yet, a chunk at a time in one transaction

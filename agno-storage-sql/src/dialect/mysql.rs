@@ -2,9 +2,11 @@
 //! partial indexes (unique keys over a generated owner column), agno's named lock per
 //! session, and DDL that commits on its own.
 
+use std::collections::HashSet;
+
 use agno_storage_core::legacy::InsertedRuns;
 use agno_storage_core::migration::StepOutcome;
-use agno_storage_core::{async_trait, ErrorKind, JobCompletion, Result, RunRecord};
+use agno_storage_core::{async_trait, ErrorKind, JobCompletion, JobStatus, Result, RunRecord};
 use serde_json::Value;
 
 use super::{count_of, like_pattern, Claim, ColType, Dialect, InsertChunk};
@@ -122,6 +124,10 @@ impl Dialect for MySql {
 
     fn if_not_exists(&self) -> &'static str {
         ""
+    }
+
+    fn has_partial_indexes(&self) -> bool {
+        false
     }
 
     fn owner_unique_keys(
@@ -307,24 +313,23 @@ impl Dialect for MySql {
         Ok(rows)
     }
 
-    /// MySQL has no `UPDATE … FROM (VALUES …)`: the held rows are locked and read, each
-    /// fenced one updated, and the finished rows read back, in one transaction.
+    /// MySQL has no `UPDATE … FROM (VALUES …)`: the held rows are locked and read, and
+    /// each fenced one updated, in one transaction.
     async fn finish_jobs(
         &self,
         s: &SqlStore,
         worker_id: &str,
         completions: &[JobCompletion],
         now: i64,
-    ) -> Result<Vec<Row>> {
+    ) -> Result<HashSet<String>> {
         if completions.is_empty() {
-            return Ok(Vec::new());
+            return Ok(HashSet::new());
         }
         let table = s.t(Table::Jobs);
         let ids: Vec<String> = completions.iter().map(|c| c.id.clone()).collect();
-        let (list, id_params) = in_list(&ids);
-        let mut tx = s.exec.begin(None).await?;
-        let mut params = id_params;
+        let (list, mut params) = in_list(&ids);
         params.push(SqlValue::text(worker_id));
+        let mut tx = s.exec.begin(None).await?;
         let held = tx
             .query(
                 &format!("SELECT id, attempt FROM {table} WHERE id IN {list} AND locked_by = ? AND status = 'running' FOR UPDATE"),
@@ -333,13 +338,13 @@ impl Dialect for MySql {
             .await?
             .iter()
             .map(|r| Ok((r.str("id")?, r.i64("attempt")?)))
-            .collect::<Result<std::collections::HashSet<_>>>()?;
-        let mut finished = Vec::new();
+            .collect::<Result<HashSet<_>>>()?;
+        let mut finished = HashSet::new();
         for c in completions {
             if !held.contains(&(c.id.clone(), c.attempt)) {
                 continue;
             }
-            let completed_at = (c.status != agno_storage_core::JobStatus::Paused).then_some(now);
+            let completed_at = (c.status != JobStatus::Paused).then_some(now);
             tx.execute(
                 &format!("UPDATE {table} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE id = ?"),
                 vec![
@@ -351,17 +356,10 @@ impl Dialect for MySql {
                 ],
             )
             .await?;
-            finished.push(c.id.clone());
+            finished.insert(c.id.clone());
         }
-        let rows = if finished.is_empty() {
-            Vec::new()
-        } else {
-            let (list, params) = in_list(&finished);
-            tx.query(&format!("SELECT * FROM {table} WHERE id IN {list}"), params)
-                .await?
-        };
         tx.commit().await?;
-        Ok(rows)
+        Ok(finished)
     }
 
     /// A no-op update keeps a stored row; with found-rows counting MySQL reports it like

@@ -293,10 +293,11 @@ pub(crate) async fn batch_claims_and_completions_exactly_once(ctx: &Ctx) -> Case
                     .iter()
                     .map(|j| JobCompletion::of(j, JobStatus::Completed, None))
                     .collect();
-                for result in db.jobs()?.complete_jobs(&worker, completions).await? {
-                    let finished = result?;
-                    ensure_eq(finished.status, JobStatus::Completed, "a finished job")?;
-                    done.push(finished.id);
+                let results = db.jobs()?.complete_jobs(&worker, completions).await?;
+                ensure_eq(results.len(), batch.len(), "one result per completion")?;
+                for (job, result) in batch.into_iter().zip(results) {
+                    result?;
+                    done.push(job.id);
                 }
             }
         }));
@@ -312,6 +313,13 @@ pub(crate) async fn batch_claims_and_completions_exactly_once(ctx: &Ctx) -> Case
         counts.values().all(|&c| c == 1),
         "a job was completed twice",
     )?;
+    let completed = store
+        .list_jobs(JobQuery {
+            status: Some(JobStatus::Completed),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(completed.total, 120, "jobs in state completed")?;
     Ok(())
 }
 
@@ -374,7 +382,12 @@ pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> Cas
         ErrorKind::LeaseLost,
         "the reclaimed job",
     )?;
-    let failed = results.next().ok_or("second result")??;
+    results.next().ok_or("second result")??;
+    results.next().ok_or("third result")??;
+    let failed = store
+        .get_job(&held[1].id, None)
+        .await?
+        .ok_or("failed job")?;
     ensure_eq(
         (
             failed.status,
@@ -388,7 +401,10 @@ pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> Cas
         failed.completed_at.is_some(),
         "a failed job records completed_at",
     )?;
-    let paused = results.next().ok_or("third result")??;
+    let paused = store
+        .get_job(&held[2].id, None)
+        .await?
+        .ok_or("paused job")?;
     ensure_eq(
         (paused.status, paused.completed_at, paused.locked_by),
         (JobStatus::Paused, None, None),
