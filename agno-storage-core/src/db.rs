@@ -226,6 +226,14 @@ impl AgnoDb {
         }
     }
 
+    /// The job queue as a shared handle, for what keeps it beyond a borrow (a worker
+    /// runtime). `Unsupported` where the backend has no job queue.
+    pub fn job_store(&self) -> Result<Arc<dyn JobStore>> {
+        self.jobs
+            .clone()
+            .ok_or_else(|| Error::unsupported(self.backend, "jobs"))
+    }
+
     /// The backend's short name.
     pub fn backend(&self) -> &'static str {
         self.backend

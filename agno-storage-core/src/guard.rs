@@ -766,6 +766,12 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
             .await
     }
 
+    async fn release_job(&self, id: &str, worker_id: &str, attempt: i64) -> Result<Job> {
+        self.rules.id("id", id)?;
+        self.rules.id("worker_id", worker_id)?;
+        self.inner.release_job(id, worker_id, attempt).await
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         self.rules.id("id", id)?;
         self.rules.opt_id("user_id", user_id)?;

@@ -184,6 +184,16 @@ impl Job {
         self.completed_at = status.is_terminal().then_some(now);
     }
 
+    /// Hands back a held job that never started: queued again, available as before, the
+    /// claim undone (`attempt` back to what it was, lease cleared), so it costs no attempt.
+    pub fn release(&mut self, now: i64) {
+        self.status = JobStatus::Queued;
+        self.attempt = (self.attempt - 1).max(0);
+        self.locked_by = None;
+        self.locked_at = None;
+        self.updated_at = Some(now);
+    }
+
     /// Ends the held attempt as a failure: queued again after `retry_delay_seconds` while
     /// attempts remain, else failed.
     pub fn retry_or_fail(&mut self, error: Option<String>, retry_delay_seconds: i64, now: i64) {
@@ -371,6 +381,18 @@ pub trait JobStore: Send + Sync {
         error: Option<String>,
         retry_delay_seconds: i64,
     ) -> Result<Job>;
+
+    /// Hands back a held job its worker never started (say, one it claimed ahead and is
+    /// shutting down with): queued again with the claim undone ([`Job::release`]), so the
+    /// next worker runs it at the same attempt. `LeaseLost` when the fence fails;
+    /// `Unsupported` where the backend does not implement it (the default).
+    async fn release_job(&self, id: &str, worker_id: &str, attempt: i64) -> Result<Job> {
+        let _ = (id, worker_id, attempt);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "release_job is not supported by this backend; let the lease run out instead",
+        ))
+    }
 
     /// Cancels a queued or paused job owned by `user_id` (any when `None`).
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool>;

@@ -251,6 +251,13 @@ impl<B: DocBackend> JobStore for Docs<B> {
         .await
     }
 
+    async fn release_job(&self, id: &str, worker_id: &str, attempt: i64) -> Result<Job> {
+        self.fenced("release job", id, worker_id, attempt, |job, now| {
+            job.release(now)
+        })
+        .await
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         for round in 0..CAS_ATTEMPTS {
             let Some((stored, mut job)) = self

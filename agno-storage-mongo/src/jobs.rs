@@ -207,6 +207,24 @@ impl JobStore for MongoDb {
         self.fenced_update(id, worker_id, attempt, update).await
     }
 
+    async fn release_job(&self, id: &str, worker_id: &str, attempt: i64) -> Result<Job> {
+        self.fenced_update(
+            id,
+            worker_id,
+            attempt,
+            doc! {
+                "$set": {
+                    "status": JobStatus::Queued.as_str(),
+                    "locked_by": Bson::Null,
+                    "locked_at": Bson::Null,
+                    "updated_at": now_epoch_seconds(),
+                },
+                "$inc": {"attempt": -1i64},
+            },
+        )
+        .await
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let now = now_epoch_seconds();
         let mut filter = doc! {

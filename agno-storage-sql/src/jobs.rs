@@ -296,6 +296,21 @@ impl JobStore for SqlStore {
         }
     }
 
+    async fn release_job(&self, id: &str, worker_id: &str, attempt: i64) -> Result<Job> {
+        self.check(Table::Jobs)?;
+        let sql = format!(
+            "UPDATE {} SET status = 'queued', attempt = attempt - 1, locked_by = NULL, locked_at = NULL, updated_at = ? WHERE {FENCE}",
+            self.t(Table::Jobs)
+        );
+        let mut params = vec![SqlValue::int(now_epoch_seconds())];
+        params.extend(fence_params(id, worker_id, attempt));
+        let read = self.select_by(Table::Jobs, "id", id);
+        match self.write_returning((sql, params), read).await?.first() {
+            Some(row) => job_from_row(row),
+            None => Err(lease_lost(id, worker_id, attempt)),
+        }
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         self.check(Table::Jobs)?;
         let now = now_epoch_seconds();

@@ -421,6 +421,48 @@ pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> Cas
     Ok(())
 }
 
+/// `release_job` hands back a claimed job that never started: queued again at the attempt
+/// it had, claimable at once; a stale holder's release is `LeaseLost` and changes nothing.
+pub(crate) async fn released_claim_costs_no_attempt(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let j = job();
+    store.enqueue_job(j.clone(), 0).await?;
+    let held = store.claim_job("early", 60, None).await?.ok_or("claim")?;
+    let released = store.release_job(&j.id, "early", held.attempt).await?;
+    ensure_eq(
+        (
+            released.status,
+            released.attempt,
+            released.locked_by.as_deref(),
+        ),
+        (JobStatus::Queued, 0, None),
+        "released job",
+    )?;
+    expect_err(
+        store.release_job(&j.id, "early", held.attempt).await,
+        ErrorKind::LeaseLost,
+        "a second release",
+    )?;
+    let again = store
+        .claim_job("next", 60, None)
+        .await?
+        .ok_or("claim after release")?;
+    ensure_eq(
+        (again.attempt, again.is_held_by("next", 1)),
+        (1, true),
+        "the next worker runs it at attempt 1",
+    )?;
+    expect_err(
+        store.release_job(&j.id, "early", 1).await,
+        ErrorKind::LeaseLost,
+        "a release by a worker that no longer holds it",
+    )?;
+    let row = store.get_job(&j.id, None).await?.ok_or("job")?;
+    ensure(row.is_held_by("next", 1), "the holder keeps it")?;
+    Ok(())
+}
+
 /// How long a killed worker's claim stays leased before another worker may take it over.
 const STRESS_GRACE_SECONDS: i64 = 2;
 
