@@ -234,6 +234,14 @@ impl AgnoDb {
             .ok_or_else(|| Error::unsupported(self.backend, "jobs"))
     }
 
+    /// The schedule store as a shared handle, for what keeps it beyond a borrow (a
+    /// scheduler). `Unsupported` where the backend has no schedules.
+    pub fn schedule_store(&self) -> Result<Arc<dyn ScheduleStore>> {
+        self.schedules
+            .clone()
+            .ok_or_else(|| Error::unsupported(self.backend, "schedules"))
+    }
+
     /// The backend's short name.
     pub fn backend(&self) -> &'static str {
         self.backend

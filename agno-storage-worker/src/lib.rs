@@ -18,8 +18,12 @@
 //!   interval passes (with ±20% jitter, so replicas do not poll in step).
 //! - **Cleanup**: terminal jobs older than the retention are deleted about hourly, as
 //!   agno's worker does.
-//! - **Graceful shutdown**: [`Worker::shutdown`] stops claiming, lets running handlers
-//!   finish within a deadline, cancels the rest, and writes every result it has.
+//! - **Graceful shutdown**: [`Worker::shutdown`] stops claiming, hands back the jobs it
+//!   claimed ahead, lets running handlers finish within a deadline, cancels the rest, and
+//!   writes every result it has.
+//!
+//! A [`Scheduler`] fires the due schedules of the schedules table as jobs of type
+//! [`scheduler::SCHEDULE_JOB_TYPE`], which a worker's handler performs (see [`scheduler`]).
 //!
 //! ```no_run
 //! # async fn demo(db: agno_storage_core::AgnoDb) -> agno_storage_core::Result<()> {
@@ -40,6 +44,7 @@
 #![deny(missing_docs)]
 
 mod runtime;
+pub mod scheduler;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -49,6 +54,7 @@ use agno_storage_core::{async_trait, Error, Job, JobStore, Result};
 pub use tokio_util::sync::CancellationToken;
 
 pub use runtime::{Worker, WorkerStats};
+pub use scheduler::{Scheduler, SchedulerStats};
 
 /// How a handler ended a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
