@@ -772,6 +772,30 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         self.inner.release_job(id, worker_id, attempt).await
     }
 
+    async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.requeue_job(id, user_id).await
+    }
+
+    async fn settle_paused_job(
+        &self,
+        id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.inner.settle_paused_job(id, status, error).await
+    }
+
+    async fn count_queued_jobs(&self) -> Result<u64> {
+        self.inner.count_queued_jobs().await
+    }
+
+    async fn queue_stats(&self) -> Result<crate::job::QueueStats> {
+        self.inner.queue_stats().await
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         self.rules.id("id", id)?;
         self.rules.opt_id("user_id", user_id)?;

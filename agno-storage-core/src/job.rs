@@ -26,6 +26,16 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    /// Every state, in agno's order (`JOB_STATUSES`).
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Completed,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+        JobStatus::Paused,
+    ];
+
     /// The stored name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -194,6 +204,44 @@ impl Job {
         self.updated_at = Some(now);
     }
 
+    /// Cancels a job nothing runs (queued or paused); false for any other state.
+    pub fn cancel_waiting(&mut self, now: i64) -> bool {
+        if !matches!(self.status, JobStatus::Queued | JobStatus::Paused) {
+            return false;
+        }
+        self.status = JobStatus::Cancelled;
+        self.completed_at = Some(now);
+        self.updated_at = Some(now);
+        true
+    }
+
+    /// agno's operator requeue: a failed or cancelled job is queued again, available now,
+    /// with exactly one more attempt (`max_attempts = attempt + 1`); false for any other
+    /// state.
+    pub fn requeue(&mut self, now: i64) -> bool {
+        if !matches!(self.status, JobStatus::Failed | JobStatus::Cancelled) {
+            return false;
+        }
+        self.status = JobStatus::Queued;
+        self.max_attempts = self.attempt + 1;
+        self.available_at = now;
+        self.locked_by = None;
+        self.locked_at = None;
+        self.completed_at = None;
+        self.updated_at = Some(now);
+        true
+    }
+
+    /// Ends a paused job in `status` (completed, cancelled or failed; see
+    /// [`check_settle_status`]); false unless it is paused.
+    pub fn settle_paused(&mut self, status: JobStatus, error: Option<String>, now: i64) -> bool {
+        if self.status != JobStatus::Paused {
+            return false;
+        }
+        self.finish(status, error, now);
+        true
+    }
+
     /// Ends the held attempt as a failure: queued again after `retry_delay_seconds` while
     /// attempts remain, else failed.
     pub fn retry_or_fail(&mut self, error: Option<String>, retry_delay_seconds: i64, now: i64) {
@@ -221,6 +269,29 @@ pub fn check_finish_status(status: JobStatus) -> Result<()> {
             status.as_str()
         )))
     }
+}
+
+/// `InvalidInput` unless `status` is one a paused job may be settled in (completed,
+/// cancelled, failed), as agno's `settle_paused_job` allows.
+pub fn check_settle_status(status: JobStatus) -> Result<()> {
+    if status.is_terminal() {
+        Ok(())
+    } else {
+        Err(Error::invalid_input(format!(
+            "settle_paused_job: status must be completed, cancelled or failed, not {}",
+            status.as_str()
+        )))
+    }
+}
+
+/// agno's `queue_stats`: jobs per state (states with none left out) and the age of the
+/// oldest queued job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Jobs per state.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// Seconds since the oldest queued job was created; `None` when none is queued.
+    pub oldest_queued_age_seconds: Option<i64>,
 }
 
 /// The error for a transition whose fence failed: the worker no longer holds the lease.
@@ -392,6 +463,74 @@ pub trait JobStore: Send + Sync {
             ErrorKind::Unsupported,
             "release_job is not supported by this backend; let the lease run out instead",
         ))
+    }
+
+    /// agno's operator requeue of a failed or cancelled job owned by `user_id` (any when
+    /// `None`): queued again with one more attempt ([`Job::requeue`]). False when it is in
+    /// another state, absent or not the user's. `Unsupported` where the backend does not
+    /// implement it (the default).
+    async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let _ = (id, user_id);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "requeue_job is not supported by this backend",
+        ))
+    }
+
+    /// Ends a paused job whose continuation ran outside the queue, in `status` (completed,
+    /// cancelled or failed, else `InvalidInput`). False unless it is paused. `Unsupported`
+    /// where the backend does not implement it (the default).
+    async fn settle_paused_job(
+        &self,
+        id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        check_settle_status(status)?;
+        let _ = (id, error);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "settle_paused_job is not supported by this backend",
+        ))
+    }
+
+    /// How many jobs are queued (agno's `count_queued_jobs`). The default counts through
+    /// `list_jobs`.
+    async fn count_queued_jobs(&self) -> Result<u64> {
+        Ok(self
+            .list_jobs(JobQuery {
+                status: Some(JobStatus::Queued),
+                pagination: Pagination::limit(1),
+                ..Default::default()
+            })
+            .await?
+            .total)
+    }
+
+    /// Jobs per state and the age of the oldest queued one (agno's `queue_stats`). The
+    /// default asks `list_jobs` once per state (plus once for the oldest queued job).
+    async fn queue_stats(&self) -> Result<QueueStats> {
+        let mut stats = QueueStats::default();
+        for status in JobStatus::ALL {
+            let page = |page| JobQuery {
+                status: Some(status),
+                pagination: Pagination::page(1, page),
+                ..Default::default()
+            };
+            let total = self.list_jobs(page(1)).await?.total;
+            if total == 0 {
+                continue;
+            }
+            stats.counts.insert(status.as_str().to_owned(), total);
+            if status == JobStatus::Queued {
+                // Newest first: the last page of one holds the oldest.
+                let oldest = self.list_jobs(page(total)).await?.items;
+                stats.oldest_queued_age_seconds = oldest
+                    .first()
+                    .map(|j| (crate::now_epoch_seconds() - j.created_at).max(0));
+            }
+        }
+        Ok(stats)
     }
 
     /// Cancels a queued or paused job owned by `user_id` (any when `None`).

@@ -7,7 +7,7 @@
 //! gets `LeaseLost`. An idempotency key is a guard document created in the same commit as
 //! the job; a resubmission finds the guard and returns the original job.
 
-use agno_storage_core::job::{check_finish_status, lease_lost};
+use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost};
 use agno_storage_core::{
     async_trait, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job, JobQuery,
     JobStatus, JobStore, Page, Result, SortOrder,
@@ -72,6 +72,41 @@ impl<B: DocBackend> Docs<B> {
     }
 
     /// A fenced transition: `change` runs on the job held by `(worker_id, attempt)`.
+    /// A job owned by `user_id` (any when `None`) changed by `change` at the backend's
+    /// clock, written with compare-and-set; false when it is absent, not the user's, or
+    /// `change` refuses its state.
+    async fn transition(
+        &self,
+        operation: &'static str,
+        id: &str,
+        user_id: Option<&str>,
+        change: impl Fn(&mut Job, i64) -> bool,
+    ) -> Result<bool> {
+        for round in 0..CAS_ATTEMPTS {
+            let Some((stored, mut job)) = self
+                .job_doc(id)
+                .await?
+                .filter(|(_, j)| visible_to(j.user_id.as_deref(), user_id))
+            else {
+                return Ok(false);
+            };
+            if !change(&mut job, self.0.now().await?) {
+                return Ok(false);
+            }
+            let write = self.put(
+                self.collection(Table::Jobs),
+                &stored.id,
+                &self.to_fields(&job, "a job")?,
+                stored.unchanged(),
+            );
+            match self.commit(operation, vec![write]).await? {
+                Commit::Done => return Ok(true),
+                Commit::Conflict => backoff(round).await,
+            }
+        }
+        Err(self.contended(operation))
+    }
+
     async fn fenced(
         &self,
         operation: &'static str,
@@ -259,33 +294,32 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        for round in 0..CAS_ATTEMPTS {
-            let Some((stored, mut job)) = self
-                .job_doc(id)
-                .await?
-                .filter(|(_, j)| visible_to(j.user_id.as_deref(), user_id))
-            else {
-                return Ok(false);
-            };
-            if !matches!(job.status, JobStatus::Queued | JobStatus::Paused) {
-                return Ok(false);
-            }
-            let now = self.0.now().await?;
-            job.status = JobStatus::Cancelled;
-            job.completed_at = Some(now);
-            job.updated_at = Some(now);
-            let write = self.put(
-                self.collection(Table::Jobs),
-                &stored.id,
-                &self.to_fields(&job, "a job")?,
-                stored.unchanged(),
-            );
-            match self.commit("cancel job", vec![write]).await? {
-                Commit::Done => return Ok(true),
-                Commit::Conflict => backoff(round).await,
-            }
-        }
-        Err(self.contended("cancel job"))
+        self.transition("cancel job", id, user_id, |job, now| {
+            job.cancel_waiting(now)
+        })
+        .await
+    }
+
+    async fn count_queued_jobs(&self) -> Result<u64> {
+        self.0.count_queued_jobs().await
+    }
+
+    async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.transition("requeue job", id, user_id, |job, now| job.requeue(now))
+            .await
+    }
+
+    async fn settle_paused_job(
+        &self,
+        id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        check_settle_status(status)?;
+        self.transition("settle paused job", id, None, |job, now| {
+            job.settle_paused(status, error.clone(), now)
+        })
+        .await
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {

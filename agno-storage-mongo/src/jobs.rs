@@ -4,7 +4,7 @@
 //! transition is a compare-and-set on `(id, status = running, locked_by, attempt)`.
 //! Idempotency keys are unique per user through a partial unique index.
 
-use agno_storage_core::job::{check_finish_status, lease_lost};
+use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
     JobQuery, JobStatus, JobStore, Page, Result,
@@ -223,6 +223,58 @@ impl JobStore for MongoDb {
             },
         )
         .await
+    }
+
+    async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let now = now_epoch_seconds();
+        let mut filter = doc! {
+            "id": id,
+            "status": {"$in": [JobStatus::Failed.as_str(), JobStatus::Cancelled.as_str()]},
+        };
+        scope(&mut filter, user_id);
+        let update = vec![doc! {"$set": {
+            "status": JobStatus::Queued.as_str(),
+            "max_attempts": {"$add": ["$attempt", 1i64]},
+            "available_at": now,
+            "locked_by": Bson::Null,
+            "locked_at": Bson::Null,
+            "completed_at": Bson::Null,
+            "updated_at": now,
+        }}];
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .update_one(filter, update)
+            .await
+            .map_err(db_err("requeue job"))?
+            .modified_count
+            > 0)
+    }
+
+    async fn settle_paused_job(
+        &self,
+        id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        check_settle_status(status)?;
+        let now = now_epoch_seconds();
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .update_one(
+                doc! {"id": id, "status": JobStatus::Paused.as_str()},
+                doc! {"$set": {
+                    "status": status.as_str(),
+                    "error": opt(error.as_deref()),
+                    "locked_by": Bson::Null,
+                    "locked_at": Bson::Null,
+                    "completed_at": now,
+                    "updated_at": now,
+                }},
+            )
+            .await
+            .map_err(db_err("settle paused job"))?
+            .modified_count
+            > 0)
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

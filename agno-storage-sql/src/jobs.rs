@@ -1,11 +1,11 @@
 //! The durable job queue (`agno_jobs`): atomic claims, leases, fencing, idempotency keys.
 
 use agno_storage_core::job::{
-    check_completions, check_finish_status, lease_lost, sort_oldest_first,
+    check_completions, check_finish_status, check_settle_status, lease_lost, sort_oldest_first,
 };
 use agno_storage_core::{
     async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
-    JobCompletion, JobQuery, JobStatus, JobStore, Page, Result,
+    JobCompletion, JobQuery, JobStatus, JobStore, Page, QueueStats, Result,
 };
 use serde_json::Value;
 
@@ -309,6 +309,89 @@ impl JobStore for SqlStore {
             Some(row) => job_from_row(row),
             None => Err(lease_lost(id, worker_id, attempt)),
         }
+    }
+
+    async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.check(Table::Jobs)?;
+        let now = now_epoch_seconds();
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.push("status IN ('failed', 'cancelled')", []);
+        w.eq("user_id", user_id);
+        let sql = format!(
+            "UPDATE {} SET status = 'queued', max_attempts = attempt + 1, available_at = ?, locked_by = NULL, \
+             locked_at = NULL, completed_at = NULL, updated_at = ?{}",
+            self.t(Table::Jobs),
+            w.sql()
+        );
+        let mut params = vec![SqlValue::int(now), SqlValue::int(now)];
+        params.extend(w.params);
+        Ok(self.exec.execute(&sql, params).await? > 0)
+    }
+
+    async fn settle_paused_job(
+        &self,
+        id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        self.check(Table::Jobs)?;
+        check_settle_status(status)?;
+        let now = now_epoch_seconds();
+        let sql = format!(
+            "UPDATE {} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? \
+             WHERE id = ? AND status = 'paused'",
+            self.t(Table::Jobs)
+        );
+        let params = vec![
+            SqlValue::text(status.as_str()),
+            SqlValue::Text(error),
+            SqlValue::int(now),
+            SqlValue::int(now),
+            SqlValue::text(id),
+        ];
+        Ok(self.exec.execute(&sql, params).await? > 0)
+    }
+
+    async fn count_queued_jobs(&self) -> Result<u64> {
+        self.check(Table::Jobs)?;
+        self.count(
+            &format!("FROM {} WHERE status = 'queued'", self.t(Table::Jobs)),
+            vec![],
+        )
+        .await
+    }
+
+    async fn queue_stats(&self) -> Result<QueueStats> {
+        self.check(Table::Jobs)?;
+        let table = self.t(Table::Jobs);
+        let mut stats = QueueStats::default();
+        for row in self
+            .exec
+            .query(
+                &format!("SELECT status, COUNT(*) AS n FROM {table} GROUP BY status"),
+                vec![],
+            )
+            .await?
+        {
+            stats
+                .counts
+                .insert(row.str("status")?, row.i64("n")?.max(0) as u64);
+        }
+        let oldest = self
+            .exec
+            .query(
+                &format!("SELECT MIN(created_at) AS oldest FROM {table} WHERE status = 'queued'"),
+                vec![],
+            )
+            .await?;
+        stats.oldest_queued_age_seconds = match oldest.first() {
+            Some(row) => row
+                .opt_i64("oldest")?
+                .map(|t| (now_epoch_seconds() - t).max(0)),
+            None => None,
+        };
+        Ok(stats)
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

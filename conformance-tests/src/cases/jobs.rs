@@ -463,6 +463,129 @@ pub(crate) async fn released_claim_costs_no_attempt(ctx: &Ctx) -> CaseResult {
     Ok(())
 }
 
+/// agno's operator calls: `requeue_job` gives a failed or cancelled job one more attempt
+/// (and refuses other states and other users), `settle_paused_job` ends a paused job once
+/// (and refuses a non-terminal status), and `queue_stats` / `count_queued_jobs` count what
+/// is there.
+pub(crate) async fn requeue_settle_and_queue_stats(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let owned = |mut j: Job| {
+        j.user_id = Some("alice".into());
+        j
+    };
+    let (failing, pausing, waiting) = (owned(job()), owned(job()), owned(job()));
+    for j in [&failing, &pausing, &waiting] {
+        store.enqueue_job(j.clone(), 0).await?;
+    }
+    let empty = agno_storage_core::QueueStats::default();
+    ensure(store.queue_stats().await? != empty, "stats see the jobs")?;
+    ensure_eq(store.count_queued_jobs().await?, 3, "queued jobs")?;
+    let stats = store.queue_stats().await?;
+    ensure_eq(
+        stats.counts.get("queued").copied(),
+        Some(3),
+        "queued in stats",
+    )?;
+    ensure(
+        stats
+            .oldest_queued_age_seconds
+            .is_some_and(|age| (0..3_600).contains(&age)),
+        format!("oldest queued age {:?}", stats.oldest_queued_age_seconds),
+    )?;
+    let held = store.claim_jobs("w", 60, None, 3).await?;
+    ensure_eq(held.len(), 3, "claimed")?;
+    for c in &held {
+        if c.id == waiting.id {
+            store.release_job(&c.id, "w", c.attempt).await?;
+        } else {
+            let status = if c.id == failing.id {
+                JobStatus::Failed
+            } else {
+                JobStatus::Paused
+            };
+            store
+                .complete_job(&c.id, "w", c.attempt, status, None)
+                .await?;
+        }
+    }
+    ensure(
+        !store.requeue_job(&waiting.id, None).await?,
+        "a queued job is not requeued",
+    )?;
+    ensure(
+        !store.requeue_job(&failing.id, Some("mallory")).await?,
+        "another user's job is not requeued",
+    )?;
+    ensure(
+        store.requeue_job(&failing.id, Some("alice")).await?,
+        "requeue",
+    )?;
+    let requeued = store
+        .get_job(&failing.id, None)
+        .await?
+        .ok_or("requeued job")?;
+    ensure_eq(
+        (
+            requeued.status,
+            requeued.attempt,
+            requeued.max_attempts,
+            requeued.completed_at,
+        ),
+        (JobStatus::Queued, 1, 2, None),
+        "one more attempt",
+    )?;
+    expect_err(
+        store
+            .settle_paused_job(&pausing.id, JobStatus::Queued, None)
+            .await,
+        ErrorKind::InvalidInput,
+        "settling in a non-terminal state",
+    )?;
+    ensure(
+        !store
+            .settle_paused_job(&waiting.id, JobStatus::Cancelled, None)
+            .await?,
+        "only a paused job is settled",
+    )?;
+    ensure(
+        store
+            .settle_paused_job(&pausing.id, JobStatus::Failed, Some("abandoned".into()))
+            .await?,
+        "settle",
+    )?;
+    ensure(
+        !store
+            .settle_paused_job(&pausing.id, JobStatus::Completed, None)
+            .await?,
+        "settled once",
+    )?;
+    let settled = store
+        .get_job(&pausing.id, None)
+        .await?
+        .ok_or("settled job")?;
+    ensure_eq(
+        (
+            settled.status,
+            settled.error.as_deref(),
+            settled.completed_at.is_some(),
+        ),
+        (JobStatus::Failed, Some("abandoned"), true),
+        "the settled job",
+    )?;
+    let stats = store.queue_stats().await?;
+    ensure_eq(
+        (
+            stats.counts.get("queued").copied(),
+            stats.counts.get("failed").copied(),
+        ),
+        (Some(2), Some(1)),
+        "counts after",
+    )?;
+    ensure_eq(stats.counts.get("paused"), None, "no paused job left")?;
+    Ok(())
+}
+
 /// How long a killed worker's claim stays leased before another worker may take it over.
 const STRESS_GRACE_SECONDS: i64 = 2;
 
