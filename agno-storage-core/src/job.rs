@@ -560,8 +560,9 @@ pub trait JobStore: Send + Sync {
         Ok(outcomes)
     }
 
-    /// Claims up to `limit` available jobs for `worker_id` in claim order (oldest first),
-    /// each as [`JobStore::claim_job`] claims one: its own lease and next attempt (its
+    /// Claims up to `limit` available jobs for `worker_id`, returned oldest first, each as
+    /// [`JobStore::claim_job`] claims one (a backend that spreads claimers over the oldest
+    /// few may take a slightly younger one): its own lease and next attempt (its
     /// fencing token). Fewer (or none) when fewer are available. Jobs it claimed are
     /// always returned: an error after the first claim ends the batch early instead (the
     /// next call meets it again). Backends that claim many rows in one statement override
@@ -585,6 +586,7 @@ pub trait JobStore: Send + Sync {
                 Err(_) => break,
             }
         }
+        sort_oldest_first(&mut claimed);
         Ok(claimed)
     }
 
