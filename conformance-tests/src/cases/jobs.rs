@@ -371,7 +371,9 @@ pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> Cas
         "a status no job finishes in",
     )?;
     ensure_eq(
-        store.heartbeat_jobs("slow", &[failing.id.clone()]).await?,
+        store
+            .heartbeat_jobs("slow", std::slice::from_ref(&failing.id))
+            .await?,
         1,
         "a refused listing wrote nothing",
     )?;
