@@ -473,10 +473,11 @@ async fn fire(shared: &Shared, schedule: Schedule) -> Result<()> {
             })
             .await?;
     }
-    shared.counters.fired.fetch_add(1, Ordering::Relaxed);
     shared
         .schedules
         .release_schedule(&schedule.id, &shared.worker_id, schedule.locked_at, next)
         .await?;
+    // Counted once the schedule is released with its next time: the fire is whole.
+    shared.counters.fired.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
