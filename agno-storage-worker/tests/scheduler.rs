@@ -138,7 +138,7 @@ async fn competing_schedulers_fire_each_due_time_once() {
                 "{name}: the next new year"
             );
             // Make it due again at a new time for the next round.
-            let due = now - 10 - round as i64;
+            let due = now - 1_000 * (round as i64 + 1);
             if round < 2 {
                 due_now(&db, &s, due).await;
             }
