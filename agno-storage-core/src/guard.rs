@@ -796,6 +796,11 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         self.inner.queue_stats().await
     }
 
+    async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
+        self.rules.id("id", id)?;
+        self.inner.session_blocker(id).await
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         self.rules.id("id", id)?;
         self.rules.opt_id("user_id", user_id)?;

@@ -259,6 +259,98 @@ impl Job {
     }
 }
 
+/// Per-session ordering, agno 3.1.10's `job_queue/session.py`: a ticket whose payload says
+/// `serialize_session: true` takes `payload.session_seq` at enqueue (one after every live
+/// serialized ticket of its session), and runs only when no other serialized ticket of its
+/// session is running or paused and no queued one comes before it in `(session_seq, id)`.
+impl Job {
+    /// Whether the ticket is serialized in its session (`payload.serialize_session` is
+    /// `true`, not merely truthy).
+    pub fn is_serialized(&self) -> bool {
+        self.payload.get("serialize_session") == Some(&Value::Bool(true))
+    }
+
+    /// `payload.session_seq`, read as agno's `int(… or 0)` reads it (0 when absent).
+    pub fn session_seq(&self) -> i64 {
+        match self.payload.get("session_seq") {
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .or_else(|| n.as_f64().map(|f| f.trunc() as i64))
+                .unwrap_or(0),
+            Some(Value::Bool(b)) => i64::from(*b),
+            Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Queued, running or paused: a ticket that still has its place in its session.
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self.status,
+            JobStatus::Queued | JobStatus::Running | JobStatus::Paused
+        )
+    }
+
+    /// The sequence of a serialized ticket entering its session (at enqueue or requeue):
+    /// one after every live serialized ticket of the session among `others` (agno's
+    /// `next_session_seq`).
+    pub fn next_session_seq<'a>(&self, others: impl IntoIterator<Item = &'a Job>) -> i64 {
+        others
+            .into_iter()
+            .filter(|o| {
+                o.id != self.id
+                    && o.session_id == self.session_id
+                    && o.is_serialized()
+                    && o.is_live()
+            })
+            .map(Job::session_seq)
+            .max()
+            .unwrap_or(0)
+            + 1
+    }
+
+    /// Sets `payload.session_seq` (agno's `with_session_seq`); a payload that is not a JSON
+    /// object (so not serialized) is left as it is.
+    pub fn set_session_seq(&mut self, seq: i64) {
+        if let Value::Object(payload) = &mut self.payload {
+            payload.insert("session_seq".into(), Value::from(seq));
+        }
+    }
+
+    /// The ticket this one waits behind in its session among `others` (agno's
+    /// `session_blocker`): a running or paused serialized ticket of the session, else, for
+    /// a queued ticket, the earliest queued one before it in `(session_seq, id)`. `None`
+    /// when it may run, and always for a ticket that is not serialized.
+    pub fn session_blocker<'a>(
+        &self,
+        others: impl IntoIterator<Item = &'a Job>,
+    ) -> Option<&'a Job> {
+        if !self.is_serialized() {
+            return None;
+        }
+        let order = (self.session_seq(), self.id.as_str());
+        let mut earliest: Option<&Job> = None;
+        for other in others {
+            if other.id == self.id || other.session_id != self.session_id || !other.is_serialized()
+            {
+                continue;
+            }
+            if matches!(other.status, JobStatus::Running | JobStatus::Paused) {
+                return Some(other);
+            }
+            let key = (other.session_seq(), other.id.as_str());
+            if self.status == JobStatus::Queued
+                && other.status == JobStatus::Queued
+                && key < order
+                && earliest.is_none_or(|e| key < (e.session_seq(), e.id.as_str()))
+            {
+                earliest = Some(other);
+            }
+        }
+        earliest
+    }
+}
+
 /// `InvalidInput` unless `status` is one a held job may finish in (terminal or paused).
 pub fn check_finish_status(status: JobStatus) -> Result<()> {
     if status.is_terminal() || status == JobStatus::Paused {
@@ -531,6 +623,37 @@ pub trait JobStore: Send + Sync {
             }
         }
         Ok(stats)
+    }
+
+    /// The id of the ticket a queued serialized job waits behind in its session
+    /// ([`Job::session_blocker`]), or `None` when it may run, is not queued, not serialized
+    /// or absent (agno's `session_blocker`). The default reads the session's jobs through
+    /// `list_jobs`.
+    async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
+        let Some(job) = self
+            .get_job(id, None)
+            .await?
+            .filter(|j| j.status == JobStatus::Queued && j.is_serialized())
+        else {
+            return Ok(None);
+        };
+        let mut session = Vec::new();
+        for page in 1.. {
+            let items = self
+                .list_jobs(JobQuery {
+                    session_id: Some(job.session_id.clone()),
+                    pagination: Pagination::page(100, page),
+                    ..Default::default()
+                })
+                .await?
+                .items;
+            let last = items.len() < 100;
+            session.extend(items);
+            if last {
+                break;
+            }
+        }
+        Ok(job.session_blocker(&session).map(|b| b.id.clone()))
     }
 
     /// Cancels a queued or paused job owned by `user_id` (any when `None`).

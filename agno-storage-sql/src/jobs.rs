@@ -10,6 +10,7 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::dialect::Claim;
+use crate::exec::Statement;
 use crate::schema::Table;
 use crate::store::{in_list, limit_offset, SqlStore, Where};
 use crate::value::{Row, SqlValue};
@@ -77,6 +78,56 @@ impl SqlStore {
     }
 }
 
+/// The states in which a serialized ticket holds its place in its session.
+const LIVE: &str = "('queued', 'running', 'paused')";
+
+impl SqlStore {
+    /// agno's `session_claim_condition` on candidate `c`: not serialized, or no serialized
+    /// ticket of its session running or paused, and (for a queued one) none queued before
+    /// it in `(session_seq, id)`.
+    fn session_claim_condition(&self) -> String {
+        let d = self.dialect;
+        let serialized =
+            |t: &str| d.json_field_is_true(&format!("{t}.payload"), "serialize_session");
+        let seq = |t: &str| d.json_field_int(&format!("{t}.payload"), "session_seq");
+        let (seq_c, seq_p) = (seq("c"), seq("p"));
+        format!(
+            "(NOT {} OR NOT EXISTS (SELECT 1 FROM {} p WHERE p.id <> c.id AND p.session_id = c.session_id \
+             AND {} AND (p.status IN ('running', 'paused') OR (c.status = 'queued' AND p.status = 'queued' \
+             AND ({seq_p} < {seq_c} OR ({seq_p} = {seq_c} AND {}))))))",
+            serialized("c"),
+            self.t(Table::Jobs),
+            serialized("p"),
+            d.id_before("p.id", "c.id"),
+        )
+    }
+
+    /// `json` (an SQL expression) with `session_seq` set to the next sequence of the
+    /// session named by the one parameter (agno's `next_session_seq_query`), read in the
+    /// statement that writes it.
+    fn with_next_session_seq(&self, json: &str) -> String {
+        let d = self.dialect;
+        let next = format!(
+            "(SELECT n FROM (SELECT COALESCE(MAX({}), 0) + 1 AS n FROM {} WHERE session_id = ? AND {} \
+             AND status IN {LIVE}) AS next_seq)",
+            d.json_field_int("payload", "session_seq"),
+            self.t(Table::Jobs),
+            d.json_field_is_true("payload", "serialize_session"),
+        );
+        d.json_with_int(json, "session_seq", &next)
+    }
+
+    /// Runs `write` after `lock` in one transaction and returns its rows.
+    async fn under_lock(&self, lock: Statement, write: Statement) -> Result<Vec<Row>> {
+        Ok(self
+            .exec
+            .transaction(vec![lock, write])
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
+}
+
 #[async_trait]
 impl JobStore for SqlStore {
     async fn enqueue_job(&self, mut job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
@@ -102,12 +153,17 @@ impl JobStore for SqlStore {
                 job: None,
             });
         }
+        let serialized = job.is_serialized();
+        let payload = match serialized {
+            true => self.with_next_session_seq("?"),
+            false => "?".to_owned(),
+        };
         let sql = format!(
             "INSERT INTO {table} (id, component_type, job_type, deployment_id, component_id, session_id, user_id, payload, status, \
              attempt, max_attempts, idempotency_key, available_at, locked_by, locked_at, error, created_at, updated_at, completed_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, NULL, NULL, NULL, ?, ?, NULL)"
+             VALUES (?, ?, ?, ?, ?, ?, ?, {payload}, 'queued', 0, ?, ?, ?, NULL, NULL, NULL, ?, ?, NULL)"
         );
-        let params = vec![
+        let mut params = vec![
             SqlValue::text(&job.id),
             SqlValue::text(&job.component_type),
             SqlValue::text(&job.job_type),
@@ -116,17 +172,34 @@ impl JobStore for SqlStore {
             SqlValue::text(&job.session_id),
             SqlValue::opt_text(job.user_id.as_deref()),
             SqlValue::json(Some(&job.payload)),
+        ];
+        if serialized {
+            params.push(SqlValue::text(&job.session_id));
+        }
+        params.extend([
             SqlValue::int(job.max_attempts),
             SqlValue::opt_text(job.idempotency_key.as_deref()),
             SqlValue::int(job.available_at),
             SqlValue::int(job.created_at),
             SqlValue::Int(job.updated_at),
-        ];
+        ]);
         let read = self.select_by(Table::Jobs, "id", &job.id);
-        let inserted = self
+        // agno's enqueue sequences a serialized ticket under the session lock.
+        let lock = self
             .dialect
-            .insert_if_absent(self, (sql, params), read)
-            .await?;
+            .session_lock(self, &job.session_id)
+            .filter(|_| serialized);
+        let inserted = match lock {
+            Some(lock) => {
+                let insert = format!("{sql} ON CONFLICT DO NOTHING RETURNING *");
+                self.under_lock(lock, (insert, params)).await?
+            }
+            None => {
+                self.dialect
+                    .insert_if_absent(self, (sql, params), read)
+                    .await?
+            }
+        };
         if let Some(row) = inserted.first() {
             return Ok(EnqueueOutcome {
                 rejection: None,
@@ -191,6 +264,7 @@ impl JobStore for SqlStore {
                 ],
             ),
             limit,
+            candidate_filter: Some(self.session_claim_condition()),
         };
         let mut jobs = self
             .dialect
@@ -318,14 +392,33 @@ impl JobStore for SqlStore {
         w.eq("id", Some(id));
         w.push("status IN ('failed', 'cancelled')", []);
         w.eq("user_id", user_id);
+        let Some(job) = self.get_job(id, user_id).await? else {
+            return Ok(false);
+        };
+        // A requeued serialized ticket rejoins its session behind every live one.
+        let (payload, mut params) = match job.is_serialized() {
+            true => (
+                format!(", payload = {}", self.with_next_session_seq("payload")),
+                vec![SqlValue::text(&job.session_id)],
+            ),
+            false => (String::new(), Vec::new()),
+        };
         let sql = format!(
             "UPDATE {} SET status = 'queued', max_attempts = attempt + 1, available_at = ?, locked_by = NULL, \
-             locked_at = NULL, completed_at = NULL, updated_at = ?{}",
+             locked_at = NULL, completed_at = NULL, updated_at = ?{payload}{}",
             self.t(Table::Jobs),
             w.sql()
         );
-        let mut params = vec![SqlValue::int(now), SqlValue::int(now)];
+        params.splice(0..0, [SqlValue::int(now), SqlValue::int(now)]);
         params.extend(w.params);
+        let lock = self
+            .dialect
+            .session_lock(self, &job.session_id)
+            .filter(|_| job.is_serialized());
+        if let Some(lock) = lock {
+            let update = (format!("{sql} RETURNING id"), params);
+            return Ok(!self.under_lock(lock, update).await?.is_empty());
+        }
         Ok(self.exec.execute(&sql, params).await? > 0)
     }
 
@@ -392,6 +485,32 @@ impl JobStore for SqlStore {
             None => None,
         };
         Ok(stats)
+    }
+
+    async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
+        self.check(Table::Jobs)?;
+        let Some(job) = self
+            .get_job(id, None)
+            .await?
+            .filter(|j| j.status == JobStatus::Queued && j.is_serialized())
+        else {
+            return Ok(None);
+        };
+        // agno's `live_session_jobs_query`.
+        let sql = format!(
+            "SELECT * FROM {} WHERE session_id = ? AND {} AND status IN {LIVE}",
+            self.t(Table::Jobs),
+            self.dialect
+                .json_field_is_true("payload", "serialize_session"),
+        );
+        let session = self
+            .exec
+            .query(&sql, vec![SqlValue::text(&job.session_id)])
+            .await?
+            .iter()
+            .map(job_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(job.session_blocker(&session).map(|b| b.id.clone()))
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {

@@ -341,6 +341,7 @@ impl ScheduleStore for SqlStore {
                 vec![SqlValue::text(worker_id), SqlValue::int(now)],
             ),
             limit: 1,
+            candidate_filter: None,
         };
         self.dialect
             .claim(self, claim)

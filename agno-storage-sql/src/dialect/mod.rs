@@ -63,13 +63,20 @@ pub(crate) struct Claim<'a> {
     pub(crate) set: (&'a str, Vec<SqlValue>),
     /// How many rows at most.
     pub(crate) limit: usize,
+    /// A further condition on the candidates only, which names the candidate row `c`
+    /// (a correlated subquery; not re-checked by the update).
+    pub(crate) candidate_filter: Option<String>,
 }
 
 impl Claim<'_> {
     /// `SELECT id` of the candidates, locked where the dialect locks rows.
     fn candidates(&self, table: &str, skip_locked: &str) -> String {
+        let filter = match &self.candidate_filter {
+            Some(f) => format!(" AND {f}"),
+            None => String::new(),
+        };
         format!(
-            "SELECT id FROM {table} WHERE {} ORDER BY {} LIMIT {}{skip_locked}",
+            "SELECT id FROM {table} c WHERE {}{filter} ORDER BY {} LIMIT {}{skip_locked}",
             self.predicate.0, self.order, self.limit
         )
     }
@@ -136,6 +143,30 @@ pub(crate) trait Dialect: Send + Sync + 'static {
 
     /// A JSON column's top-level string field as text (`''` when absent).
     fn json_field_text(&self, column: &str, field: &str) -> String;
+
+    /// Whether a JSON column's top-level `field` is JSON `true` (false when absent, of
+    /// another type, or the column is not JSON).
+    fn json_field_is_true(&self, column: &str, field: &str) -> String;
+
+    /// A JSON column's top-level integer `field` (0 when absent).
+    fn json_field_int(&self, column: &str, field: &str) -> String;
+
+    /// The JSON `json` with top-level `field` set to the integer `value` (SQL expressions).
+    fn json_with_int(&self, json: &str, field: &str, value: &str) -> String;
+
+    /// `a < b` for ids, in the order of their code points where the collation would fold
+    /// case.
+    fn id_before(&self, a: &str, b: &str) -> String {
+        format!("{a} < {b}")
+    }
+
+    /// The statement that takes agno's lock on a job session's sequence, held to the end of
+    /// the transaction, where agno has one (PostgreSQL's advisory lock; `None` elsewhere).
+    /// A dialect with one has `INSERT … ON CONFLICT DO NOTHING RETURNING`.
+    fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<Statement> {
+        let _ = (s, session_id);
+        None
+    }
 
     /// A JSON column rendered as text.
     fn json_as_text(&self, column: &str) -> String {

@@ -81,6 +81,25 @@ impl Dialect for MySql {
         format!("CAST({a} AS BINARY) = CAST({b} AS BINARY)")
     }
 
+    fn json_field_is_true(&self, column: &str, field: &str) -> String {
+        format!(
+            "COALESCE(JSON_TYPE(JSON_EXTRACT({column}, '$.{field}')) = 'BOOLEAN' \
+             AND JSON_UNQUOTE(JSON_EXTRACT({column}, '$.{field}')) = 'true', FALSE)"
+        )
+    }
+
+    fn json_field_int(&self, column: &str, field: &str) -> String {
+        format!("COALESCE(CAST(JSON_UNQUOTE(JSON_EXTRACT({column}, '$.{field}')) AS SIGNED), 0)")
+    }
+
+    fn json_with_int(&self, json: &str, field: &str, value: &str) -> String {
+        format!("JSON_SET({json}, '$.{field}', {value})")
+    }
+
+    fn id_before(&self, a: &str, b: &str) -> String {
+        format!("CAST({a} AS BINARY) < CAST({b} AS BINARY)")
+    }
+
     fn json_field_text(&self, column: &str, field: &str) -> String {
         format!("COALESCE(JSON_UNQUOTE(JSON_EXTRACT({column}, '$.{field}')), '')")
     }

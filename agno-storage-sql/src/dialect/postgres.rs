@@ -1,5 +1,6 @@
 //! PostgreSQL: `RETURNING`, `SKIP LOCKED`, JSONB, schemas, agno's advisory lock per session.
 
+use agno_storage_core::json::to_python_json;
 use agno_storage_core::migration::StepOutcome;
 use agno_storage_core::{async_trait, ErrorKind, Result, RunRecord};
 use serde_json::Value;
@@ -51,6 +52,32 @@ impl Dialect for Postgres {
 
     fn json_field_text(&self, column: &str, field: &str) -> String {
         format!("COALESCE({column}->>'{field}', '')")
+    }
+
+    fn json_field_is_true(&self, column: &str, field: &str) -> String {
+        format!("COALESCE({column}->'{field}' = 'true'::jsonb, FALSE)")
+    }
+
+    /// agno's `_session_seq_sql`.
+    fn json_field_int(&self, column: &str, field: &str) -> String {
+        format!("COALESCE(CAST({column}->>'{field}' AS BIGINT), 0)")
+    }
+
+    fn json_with_int(&self, json: &str, field: &str, value: &str) -> String {
+        format!(
+            "jsonb_set(CAST({json} AS JSONB), '{{{field}}}', to_jsonb(CAST({value} AS BIGINT)))"
+        )
+    }
+
+    /// agno's session lock (see [`session_lock_key`]).
+    fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<Statement> {
+        Some((
+            "SELECT pg_advisory_xact_lock(?) AS locked".into(),
+            vec![SqlValue::int(session_lock_key(
+                &s.table_ref(Table::Jobs),
+                session_id,
+            ))],
+        ))
     }
 
     /// JSONB: a copy of the value, bound as JSON.
@@ -167,5 +194,36 @@ impl Dialect for Postgres {
             drop_unfinished_metrics(s),
         ];
         rekey_metrics(s, statements).await
+    }
+}
+
+/// agno's `session_claim_lock_key`: the first 8 bytes, signed big-endian, of the SHA-256 of
+/// `json.dumps((table.fullname, session_id), separators=(",", ":"))`.
+fn session_lock_key(table: &str, session_id: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let text = format!(
+        "[{},{}]",
+        to_python_json(&Value::from(table)),
+        to_python_json(&Value::from(session_id))
+    );
+    let digest = Sha256::digest(text.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Values from agno 3.1.10's `session_claim_lock_key`.
+    #[test]
+    fn session_lock_key_is_agnos() {
+        assert_eq!(
+            super::session_lock_key("ai.agno_jobs", "s-\u{fc}\"1"),
+            3746004142734091467
+        );
+        assert_eq!(
+            super::session_lock_key("agno_jobs", "abc"),
+            -6910573386768629482
+        );
     }
 }

@@ -76,6 +76,18 @@ impl Dialect for Sqlite {
         ""
     }
 
+    fn json_field_is_true(&self, column: &str, field: &str) -> String {
+        format!("COALESCE(CASE WHEN json_valid({column}) THEN json_type({column}, '$.{field}') END = 'true', 0)")
+    }
+
+    fn json_field_int(&self, column: &str, field: &str) -> String {
+        format!("COALESCE(CAST(CASE WHEN json_valid({column}) THEN json_extract({column}, '$.{field}') END AS INTEGER), 0)")
+    }
+
+    fn json_with_int(&self, json: &str, field: &str, value: &str) -> String {
+        format!("json_set({json}, '$.{field}', {value})")
+    }
+
     /// Reads through agno 2.x's double encoding.
     fn json_field_text(&self, column: &str, field: &str) -> String {
         format!(

@@ -778,3 +778,150 @@ pub(crate) async fn stress_exactly_once_with_killed_workers(ctx: &Ctx) -> CaseRe
     }
     Ok(())
 }
+
+/// agno's per-session ordering: serialized tickets of one session take `session_seq`
+/// 1, 2, 3 at enqueue and run one at a time in that order (a running or paused ticket
+/// holds the session; `session_blocker` names what a ticket waits behind); a ticket that
+/// is not serialized runs beside them; a requeued one rejoins behind the live ones; the
+/// sequence starts again at 1 once none is live.
+pub(crate) async fn serialized_session_runs_one_ticket_at_a_time(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let session = uid("s");
+    let ticket = |serialized: bool| {
+        let mut j = job();
+        j.session_id = session.clone();
+        if serialized {
+            j.payload = json!({"input": "hi", "serialize_session": true});
+        }
+        j
+    };
+    let (a, b, free, c) = (ticket(true), ticket(true), ticket(false), ticket(true));
+    for j in [&a, &b, &free, &c] {
+        store.enqueue_job(j.clone(), 0).await?;
+    }
+    let seq = |id: String| {
+        let store = db.jobs();
+        async move {
+            let job = store?.get_job(&id, None).await?.ok_or("ticket")?;
+            Ok::<_, Failure>((job.payload.get("session_seq").cloned(), job.session_seq()))
+        }
+    };
+    ensure_eq(seq(a.id.clone()).await?.1, 1, "first ticket's session_seq")?;
+    ensure_eq(seq(b.id.clone()).await?.1, 2, "second ticket's session_seq")?;
+    ensure_eq(seq(c.id.clone()).await?.1, 3, "third ticket's session_seq")?;
+    ensure_eq(
+        seq(free.id.clone()).await?.0,
+        None,
+        "a free ticket gets no sequence",
+    )?;
+    ensure_eq(
+        store.session_blocker(&b.id).await?,
+        Some(a.id.clone()),
+        "b waits behind a",
+    )?;
+    ensure_eq(
+        store.session_blocker(&c.id).await?,
+        Some(a.id.clone()),
+        "c waits behind a",
+    )?;
+    ensure_eq(store.session_blocker(&a.id).await?, None, "a may run")?;
+    ensure_eq(
+        store.session_blocker(&free.id).await?,
+        None,
+        "a free ticket never waits",
+    )?;
+
+    let mut claimed: Vec<String> = store
+        .claim_jobs("w", 60, None, 10)
+        .await?
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    claimed.sort();
+    let mut expected = vec![a.id.clone(), free.id.clone()];
+    expected.sort();
+    ensure_eq(
+        claimed,
+        expected,
+        "the session's head and the free ticket are claimed",
+    )?;
+    ensure(
+        store.claim_job("w", 60, None).await?.is_none(),
+        "b waits while a runs",
+    )?;
+    ensure_eq(
+        store.session_blocker(&b.id).await?,
+        Some(a.id.clone()),
+        "a running holds the session",
+    )?;
+    store
+        .complete_job(&a.id, "w", 1, JobStatus::Paused, None)
+        .await?;
+    ensure(
+        store.claim_job("w", 60, None).await?.is_none(),
+        "b waits while a is paused",
+    )?;
+    ensure_eq(
+        store.session_blocker(&c.id).await?,
+        Some(a.id.clone()),
+        "a paused holds the session",
+    )?;
+    store
+        .settle_paused_job(&a.id, JobStatus::Completed, None)
+        .await?;
+
+    let next = store
+        .claim_job("w", 60, None)
+        .await?
+        .ok_or("b is claimed")?;
+    ensure_eq(next.id, b.id.clone(), "b runs after a")?;
+    ensure_eq(
+        store.session_blocker(&c.id).await?,
+        Some(b.id.clone()),
+        "c waits behind b",
+    )?;
+    store
+        .complete_job(&b.id, "w", 1, JobStatus::Failed, Some("x".into()))
+        .await?;
+    let next = store
+        .claim_job("w", 60, None)
+        .await?
+        .ok_or("c is claimed")?;
+    ensure_eq(next.id, c.id.clone(), "c runs after b")?;
+    ensure(store.requeue_job(&b.id, None).await?, "b requeued")?;
+    ensure_eq(
+        seq(b.id.clone()).await?.1,
+        4,
+        "a requeued ticket goes behind the live ones",
+    )?;
+    ensure_eq(
+        store.session_blocker(&b.id).await?,
+        Some(c.id.clone()),
+        "b waits behind c",
+    )?;
+    ensure(
+        store.claim_job("w", 60, None).await?.is_none(),
+        "b waits while c runs",
+    )?;
+    store
+        .complete_job(&c.id, "w", 1, JobStatus::Completed, None)
+        .await?;
+    let next = store
+        .claim_job("w", 60, None)
+        .await?
+        .ok_or("b is claimed again")?;
+    ensure_eq(next.id, b.id.clone(), "b runs after c")?;
+    store
+        .complete_job(&b.id, "w", 2, JobStatus::Completed, None)
+        .await?;
+
+    let d = ticket(true);
+    store.enqueue_job(d.clone(), 0).await?;
+    ensure_eq(
+        seq(d.id.clone()).await?.1,
+        1,
+        "the sequence restarts once none is live",
+    )?;
+    Ok(())
+}
