@@ -291,6 +291,19 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         self.to_fields(memory, "a memory")
     }
 
+    /// The jobs of session `session_id`, at least its live serialized tickets, for per-session
+    /// ordering ([`Job::session_blocker`]; default: the session's jobs by an equality query).
+    async fn session_jobs(&self, session_id: &str) -> Result<Vec<Job>> {
+        self.query(
+            self.collection(Table::Jobs),
+            &[("session_id", opt(Some(session_id)))],
+        )
+        .await?
+        .iter()
+        .map(|d| d.decode("a job"))
+        .collect()
+    }
+
     /// [`agno_storage_core::JobStore::claim_job`] (default:
     /// [`crate::claim_oldest_job`]).
     async fn claim_next_job(

@@ -12,6 +12,8 @@ use agno_storage_core::{
     async_trait, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job, JobQuery,
     JobStatus, JobStore, Page, Result, SortOrder,
 };
+use std::collections::HashMap;
+
 use serde_json::json;
 
 use crate::{backoff, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
@@ -161,6 +163,10 @@ impl<B: DocBackend> JobStore for Docs<B> {
                     });
                 }
             }
+            if job.is_serialized() {
+                let session = self.0.session_jobs(&job.session_id).await?;
+                job.set_session_seq(job.next_session_seq(&session));
+            }
             let mut writes = vec![self.put(
                 self.collection(Table::Jobs),
                 &self.doc_id(&job.id),
@@ -305,8 +311,19 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 
     async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.transition("requeue job", id, user_id, |job, now| job.requeue(now))
-            .await
+        // A requeued serialized ticket rejoins its session behind every live one.
+        let session = match self.job_doc(id).await? {
+            Some((_, j)) if j.is_serialized() => self.0.session_jobs(&j.session_id).await?,
+            _ => Vec::new(),
+        };
+        self.transition("requeue job", id, user_id, |job, now| {
+            let requeued = job.requeue(now);
+            if requeued && job.is_serialized() {
+                job.set_session_seq(job.next_session_seq(&session));
+            }
+            requeued
+        })
+        .await
     }
 
     async fn settle_paused_job(
@@ -418,11 +435,13 @@ pub async fn claim_oldest_job<B: DocBackend>(
                 }
             }
         }
-        if candidates.is_empty() {
-            return Ok(None);
-        }
         candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
+        let mut sessions = SessionOrder::new(db);
+        let mut lost_race = false;
         for (stored, mut job) in candidates {
+            if !sessions.allows(&job).await? {
+                continue;
+            }
             job.take_lease(worker_id, now);
             let write = db.put(
                 db.collection(Table::Jobs),
@@ -430,11 +449,49 @@ pub async fn claim_oldest_job<B: DocBackend>(
                 &db.to_fields(&job, "a job")?,
                 stored.unchanged(),
             );
-            if let Commit::Done = db.commit("claim job", vec![write]).await? {
-                return Ok(Some(job));
+            match db.commit("claim job", vec![write]).await? {
+                Commit::Done => return Ok(Some(job)),
+                Commit::Conflict => lost_race = true,
             }
+        }
+        if !lost_race {
+            // None claimable, or every one waits behind another ticket of its session.
+            return Ok(None);
         }
         backoff(round).await;
     }
     Err(db.contended("claim job"))
+}
+
+/// Per-session ordering for one claim's candidates: whether a ticket may run now
+/// ([`Job::session_blocker`] over [`DocBackend::session_jobs`]), each session read once.
+pub struct SessionOrder<'a, B: DocBackend> {
+    db: &'a B,
+    sessions: HashMap<String, Vec<Job>>,
+}
+
+impl<'a, B: DocBackend> SessionOrder<'a, B> {
+    /// A check that reads sessions from `db`.
+    pub fn new(db: &'a B) -> Self {
+        SessionOrder {
+            db,
+            sessions: HashMap::new(),
+        }
+    }
+
+    /// Whether `job` may run: it is not serialized, or nothing in its session holds it
+    /// back.
+    pub async fn allows(&mut self, job: &Job) -> Result<bool> {
+        if !job.is_serialized() {
+            return Ok(true);
+        }
+        if !self.sessions.contains_key(&job.session_id) {
+            let tickets = self.db.session_jobs(&job.session_id).await?;
+            self.sessions.insert(job.session_id.clone(), tickets);
+        }
+        Ok(self
+            .sessions
+            .get(&job.session_id)
+            .is_none_or(|tickets| job.session_blocker(tickets).is_none()))
+    }
 }

@@ -825,6 +825,11 @@ impl<S: Server> DocBackend for KvDocs<S> {
             .await
     }
 
+    /// The members of agno's session set: the live serialized tickets, whoever wrote them.
+    async fn session_jobs(&self, session_id: &str) -> Result<Vec<Job>> {
+        self.live_session_tickets(session_id).await
+    }
+
     /// The `due` (unlocked, by `next_run_at`) and `locked` (by `locked_at`) sorted sets,
     /// up to 64 of each.
     async fn due_schedules(&self, now: i64, lock_grace_seconds: i64) -> Result<Vec<Stored<Self>>> {

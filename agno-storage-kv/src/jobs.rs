@@ -18,7 +18,7 @@
 //! truth where losing an accepted job is not acceptable.
 
 use agno_storage_core::{Error, ErrorKind, Job, Result};
-use agno_storage_doc::{Commit, DocBackend, Fields};
+use agno_storage_doc::{Commit, DocBackend, Fields, SessionOrder};
 use serde_json::Value;
 
 use crate::docs::Entry;
@@ -73,11 +73,23 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
 /// A queued ticket is in agno's `queued` set by `available_at`, a running one in `running`
 /// by `locked_at`.
 fn status_entries(s: &KvStore, id: &str, f: &Fields) -> Vec<Entry> {
-    match text(f, "status") {
+    let mut entries = match text(f, "status") {
         Some("queued") => vec![Entry::z(s.jobs_set("queued"), id, score(f, "available_at"))],
         Some("running") => vec![Entry::z(s.jobs_set("running"), id, score(f, "locked_at"))],
         _ => Vec::new(),
+    };
+    // agno's session set: the live serialized tickets, scored by `session_seq`.
+    let payload = f.get("payload");
+    let serialized = payload.and_then(|p| p.get("serialize_session")) == Some(&Value::Bool(true));
+    if serialized && matches!(text(f, "status"), Some("queued" | "running" | "paused")) {
+        let seq = payload
+            .and_then(|p| p.get("session_seq"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let session = text(f, "session_id").unwrap_or_default();
+        entries.push(Entry::z(s.jobs_session_set(session), id, seq as f64));
     }
+    entries
 }
 
 /// A ticket missing fields agno's `QueuedJob.from_dict` defaults reads them so.
@@ -110,12 +122,42 @@ impl KvStore {
         self.key(TABLE, name)
     }
 
+    /// agno's set of a session's live serialized tickets:
+    /// `jobs:session:{sha256(json.dumps(session_id))}`.
+    pub(crate) fn jobs_session_set(&self, session_id: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let identity = agno_storage_core::json::to_python_json(&Value::from(session_id));
+        let digest = hex::encode(Sha256::digest(identity.as_bytes()));
+        self.key(TABLE, &format!("session:{digest}"))
+    }
+
     fn jobs_idx(&self, rest: &str) -> String {
         self.idx(TABLE, rest)
     }
 }
 
 impl<S: Server> KvDocs<S> {
+    /// The tickets agno's session set of `session_id` holds.
+    pub(crate) async fn live_session_tickets(&self, session_id: &str) -> Result<Vec<Job>> {
+        let store = self.store();
+        let ids: Vec<String> = store
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(store.jobs_session_set(session_id))
+                    .arg(0)
+                    .arg(-1),
+            )
+            .await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.get_many(TABLE, &ids)
+            .await?
+            .iter()
+            .map(|d| d.decode("a job"))
+            .collect()
+    }
+
     /// [`DocBackend::claim_next_job`]: the first claimable ticket of the `queued` set due by
     /// now, else of the `running` set whose lease passed, oldest first within each page.
     pub(crate) async fn claim(
@@ -177,7 +219,11 @@ impl<S: Server> KvDocs<S> {
             }
             candidates.sort_by(|(_, a), (_, b)| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
             let mut contended = false;
+            let mut sessions = SessionOrder::new(self);
             for (stored, mut job) in candidates {
+                if !sessions.allows(&job).await? {
+                    continue;
+                }
                 job.take_lease(worker_id, now);
                 let write = self.put(
                     TABLE,

@@ -1,6 +1,8 @@
 //! The durable job queue (`agno_jobs`; agno's `MongoDb` has none).
 //!
-//! Claims are one `findOneAndUpdate` that bumps `attempt` (the fencing token); every later
+//! A claim reads the oldest claimable jobs, skips serialized tickets whose session holds
+//! them back (agno's `session_blocker`), and takes the first with a `findOneAndUpdate` on
+//! its id and the claimable filter that bumps `attempt` (the fencing token); every later
 //! transition is a compare-and-set on `(id, status = running, locked_by, attempt)`.
 //! Idempotency keys are unique per user through a partial unique index.
 
@@ -9,6 +11,8 @@ use agno_storage_core::{
     async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
     JobQuery, JobStatus, JobStore, Page, Result,
 };
+use std::collections::HashMap;
+
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
@@ -24,7 +28,30 @@ fn fence(id: &str, worker_id: &str, attempt: i64) -> Document {
     doc! {"id": id, "status": JobStatus::Running.as_str(), "locked_by": worker_id, "attempt": attempt}
 }
 
+/// Candidates read per claim round.
+const CLAIM_PAGE: i64 = 16;
+
 impl MongoDb {
+    /// The live serialized tickets of session `session_id`.
+    async fn session_tickets(&self, session_id: &str) -> Result<Vec<Job>> {
+        let live =
+            [JobStatus::Queued, JobStatus::Running, JobStatus::Paused].map(JobStatus::as_str);
+        self.coll(&self.inner.names.jobs)
+            .find(doc! {
+                "session_id": session_id,
+                "payload.serialize_session": true,
+                "status": {"$in": live.to_vec()},
+            })
+            .await
+            .map_err(db_err("read a job session"))?
+            .try_collect::<Vec<Document>>()
+            .await
+            .map_err(db_err("read a job session"))?
+            .into_iter()
+            .map(decode)
+            .collect()
+    }
+
     async fn job_by_key(&self, key: &str, user_id: Option<&str>) -> Result<Option<Job>> {
         self.coll(&self.inner.names.jobs)
             .find_one(doc! {"idempotency_key": key, "user_id": opt(user_id)})
@@ -81,6 +108,10 @@ impl JobStore for MongoDb {
         }
         job.status = JobStatus::Queued;
         job.attempt = 0;
+        if job.is_serialized() {
+            let session = self.session_tickets(&job.session_id).await?;
+            job.set_session_seq(job.next_session_seq(&session));
+        }
         match coll.insert_one(to_doc(&job, "a job")?).await {
             Ok(_) => Ok(EnqueueOutcome {
                 rejection: None,
@@ -124,20 +155,58 @@ impl JobStore for MongoDb {
             ],
         };
         filter.extend(deployments);
-        self.coll(&self.inner.names.jobs)
-            .find_one_and_update(
-                filter,
-                doc! {
-                    "$set": {"status": JobStatus::Running.as_str(), "locked_by": worker_id, "locked_at": now, "updated_at": now},
-                    "$inc": {"attempt": 1i64},
-                },
-            )
-            .sort(doc! {"created_at": 1, "id": 1})
-            .return_document(ReturnDocument::After)
-            .await
-            .map_err(db_err("claim job"))?
-            .map(decode)
-            .transpose()
+        let coll = self.coll(&self.inner.names.jobs);
+        let claim = doc! {
+            "$set": {"status": JobStatus::Running.as_str(), "locked_by": worker_id, "locked_at": now, "updated_at": now},
+            "$inc": {"attempt": 1i64},
+        };
+        for round in 0..64u64 {
+            let candidates = coll
+                .find(filter.clone())
+                .sort(doc! {"created_at": 1, "id": 1})
+                .limit(CLAIM_PAGE)
+                .await
+                .map_err(db_err("claim job"))?
+                .try_collect::<Vec<Document>>()
+                .await
+                .map_err(db_err("claim job"))?;
+            let mut sessions: HashMap<String, Vec<Job>> = HashMap::new();
+            let mut lost_race = false;
+            for candidate in candidates {
+                let job = decode(candidate)?;
+                if job.is_serialized() {
+                    if !sessions.contains_key(&job.session_id) {
+                        let tickets = self.session_tickets(&job.session_id).await?;
+                        sessions.insert(job.session_id.clone(), tickets);
+                    }
+                    let tickets = sessions.get(&job.session_id).map_or(&[][..], Vec::as_slice);
+                    if job.session_blocker(tickets).is_some() {
+                        continue;
+                    }
+                }
+                let mut this = filter.clone();
+                this.insert("id", &job.id);
+                let claimed = coll
+                    .find_one_and_update(this, claim.clone())
+                    .return_document(ReturnDocument::After)
+                    .await
+                    .map_err(db_err("claim job"))?;
+                match claimed {
+                    Some(d) => return decode(d).map(Some),
+                    None => lost_race = true,
+                }
+            }
+            if !lost_race {
+                return Ok(None);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(round.min(10) * 2)).await;
+        }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            "claim job: every claimable job was taken by others while trying; poll again",
+        )
+        .with_backend("mongodb")
+        .set_temporary(true))
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
@@ -232,7 +301,7 @@ impl JobStore for MongoDb {
             "status": {"$in": [JobStatus::Failed.as_str(), JobStatus::Cancelled.as_str()]},
         };
         scope(&mut filter, user_id);
-        let update = vec![doc! {"$set": {
+        let mut set = doc! {
             "status": JobStatus::Queued.as_str(),
             "max_attempts": {"$add": ["$attempt", 1i64]},
             "available_at": now,
@@ -240,7 +309,13 @@ impl JobStore for MongoDb {
             "locked_at": Bson::Null,
             "completed_at": Bson::Null,
             "updated_at": now,
-        }}];
+        };
+        // A requeued serialized ticket rejoins its session behind every live one.
+        if let Some(job) = self.get_job(id, user_id).await?.filter(Job::is_serialized) {
+            let session = self.session_tickets(&job.session_id).await?;
+            set.insert("payload.session_seq", job.next_session_seq(&session));
+        }
+        let update = vec![doc! {"$set": set}];
         Ok(self
             .coll(&self.inner.names.jobs)
             .update_one(filter, update)

@@ -3,7 +3,7 @@
 //! queued and running job.
 
 use agno_storage_core::{now_epoch_seconds, Job, JobStatus, Result};
-use agno_storage_doc::{DocBackend, Table};
+use agno_storage_doc::{DocBackend, SessionOrder, Table};
 use surrealdb::types::Value as SValue;
 
 use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
@@ -56,7 +56,11 @@ impl SurrealDb {
                     let offset = usize::from(uuid::Uuid::new_v4().as_bytes()[0]) % spread;
                     candidates[..spread].rotate_left(offset);
                 }
+                let mut sessions = SessionOrder::new(self);
                 for (stored, mut job) in candidates {
+                    if !sessions.allows(&job).await? {
+                        continue;
+                    }
                     job.take_lease(worker_id, now);
                     let write = self.put(
                         self.collection(Table::Jobs),
