@@ -11,6 +11,12 @@ TARGET is `sqlite:PATH`, `postgres:URL#SCHEMA` or `mysql:URL#DATABASE`. Commands
     dump-v3     (agno 3.1.10) print everything agno reads back, as JSON on stdout
     write-surrogates  (agno 3.1.10) a session whose middle run holds a lone surrogate
     read-surrogates   (agno 3.1.10) print that session's name and run contents, as JSON
+    jobs-enqueue  (agno 3.1.10) enqueue job py-j1 for carol with idempotency key k1; print the outcome
+    jobs-work     (agno 3.1.10) claim one job as worker py-worker and complete it; print the claimed job
+    jobs-claim    (agno 3.1.10) claim one job as worker py-worker; print it (null when none)
+    jobs-dump     (agno 3.1.10) print every job agno lists, by id
+    session-enqueue  (agno 3.1.10) enqueue serialized ticket py-t1 of session mix-s; print the outcome
+    session-finish   (agno 3.1.10) complete py-t1 as py-worker; print the job
 """
 
 import asyncio
@@ -197,7 +203,47 @@ def declare_mysql_tables(db):
             db._store_resolved_table(table_type, name, db._create_table(name, table_type))
 
 
-COMMANDS = {"write-v2": write_v2, "write-v3": write_v3, "write-surrogates": write_surrogates,
+def jobs_enqueue(db):
+    from agno.db.schemas.jobs import QueuedJob
+
+    job = QueuedJob(id="py-j1", component_type="agent", component_id="agent-py", session_id="py-s1",
+                    user_id="carol", payload={"input": "from python \u00fc"}, idempotency_key="k1")
+    print(json.dumps(db.enqueue_job(job.to_dict())))
+
+
+def jobs_work(db):
+    job = db.claim_job("py-worker", 60)
+    if job is not None:
+        assert db.complete_job(job["id"], "py-worker", job["attempt"], "completed")
+    print(json.dumps(job))
+
+
+def jobs_claim(db):
+    print(json.dumps(db.claim_job("py-worker", 60)))
+
+
+def jobs_dump(db):
+    jobs, _ = db.list_jobs(limit=1000)
+    print(json.dumps(sorted(jobs, key=lambda j: j["id"])))
+
+
+def session_enqueue(db):
+    from agno.db.schemas.jobs import QueuedJob
+
+    job = QueuedJob(id="py-t1", component_type="agent", component_id="agent-py", session_id="mix-s",
+                    payload={"input": "first", "serialize_session": True})
+    print(json.dumps(db.enqueue_job(job.to_dict())))
+
+
+def session_finish(db):
+    job = db.get_job("py-t1")
+    assert db.complete_job("py-t1", "py-worker", job["attempt"], "completed")
+    print(json.dumps(db.get_job("py-t1")))
+
+
+COMMANDS = {"jobs-enqueue": jobs_enqueue, "jobs-work": jobs_work, "jobs-claim": jobs_claim, "jobs-dump": jobs_dump,
+            "session-enqueue": session_enqueue, "session-finish": session_finish,
+            "write-v2": write_v2, "write-v3": write_v3, "write-surrogates": write_surrogates,
             "read-surrogates": read_surrogates, "create-v3": create_v3, "migrate-v3": migrate_v3, "dump-v3": dump_v3}
 
 if __name__ == "__main__":

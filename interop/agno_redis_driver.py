@@ -9,9 +9,7 @@ the same way):
     write-v3    (agno 3.1.10) write sessions, runs (one key each), memories
     migrate-v3  (agno 3.1.10) MigrationManager(db).up()
     dump-v3     (agno 3.1.10) print everything agno reads back, as JSON on stdout
-    jobs-enqueue  (agno 3.1.10) enqueue job py-j1 for carol with idempotency key k1; print the outcome
-    jobs-work     (agno 3.1.10) claim one job as worker py-worker and complete it; print the claimed job
-    jobs-dump     (agno 3.1.10) print every job agno lists, by id
+    jobs-*, session-*  (agno 3.1.10) agno_driver.py's job-queue commands
     delete-v3     (agno 3.1.10) delete write-v3's session py-s1 and memory py-m1 through agno
     check-bytes   (agno 3.1.10) re-encode every string value under the prefix as agno would
                   (records: serialize_data; job tickets: json.dumps) and print the keys whose
@@ -22,26 +20,6 @@ import json
 import sys
 
 from agno_driver import COMMANDS
-
-
-def jobs_enqueue(db):
-    from agno.db.schemas.jobs import QueuedJob
-
-    job = QueuedJob(id="py-j1", component_type="agent", component_id="agent-py", session_id="py-s1",
-                    user_id="carol", payload={"input": "from python ü"}, idempotency_key="k1")
-    print(json.dumps(db.enqueue_job(job.to_dict())))
-
-
-def jobs_work(db):
-    job = db.claim_job("py-worker", 60)
-    if job is not None:
-        assert db.complete_job(job["id"], "py-worker", job["attempt"], "completed")
-    print(json.dumps(job))
-
-
-def jobs_dump(db):
-    jobs, _ = db.list_jobs(limit=1000)
-    print(json.dumps(sorted(jobs, key=lambda j: j["id"])))
 
 
 def delete_v3(db):
@@ -69,8 +47,7 @@ def check_bytes(db):
     print(json.dumps(sorted(differ)))
 
 
-COMMANDS = {**COMMANDS, "check-bytes": check_bytes, "jobs-enqueue": jobs_enqueue, "jobs-work": jobs_work, "jobs-dump": jobs_dump,
-            "delete-v3": delete_v3}
+COMMANDS = {**COMMANDS, "check-bytes": check_bytes, "delete-v3": delete_v3}
 
 
 def open_db(target):

@@ -796,6 +796,56 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         self.inner.queue_stats().await
     }
 
+    async fn continue_job(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        continue_payload: Value,
+    ) -> Result<crate::job::Continued> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.rules.json("continue_payload", &continue_payload)?;
+        self.inner.continue_job(id, user_id, continue_payload).await
+    }
+
+    async fn sweep_exhausted_jobs(
+        &self,
+        lock_grace_seconds: i64,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.inner
+            .sweep_exhausted_jobs(lock_grace_seconds, limit)
+            .await
+    }
+
+    async fn acquire_sweep(
+        &self,
+        id: &str,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.id("worker_id", worker_id)?;
+        self.inner
+            .acquire_sweep(id, worker_id, lock_grace_seconds)
+            .await
+    }
+
+    async fn settle_swept_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.id("worker_id", worker_id)?;
+        crate::job::check_finish_status(status)?;
+        self.inner
+            .settle_swept_job(id, worker_id, status, error)
+            .await
+    }
+
     async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
         self.rules.id("id", id)?;
         self.inner.session_blocker(id).await

@@ -242,6 +242,56 @@ impl Job {
         true
     }
 
+    /// agno's continue of a paused job with `continue_payload` (an object; anything else
+    /// is taken as `{}`): a paused job is queued again, available now, with one more
+    /// attempt (`max_attempts = attempt + 1`) and `payload.continue` replaced wholesale; a
+    /// queued or running one is left for the caller to attach to; a finished one is a
+    /// conflict.
+    pub fn continue_paused(&mut self, continue_payload: &Value, now: i64) -> ContinueOutcome {
+        match self.status {
+            JobStatus::Queued | JobStatus::Running => return ContinueOutcome::Attach,
+            JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled => {
+                return ContinueOutcome::Conflict
+            }
+            JobStatus::Paused => {}
+        }
+        let inputs = match continue_payload {
+            Value::Object(_) => continue_payload.clone(),
+            _ => Value::Object(Default::default()),
+        };
+        if !self.payload.is_object() {
+            self.payload = Value::Object(Default::default());
+        }
+        if let Value::Object(payload) = &mut self.payload {
+            payload.insert("continue".into(), inputs);
+        }
+        self.status = JobStatus::Queued;
+        self.max_attempts = self.attempt + 1;
+        self.available_at = now;
+        self.locked_by = None;
+        self.locked_at = None;
+        self.completed_at = None;
+        self.updated_at = Some(now);
+        ContinueOutcome::Queued
+    }
+
+    /// Whether a sweeper may take the job at `now`: running on a lease older than
+    /// `lock_grace_seconds` with no attempt left (so no claim will ever take it).
+    pub fn is_sweepable(&self, now: i64, lock_grace_seconds: i64) -> bool {
+        self.status == JobStatus::Running
+            && self
+                .locked_at
+                .is_some_and(|t| t <= now - lock_grace_seconds)
+            && self.attempt >= self.max_attempts
+    }
+
+    /// A sweeper takes the lease of a sweepable job, at the same attempt.
+    pub fn take_sweep(&mut self, worker_id: &str, now: i64) {
+        self.locked_by = Some(worker_id.to_owned());
+        self.locked_at = Some(now);
+        self.updated_at = Some(now);
+    }
+
     /// Ends the held attempt as a failure: queued again after `retry_delay_seconds` while
     /// attempts remain, else failed.
     pub fn retry_or_fail(&mut self, error: Option<String>, retry_delay_seconds: i64, now: i64) {
@@ -405,6 +455,37 @@ pub enum EnqueueRejection {
     QueueFull,
     /// The idempotency key was already used by this user; the original job is returned.
     Duplicate,
+}
+
+/// What [`JobStore::continue_job`] did (agno's `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContinueOutcome {
+    /// The paused job is queued again with the continue's inputs.
+    Queued,
+    /// The job is already queued or running: attach to it; these inputs are discarded.
+    Attach,
+    /// The job is finished or absent.
+    Conflict,
+}
+
+impl ContinueOutcome {
+    /// agno's name: `queued`, `attach` or `conflict`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContinueOutcome::Queued => "queued",
+            ContinueOutcome::Attach => "attach",
+            ContinueOutcome::Conflict => "conflict",
+        }
+    }
+}
+
+/// Result of [`JobStore::continue_job`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Continued {
+    /// What happened.
+    pub outcome: ContinueOutcome,
+    /// The job as it is now (`None` when absent).
+    pub job: Option<Job>,
 }
 
 /// Result of [`JobStore::enqueue_job`].
@@ -583,6 +664,95 @@ pub trait JobStore: Send + Sync {
         Err(Error::new(
             ErrorKind::Unsupported,
             "settle_paused_job is not supported by this backend",
+        ))
+    }
+
+    /// Resumes paused job `id` owned by `user_id` (any when `None`) with
+    /// `continue_payload` ([`Job::continue_paused`], agno's `continue_job`): `Queued` when
+    /// it was paused, `Attach` when it is queued or running, `Conflict` when it is finished
+    /// or absent. `Unsupported` where the backend does not implement it (the default).
+    async fn continue_job(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        continue_payload: Value,
+    ) -> Result<Continued> {
+        let _ = (id, user_id, continue_payload);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "continue_job is not supported by this backend",
+        ))
+    }
+
+    /// Up to `limit` running jobs whose lease is older than `lock_grace_seconds` and that
+    /// have no attempt left ([`Job::is_sweepable`]), oldest lease first (agno's
+    /// `sweep_exhausted_jobs`): no claim will take them; a sweeper settles each with
+    /// [`JobStore::acquire_sweep`] then [`JobStore::settle_swept_job`]. The default reads
+    /// the running jobs through `list_jobs`.
+    async fn sweep_exhausted_jobs(
+        &self,
+        lock_grace_seconds: i64,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let now = crate::now_epoch_seconds();
+        let mut swept = Vec::new();
+        for page in 1.. {
+            let items = self
+                .list_jobs(JobQuery {
+                    status: Some(JobStatus::Running),
+                    pagination: Pagination::page(100, page),
+                    ..Default::default()
+                })
+                .await?
+                .items;
+            let last = items.len() < 100;
+            swept.extend(
+                items
+                    .into_iter()
+                    .filter(|j| j.is_sweepable(now, lock_grace_seconds)),
+            );
+            if last {
+                break;
+            }
+        }
+        swept.sort_by(|a, b| (a.locked_at, &a.id).cmp(&(b.locked_at, &b.id)));
+        swept.truncate(limit);
+        Ok(swept)
+    }
+
+    /// Takes a sweepable job's lease for `worker_id` ([`Job::take_sweep`]; agno's
+    /// `acquire_sweep`): false when it is no longer sweepable (a heartbeat came, another
+    /// sweeper took it). `Unsupported` where the backend does not implement it (the
+    /// default).
+    async fn acquire_sweep(
+        &self,
+        id: &str,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<bool> {
+        let _ = (id, worker_id, lock_grace_seconds);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "acquire_sweep is not supported by this backend",
+        ))
+    }
+
+    /// Ends a job `worker_id` swept in `status` (completed, cancelled, paused or failed,
+    /// else `InvalidInput`; agno's `settle_swept_job`), releasing its lease: false unless
+    /// it is running under `worker_id`. `Unsupported` where the backend does not
+    /// implement it (the default).
+    async fn settle_swept_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        check_finish_status(status)?;
+        let _ = (id, worker_id, error);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "settle_swept_job is not supported by this backend",
         ))
     }
 

@@ -41,7 +41,8 @@ pub use db::{AgnoDb, AgnoDbBuilder, AllStores};
 pub use error::{Error, ErrorKind, Result};
 pub use eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore, EvalType};
 pub use job::{
-    EnqueueOutcome, EnqueueRejection, Job, JobCompletion, JobQuery, JobStatus, JobStore, QueueStats,
+    ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Job, JobCompletion, JobQuery,
+    JobStatus, JobStore, QueueStats,
 };
 pub use knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 pub use learning::{Learning, LearningQuery, LearningStore};

@@ -9,8 +9,8 @@
 
 use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost};
 use agno_storage_core::{
-    async_trait, visible_to, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job, JobQuery,
-    JobStatus, JobStore, Page, Result, SortOrder,
+    async_trait, visible_to, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Error,
+    ErrorKind, Job, JobQuery, JobStatus, JobStore, Page, Result, SortOrder,
 };
 use std::collections::HashMap;
 
@@ -73,27 +73,26 @@ impl<B: DocBackend> Docs<B> {
         }
     }
 
-    /// A fenced transition: `change` runs on the job held by `(worker_id, attempt)`.
     /// A job owned by `user_id` (any when `None`) changed by `change` at the backend's
-    /// clock, written with compare-and-set; false when it is absent, not the user's, or
-    /// `change` refuses its state.
+    /// clock, written with compare-and-set when `change` says it changed it: the job as it
+    /// is after, and whether it was written; `None` when it is absent or not the user's.
     async fn transition(
         &self,
         operation: &'static str,
         id: &str,
         user_id: Option<&str>,
         change: impl Fn(&mut Job, i64) -> bool,
-    ) -> Result<bool> {
+    ) -> Result<Option<(Job, bool)>> {
         for round in 0..CAS_ATTEMPTS {
             let Some((stored, mut job)) = self
                 .job_doc(id)
                 .await?
                 .filter(|(_, j)| visible_to(j.user_id.as_deref(), user_id))
             else {
-                return Ok(false);
+                return Ok(None);
             };
             if !change(&mut job, self.0.now().await?) {
-                return Ok(false);
+                return Ok(Some((job, false)));
             }
             let write = self.put(
                 self.collection(Table::Jobs),
@@ -102,13 +101,29 @@ impl<B: DocBackend> Docs<B> {
                 stored.unchanged(),
             );
             match self.commit(operation, vec![write]).await? {
-                Commit::Done => return Ok(true),
+                Commit::Done => return Ok(Some((job, true))),
                 Commit::Conflict => backoff(round).await,
             }
         }
         Err(self.contended(operation))
     }
 
+    /// [`Docs::transition`]: whether it wrote.
+    async fn changed(
+        &self,
+        operation: &'static str,
+        id: &str,
+        user_id: Option<&str>,
+        change: impl Fn(&mut Job, i64) -> bool,
+    ) -> Result<bool> {
+        Ok(self
+            .transition(operation, id, user_id, change)
+            .await?
+            .is_some_and(|(_, written)| written))
+    }
+
+    /// A fenced transition: `change` runs on the job held by `(worker_id, attempt)`;
+    /// `LeaseLost` when it is not.
     async fn fenced(
         &self,
         operation: &'static str,
@@ -117,25 +132,19 @@ impl<B: DocBackend> Docs<B> {
         attempt: i64,
         change: impl Fn(&mut Job, i64),
     ) -> Result<Job> {
-        for round in 0..CAS_ATTEMPTS {
-            let (stored, mut job) = self
-                .job_doc(id)
-                .await?
-                .filter(|(_, j)| j.is_held_by(worker_id, attempt))
-                .ok_or_else(|| lease_lost(id, worker_id, attempt))?;
-            change(&mut job, self.0.now().await?);
-            let write = self.put(
-                self.collection(Table::Jobs),
-                &stored.id,
-                &self.to_fields(&job, "a job")?,
-                stored.unchanged(),
-            );
-            match self.commit(operation, vec![write]).await? {
-                Commit::Done => return Ok(job),
-                Commit::Conflict => backoff(round).await,
-            }
+        let after = self
+            .transition(operation, id, None, |job, now| {
+                let held = job.is_held_by(worker_id, attempt);
+                if held {
+                    change(job, now);
+                }
+                held
+            })
+            .await?;
+        match after {
+            Some((job, true)) => Ok(job),
+            _ => Err(lease_lost(id, worker_id, attempt)),
         }
-        Err(self.contended(operation))
     }
 }
 
@@ -300,7 +309,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.transition("cancel job", id, user_id, |job, now| {
+        self.changed("cancel job", id, user_id, |job, now| {
             job.cancel_waiting(now)
         })
         .await
@@ -316,7 +325,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
             Some((_, j)) if j.is_serialized() => self.0.session_jobs(&j.session_id).await?,
             _ => Vec::new(),
         };
-        self.transition("requeue job", id, user_id, |job, now| {
+        self.changed("requeue job", id, user_id, |job, now| {
             let requeued = job.requeue(now);
             if requeued && job.is_serialized() {
                 job.set_session_seq(job.next_session_seq(&session));
@@ -333,8 +342,65 @@ impl<B: DocBackend> JobStore for Docs<B> {
         error: Option<String>,
     ) -> Result<bool> {
         check_settle_status(status)?;
-        self.transition("settle paused job", id, None, |job, now| {
+        self.changed("settle paused job", id, None, |job, now| {
             job.settle_paused(status, error.clone(), now)
+        })
+        .await
+    }
+
+    async fn continue_job(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        continue_payload: serde_json::Value,
+    ) -> Result<Continued> {
+        let after = self
+            .transition("continue job", id, user_id, |job, now| {
+                job.continue_paused(&continue_payload, now) == ContinueOutcome::Queued
+            })
+            .await?;
+        let outcome = match &after {
+            None => ContinueOutcome::Conflict,
+            Some((_, true)) => ContinueOutcome::Queued,
+            // Left as it was: the rule says why (attach or conflict).
+            Some((job, false)) => job.clone().continue_paused(&continue_payload, 0),
+        };
+        Ok(Continued {
+            outcome,
+            job: after.map(|(job, _)| job),
+        })
+    }
+
+    async fn acquire_sweep(
+        &self,
+        id: &str,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<bool> {
+        self.changed("acquire sweep", id, None, |job, now| {
+            let sweepable = job.is_sweepable(now, lock_grace_seconds);
+            if sweepable {
+                job.take_sweep(worker_id, now);
+            }
+            sweepable
+        })
+        .await
+    }
+
+    async fn settle_swept_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        check_finish_status(status)?;
+        self.changed("settle swept job", id, None, |job, now| {
+            let held = job.is_locked_by(worker_id);
+            if held {
+                job.finish(status, error.clone(), now);
+            }
+            held
         })
         .await
     }

@@ -306,3 +306,17 @@ fn job_queue_is_shared_with_agno() {
         queue_is_shared(&url);
     }
 }
+
+/// The shared queue scenario, with per-session order through agno's session sets.
+#[test]
+fn job_queue_and_session_order_are_shared_with_agno() {
+    let Some(v3) = agno_python("AGNO_TEST_PYTHON_V3") else {
+        return;
+    };
+    for url in servers() {
+        let target = Target::new(&url, "session-order");
+        let rt = runtime();
+        let db = rt.block_on(async { target.open().await });
+        agno_storage_testkit::interop::job_queue_is_shared(&v3, &target, &rt, &db);
+    }
+}

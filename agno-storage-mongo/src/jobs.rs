@@ -8,8 +8,8 @@
 
 use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost};
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
-    JobQuery, JobStatus, JobStore, Page, Result,
+    async_trait, now_epoch_seconds, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection,
+    Error, ErrorKind, Job, JobQuery, JobStatus, JobStore, Page, Result,
 };
 use std::collections::HashMap;
 
@@ -348,6 +348,107 @@ impl JobStore for MongoDb {
             )
             .await
             .map_err(db_err("settle paused job"))?
+            .modified_count
+            > 0)
+    }
+
+    async fn continue_job(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        continue_payload: serde_json::Value,
+    ) -> Result<Continued> {
+        for _ in 0..8 {
+            let Some(mut job) = self.get_job(id, user_id).await? else {
+                return Ok(Continued {
+                    outcome: ContinueOutcome::Conflict,
+                    job: None,
+                });
+            };
+            let outcome = job.continue_paused(&continue_payload, now_epoch_seconds());
+            if outcome != ContinueOutcome::Queued {
+                return Ok(Continued {
+                    outcome,
+                    job: Some(job),
+                });
+            }
+            // Written only over the paused job read: a concurrent continue wins alone.
+            let written = self
+                .coll(&self.inner.names.jobs)
+                .replace_one(
+                    doc! {"id": id, "status": JobStatus::Paused.as_str()},
+                    to_doc(&job, "a job")?,
+                )
+                .await
+                .map_err(db_err("continue job"))?;
+            if written.modified_count > 0 {
+                return Ok(Continued {
+                    outcome,
+                    job: Some(job),
+                });
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            format!("continue_job: job {id} kept changing while continuing it; retry"),
+        )
+        .with_backend("mongodb")
+        .set_temporary(true))
+    }
+
+    async fn acquire_sweep(
+        &self,
+        id: &str,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<bool> {
+        let now = now_epoch_seconds();
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .update_one(
+                doc! {
+                    "id": id,
+                    "status": JobStatus::Running.as_str(),
+                    "locked_at": {"$lte": now - lock_grace_seconds},
+                    "$expr": {"$gte": ["$attempt", "$max_attempts"]},
+                },
+                doc! {"$set": {"locked_by": worker_id, "locked_at": now, "updated_at": now}},
+            )
+            .await
+            .map_err(db_err("acquire sweep"))?
+            .modified_count
+            > 0)
+    }
+
+    async fn settle_swept_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        check_finish_status(status)?;
+        let now = now_epoch_seconds();
+        let completed_at = if status.is_terminal() {
+            Bson::Int64(now)
+        } else {
+            Bson::Null
+        };
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .update_one(
+                doc! {"id": id, "status": JobStatus::Running.as_str(), "locked_by": worker_id},
+                doc! {"$set": {
+                    "status": status.as_str(),
+                    "error": opt(error.as_deref()),
+                    "locked_by": Bson::Null,
+                    "locked_at": Bson::Null,
+                    "updated_at": now,
+                    "completed_at": completed_at,
+                }},
+            )
+            .await
+            .map_err(db_err("settle swept job"))?
             .modified_count
             > 0)
     }

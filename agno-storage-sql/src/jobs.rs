@@ -4,8 +4,8 @@ use agno_storage_core::job::{
     check_completions, check_finish_status, check_settle_status, lease_lost, sort_oldest_first,
 };
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, EnqueueOutcome, EnqueueRejection, Error, ErrorKind, Job,
-    JobCompletion, JobQuery, JobStatus, JobStore, Page, QueueStats, Result,
+    async_trait, now_epoch_seconds, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection,
+    Error, ErrorKind, Job, JobCompletion, JobQuery, JobStatus, JobStore, Page, QueueStats, Result,
 };
 use serde_json::Value;
 
@@ -485,6 +485,125 @@ impl JobStore for SqlStore {
             None => None,
         };
         Ok(stats)
+    }
+
+    async fn continue_job(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        continue_payload: Value,
+    ) -> Result<Continued> {
+        self.check(Table::Jobs)?;
+        for _ in 0..8 {
+            let Some(mut job) = self.get_job(id, user_id).await? else {
+                return Ok(Continued {
+                    outcome: ContinueOutcome::Conflict,
+                    job: None,
+                });
+            };
+            let outcome = job.continue_paused(&continue_payload, now_epoch_seconds());
+            if outcome != ContinueOutcome::Queued {
+                return Ok(Continued {
+                    outcome,
+                    job: Some(job),
+                });
+            }
+            // Written only over the paused job read: a concurrent continue wins alone.
+            let sql = format!(
+                "UPDATE {} SET status = 'queued', payload = ?, max_attempts = ?, available_at = ?, locked_by = NULL, \
+                 locked_at = NULL, completed_at = NULL, updated_at = ? WHERE id = ? AND status = 'paused'",
+                self.t(Table::Jobs)
+            );
+            let params = vec![
+                SqlValue::json(Some(&job.payload)),
+                SqlValue::int(job.max_attempts),
+                SqlValue::int(job.available_at),
+                SqlValue::Int(job.updated_at),
+                SqlValue::text(id),
+            ];
+            if self.exec.execute(&sql, params).await? > 0 {
+                return Ok(Continued {
+                    outcome,
+                    job: Some(job),
+                });
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            format!("continue_job: job {id} kept changing while continuing it; retry"),
+        )
+        .set_temporary(true))
+    }
+
+    async fn sweep_exhausted_jobs(
+        &self,
+        lock_grace_seconds: i64,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.check(Table::Jobs)?;
+        let sql = format!(
+            "SELECT * FROM {} WHERE status = 'running' AND locked_at <= ? AND attempt >= max_attempts \
+             ORDER BY locked_at ASC, id ASC LIMIT {limit}",
+            self.t(Table::Jobs)
+        );
+        self.exec
+            .query(
+                &sql,
+                vec![SqlValue::int(now_epoch_seconds() - lock_grace_seconds)],
+            )
+            .await?
+            .iter()
+            .map(job_from_row)
+            .collect()
+    }
+
+    async fn acquire_sweep(
+        &self,
+        id: &str,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+    ) -> Result<bool> {
+        self.check(Table::Jobs)?;
+        let now = now_epoch_seconds();
+        let sql = format!(
+            "UPDATE {} SET locked_by = ?, locked_at = ?, updated_at = ? \
+             WHERE id = ? AND status = 'running' AND locked_at <= ? AND attempt >= max_attempts",
+            self.t(Table::Jobs)
+        );
+        let params = vec![
+            SqlValue::text(worker_id),
+            SqlValue::int(now),
+            SqlValue::int(now),
+            SqlValue::text(id),
+            SqlValue::int(now - lock_grace_seconds),
+        ];
+        Ok(self.exec.execute(&sql, params).await? > 0)
+    }
+
+    async fn settle_swept_job(
+        &self,
+        id: &str,
+        worker_id: &str,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<bool> {
+        self.check(Table::Jobs)?;
+        check_finish_status(status)?;
+        let now = now_epoch_seconds();
+        let sql = format!(
+            "UPDATE {} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? \
+             WHERE id = ? AND status = 'running' AND locked_by = ?",
+            self.t(Table::Jobs)
+        );
+        let params = vec![
+            SqlValue::text(status.as_str()),
+            SqlValue::Text(error),
+            SqlValue::Int(status.is_terminal().then_some(now)),
+            SqlValue::int(now),
+            SqlValue::text(id),
+            SqlValue::text(worker_id),
+        ];
+        Ok(self.exec.execute(&sql, params).await? > 0)
     }
 
     async fn session_blocker(&self, id: &str) -> Result<Option<String>> {

@@ -130,6 +130,17 @@ fn we_read_what_agno_writes(target: Target) {
 }
 
 #[test]
+fn postgres_job_queue_is_shared_with_agno() {
+    let (Some(target), Some(v3)) = (postgres_target("jobs"), agno_python("AGNO_TEST_PYTHON_V3"))
+    else {
+        return;
+    };
+    let rt = runtime();
+    let db = rt.block_on(async { target.open().await });
+    agno_storage_testkit::interop::job_queue_is_shared(&v3, &target, &rt, &db);
+}
+
+#[test]
 fn sqlite_v2_database_migrates_like_agno() {
     v2_migrates_like_agno(
         Target::Sqlite(temp_db("v2a")),

@@ -10,8 +10,8 @@ use std::ffi::OsStr;
 use std::process::Command;
 
 use agno_storage_core::{
-    AgnoDb, EvalRun, EvalType, KnowledgeContent, RunRecord, Session, SessionRead, SessionType,
-    UserMemory,
+    AgnoDb, EvalRun, EvalType, Job, JobStatus, KnowledgeContent, RunRecord, Session, SessionRead,
+    SessionType, UserMemory,
 };
 use serde_json::{json, Value};
 
@@ -593,4 +593,102 @@ pub fn assert_raw_migrations_agree(ours: &Value, theirs: &Value, session_ids: &[
     };
     assert_eq!(strip(ours, "agno_runs"), strip(theirs, "agno_runs"));
     assert_eq!(strip(ours, "agno_sessions"), strip(theirs, "agno_sessions"));
+}
+
+/// agno 3.1.10's job-queue calls and ours share one queue on `target` (a fresh one, `db`
+/// open on it, `rt` the runtime `db` lives on): a job agno enqueues we claim and complete,
+/// one we enqueue agno claims and completes; and per-session order holds across both:
+/// agno enqueues serialized ticket `py-t1` of session `mix-s`, ours goes behind it
+/// (`session_seq` 2); while agno runs `py-t1` we claim nothing; once agno finishes it we
+/// claim ours, and then agno claims nothing.
+///
+/// # Panics
+///
+/// On the first difference.
+pub fn job_queue_is_shared<T: InteropTarget>(
+    v3: &str,
+    target: &T,
+    rt: &tokio::runtime::Runtime,
+    db: &AgnoDb,
+) {
+    let jobs = db.jobs().expect("a job store");
+    let out = agno_json(v3, "jobs-enqueue", target);
+    assert_eq!(out["accepted"], true, "{out}");
+    rt.block_on(async {
+        let claimed = jobs
+            .claim_job("rs-worker", 60, None)
+            .await
+            .expect("claim")
+            .expect("agno's job");
+        assert_eq!((claimed.id.as_str(), claimed.attempt), ("py-j1", 1));
+        assert_eq!(claimed.payload["input"], "from python \u{fc}");
+        jobs.complete_job("py-j1", "rs-worker", 1, JobStatus::Completed, None)
+            .await
+            .expect("complete agno's job");
+        let ours = Job::new(
+            "rs-j1",
+            "agent",
+            "agent-rs",
+            "rs-s1",
+            json!({"input": "from rust"}),
+        );
+        assert!(jobs
+            .enqueue_job(ours, 0)
+            .await
+            .expect("enqueue")
+            .rejection
+            .is_none());
+    });
+    let worked = agno_json(v3, "jobs-work", target);
+    assert_eq!(worked["id"], "rs-j1", "{worked}");
+
+    let out = agno_json(v3, "session-enqueue", target);
+    assert_eq!(out["accepted"], true, "{out}");
+    assert_eq!(out["job"]["payload"]["session_seq"], 1, "{out}");
+    rt.block_on(async {
+        let second = Job::new(
+            "rs-t2",
+            "agent",
+            "agent-rs",
+            "mix-s",
+            json!({"input": "second", "serialize_session": true}),
+        );
+        assert!(jobs
+            .enqueue_job(second, 0)
+            .await
+            .expect("enqueue")
+            .rejection
+            .is_none());
+        let stored = jobs
+            .get_job("rs-t2", None)
+            .await
+            .expect("read")
+            .expect("ours");
+        assert_eq!(stored.session_seq(), 2, "ours goes behind agno's ticket");
+    });
+    let claimed = agno_json(v3, "jobs-claim", target);
+    assert_eq!(claimed["id"], "py-t1", "{claimed}");
+    rt.block_on(async {
+        let none = jobs.claim_job("rs-worker", 60, None).await.expect("claim");
+        assert_eq!(none, None, "ours waits while agno runs its ticket");
+        let blocker = jobs.session_blocker("rs-t2").await.expect("blocker");
+        assert_eq!(blocker.as_deref(), Some("py-t1"));
+    });
+    let finished = agno_json(v3, "session-finish", target);
+    assert_eq!(finished["status"], "completed", "{finished}");
+    rt.block_on(async {
+        let next = jobs.claim_job("rs-worker", 60, None).await.expect("claim");
+        assert_eq!(
+            next.map(|j| j.id).as_deref(),
+            Some("rs-t2"),
+            "ours runs next"
+        );
+    });
+    let claimed = agno_json(v3, "jobs-claim", target);
+    assert_eq!(claimed, Value::Null, "agno waits while ours runs");
+    rt.block_on(async {
+        jobs.complete_job("rs-t2", "rs-worker", 1, JobStatus::Completed, None)
+            .await
+            .expect("complete ours");
+    });
 }

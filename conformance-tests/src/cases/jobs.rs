@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agno_storage_core::{
-    AgnoDb, EnqueueRejection, ErrorKind, Job, JobCompletion, JobQuery, JobStatus,
+    AgnoDb, ContinueOutcome, EnqueueRejection, ErrorKind, Job, JobCompletion, JobQuery, JobStatus,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -922,6 +922,159 @@ pub(crate) async fn serialized_session_runs_one_ticket_at_a_time(ctx: &Ctx) -> C
         seq(d.id.clone()).await?.1,
         1,
         "the sequence restarts once none is live",
+    )?;
+    Ok(())
+}
+
+/// agno's `continue_job` (a paused job queued again with one more attempt and its
+/// `payload.continue` replaced; attach while queued or running; conflict once finished,
+/// absent or another user's) and its sweep of exhausted leases (`sweep_exhausted_jobs`
+/// lists them, `acquire_sweep` has one winner while the lease is stale,
+/// `settle_swept_job` ends the job only for the sweeper holding it).
+pub(crate) async fn continue_and_sweep_as_agno(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let mut paused = job();
+    paused.user_id = Some("alice".into());
+    store.enqueue_job(paused.clone(), 0).await?;
+    let held = store.claim_job("w", 60, None).await?.ok_or("claim")?;
+    store
+        .complete_job(&held.id, "w", held.attempt, JobStatus::Paused, None)
+        .await?;
+    let c = store
+        .continue_job(&paused.id, Some("mallory"), json!({"answer": 1}))
+        .await?;
+    ensure_eq(
+        (c.outcome, c.job),
+        (ContinueOutcome::Conflict, None),
+        "another user's job",
+    )?;
+    let c = store
+        .continue_job(&paused.id, Some("alice"), json!({"answer": 42}))
+        .await?;
+    ensure_eq(c.outcome, ContinueOutcome::Queued, "a paused job continues")?;
+    let row = store.get_job(&paused.id, None).await?.ok_or("job")?;
+    ensure_eq(
+        (
+            row.status,
+            row.max_attempts,
+            row.payload.get("continue").cloned(),
+        ),
+        (JobStatus::Queued, 2, Some(json!({"answer": 42}))),
+        "queued with one more attempt and the continue's inputs",
+    )?;
+    ensure_eq(
+        row.payload.get("input").cloned(),
+        Some(json!("hello")),
+        "submit inputs kept",
+    )?;
+    ensure_eq(Some(row), c.job, "the job returned is the job stored")?;
+    let c = store
+        .continue_job(&paused.id, None, json!({"answer": 7}))
+        .await?;
+    ensure_eq(
+        c.outcome,
+        ContinueOutcome::Attach,
+        "a queued job is attached to",
+    )?;
+    let held = store.claim_job("w", 60, None).await?.ok_or("claim again")?;
+    ensure_eq(held.attempt, 2, "the second attempt")?;
+    let c = store.continue_job(&paused.id, None, json!({})).await?;
+    ensure_eq(
+        c.outcome,
+        ContinueOutcome::Attach,
+        "a running job is attached to",
+    )?;
+    store
+        .complete_job(&held.id, "w", 2, JobStatus::Completed, None)
+        .await?;
+    let c = store.continue_job(&paused.id, None, json!({})).await?;
+    ensure_eq(
+        c.outcome,
+        ContinueOutcome::Conflict,
+        "a finished job conflicts",
+    )?;
+    let c = store.continue_job(&uid("absent"), None, json!({})).await?;
+    ensure_eq(
+        (c.outcome, c.job),
+        (ContinueOutcome::Conflict, None),
+        "an absent job",
+    )?;
+
+    let exhausted = job();
+    let mut spare = job();
+    spare.max_attempts = 2;
+    store.enqueue_job(exhausted.clone(), 0).await?;
+    store.enqueue_job(spare.clone(), 0).await?;
+    ensure_eq(
+        store.claim_jobs("w", 60, None, 2).await?.len(),
+        2,
+        "both claimed",
+    )?;
+    let swept: Vec<String> = store
+        .sweep_exhausted_jobs(0, 10)
+        .await?
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    ensure_eq(
+        swept,
+        vec![exhausted.id.clone()],
+        "only the job with no attempt left",
+    )?;
+    ensure(
+        store.sweep_exhausted_jobs(3_600, 10).await?.is_empty(),
+        "a fresh lease is not swept",
+    )?;
+    ensure(
+        store.acquire_sweep(&exhausted.id, "sweeper", 0).await?,
+        "acquire",
+    )?;
+    ensure(
+        !store.acquire_sweep(&exhausted.id, "other", 3_600).await?,
+        "a just-acquired sweep is not taken again",
+    )?;
+    ensure(
+        !store.acquire_sweep(&spare.id, "sweeper", 0).await?,
+        "a job with attempts left is not swept",
+    )?;
+    expect_err(
+        store
+            .settle_swept_job(&exhausted.id, "sweeper", JobStatus::Queued, None)
+            .await,
+        ErrorKind::InvalidInput,
+        "settling as queued",
+    )?;
+    ensure(
+        !store
+            .settle_swept_job(&exhausted.id, "other", JobStatus::Failed, None)
+            .await?,
+        "only the sweeper settles",
+    )?;
+    ensure(
+        store
+            .settle_swept_job(
+                &exhausted.id,
+                "sweeper",
+                JobStatus::Failed,
+                Some("lost".into()),
+            )
+            .await?,
+        "settle",
+    )?;
+    let row = store
+        .get_job(&exhausted.id, None)
+        .await?
+        .ok_or("swept job")?;
+    ensure_eq(
+        (
+            row.status,
+            row.error.as_deref(),
+            row.locked_by.is_none(),
+            row.completed_at.is_some(),
+        ),
+        (JobStatus::Failed, Some("lost"), true, true),
+        "failed, released, finished",
     )?;
     Ok(())
 }
