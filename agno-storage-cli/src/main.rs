@@ -7,7 +7,9 @@
 //! - `migrate URL [--dry-run]` applies (or only plans) the schema migrations;
 //! - `status URL [--json]` prints the schema version of every migrated table;
 //! - `cleanup-legacy-runs URL [--force]` drops the pre-v3 runs blobs once migrated;
-//! - `copy SRC_URL DST_URL` copies every record between two backends.
+//! - `copy SRC_URL DST_URL` copies every record between two backends;
+//! - `jobs stats|list|cancel|requeue URL …` inspects and operates the durable job queue;
+//! - `schedules list URL` lists the schedules.
 //!
 //! Each command writes its report to stdout in one go when it is done. A failure prints a
 //! single `error: …` line on stderr and exits 1; usage errors (from clap) exit 2.
@@ -15,7 +17,9 @@
 mod cleanup;
 mod copy;
 mod demo;
+mod jobs;
 mod migrate;
+mod schedules;
 mod status;
 mod target;
 
@@ -98,6 +102,106 @@ enum Command {
         /// Backend URL to write to.
         dst_url: String,
     },
+    /// Inspect and operate the durable job queue.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+    /// Inspect the schedules.
+    Schedules {
+        #[command(subcommand)]
+        command: SchedulesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum JobsCommand {
+    /// Jobs per state and the age of the oldest queued one.
+    #[command(after_help = URL_HELP)]
+    Stats {
+        /// Backend URL.
+        url: String,
+        /// Print agno's queue_stats object: {"counts", "oldest_queued_age_seconds"}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One page of jobs, newest first.
+    #[command(after_help = URL_HELP)]
+    List {
+        /// Backend URL.
+        url: String,
+        /// Only jobs in this state: queued, running, completed, failed, cancelled, paused.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this session's jobs.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only this user's jobs.
+        #[arg(long)]
+        user: Option<String>,
+        /// Jobs per page.
+        #[arg(long, default_value_t = 20)]
+        limit: u64,
+        /// Page, from 1.
+        #[arg(long, default_value_t = 1)]
+        page: u64,
+        /// Print {"total", "page", "limit", "jobs"}, each job as agno stores it.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a queued or paused job.
+    #[command(after_help = URL_HELP)]
+    Cancel {
+        /// Backend URL.
+        url: String,
+        /// The job's id.
+        id: String,
+        /// Only if this user owns it.
+        #[arg(long)]
+        user: Option<String>,
+        /// Print the job after, as agno stores it.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a failed or cancelled job one more attempt.
+    #[command(after_help = URL_HELP)]
+    Requeue {
+        /// Backend URL.
+        url: String,
+        /// The job's id.
+        id: String,
+        /// Only if this user owns it.
+        #[arg(long)]
+        user: Option<String>,
+        /// Print the job after, as agno stores it.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SchedulesCommand {
+    /// One page of schedules, newest first.
+    #[command(after_help = URL_HELP)]
+    List {
+        /// Backend URL.
+        url: String,
+        /// Only this user's schedules.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only enabled schedules.
+        #[arg(long)]
+        enabled: bool,
+        /// Schedules per page.
+        #[arg(long, default_value_t = 20)]
+        limit: u64,
+        /// Page, from 1.
+        #[arg(long, default_value_t = 1)]
+        page: u64,
+        /// Print {"total", "page", "limit", "schedules"}, each as agno stores it.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A failure of the command line: one line for the user.
@@ -170,7 +274,63 @@ async fn dispatch(command: Command) -> Result<String, Error> {
             let dst: BackendUrl = target::parse(&dst_url)?;
             copy::run(&src, &dst).await
         }
+        Command::Jobs { command } => match command {
+            JobsCommand::Stats { url, json } => jobs::stats(&target::parse(&url)?, json).await,
+            JobsCommand::List {
+                url,
+                status,
+                session,
+                user,
+                limit,
+                page,
+                json,
+            } => {
+                let filter = jobs::ListFilter {
+                    status,
+                    session_id: session,
+                    user_id: user,
+                    limit,
+                    page,
+                };
+                jobs::list(&target::parse(&url)?, filter, json).await
+            }
+            JobsCommand::Cancel {
+                url,
+                id,
+                user,
+                json,
+            } => jobs::cancel(&target::parse(&url)?, &id, user.as_deref(), json).await,
+            JobsCommand::Requeue {
+                url,
+                id,
+                user,
+                json,
+            } => jobs::requeue(&target::parse(&url)?, &id, user.as_deref(), json).await,
+        },
+        Command::Schedules {
+            command:
+                SchedulesCommand::List {
+                    url,
+                    user,
+                    enabled,
+                    limit,
+                    page,
+                    json,
+                },
+        } => {
+            let enabled = enabled.then_some(true);
+            let url = target::parse(&url)?;
+            schedules::list(&url, user.as_deref(), enabled, (limit, page), json).await
+        }
     }
+}
+
+/// An epoch-seconds time as `2026-12-06 09:30:00Z` (the number itself when out of range).
+pub fn timestamp(epoch_seconds: i64) -> String {
+    chrono::DateTime::from_timestamp(epoch_seconds, 0).map_or_else(
+        || epoch_seconds.to_string(),
+        |t| t.format("%Y-%m-%d %H:%M:%SZ").to_string(),
+    )
 }
 
 /// Writes the report to stdout. A closed pipe (`| head`) ends the command quietly.
@@ -222,5 +382,29 @@ mod tests {
         let cli = Cli::try_parse_from(["agno-storage", "copy", "memory://", "file://x"]).unwrap();
         assert!(matches!(cli.command, Command::Copy { .. }));
         assert!(Cli::try_parse_from(["agno-storage", "copy", "memory://"]).is_err());
+        let cli = Cli::try_parse_from([
+            "agno-storage",
+            "jobs",
+            "list",
+            "memory://",
+            "--status",
+            "failed",
+            "--json",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Jobs {
+                command: JobsCommand::List { json: true, status: Some(s), limit: 20, page: 1, .. }
+            } if s == "failed"
+        ));
+        let cli = Cli::try_parse_from(["agno-storage", "schedules", "list", "memory://"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Schedules {
+                command: SchedulesCommand::List { enabled: false, .. }
+            }
+        ));
+        assert!(Cli::try_parse_from(["agno-storage", "jobs", "cancel", "memory://"]).is_err());
     }
 }

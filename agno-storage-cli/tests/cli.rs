@@ -554,3 +554,88 @@ fn status_and_migrate_report_a_damaged_table() {
         "{err}"
     );
 }
+
+/// `jobs` and `schedules` on the demo's SQLite file: the stats, the lists, and refusals
+/// that name the job's state.
+#[test]
+fn jobs_and_schedules_commands_report_the_queue() {
+    let dir = std::env::temp_dir().join(format!("agno-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let url = format!("sqlite://{}", dir.join("queue.db").display());
+    let json = |args: &[&str]| -> serde_json::Value {
+        let output = agno_storage(args);
+        assert!(output.status.success(), "stderr: {}", stderr(&output));
+        serde_json::from_slice(&output.stdout).expect("JSON report")
+    };
+    assert!(agno_storage(&["demo", &url]).status.success());
+    let stats = json(&["jobs", "stats", &url, "--json"]);
+    assert_eq!(stats["counts"]["completed"], 1, "{stats}");
+    assert_eq!(stats["oldest_queued_age_seconds"], serde_json::Value::Null);
+    let list = json(&["jobs", "list", &url, "--json"]);
+    assert_eq!(list["total"], 1, "{list}");
+    let id = list["jobs"][0]["id"].as_str().expect("a job id").to_owned();
+    assert_eq!(list["jobs"][0]["status"], "completed");
+    let none = json(&["jobs", "list", &url, "--status", "queued", "--json"]);
+    assert_eq!(none["total"], 0, "{none}");
+    let text = stdout(&agno_storage(&["jobs", "list", &url]));
+    assert!(text.contains(&id) && text.contains("completed"), "{text}");
+
+    let err = one_error_line(&agno_storage(&["jobs", "requeue", &url, &id]));
+    assert!(err.contains("this one is completed"), "{err}");
+    let err = one_error_line(&agno_storage(&["jobs", "cancel", &url, &id]));
+    assert!(err.contains("queued or paused"), "{err}");
+    let err = one_error_line(&agno_storage(&["jobs", "cancel", &url, "no-such-job"]));
+    assert!(err.contains("no job no-such-job"), "{err}");
+    let err = one_error_line(&agno_storage(&["jobs", "list", &url, "--status", "done"]));
+    assert!(err.contains("queued, running, completed"), "{err}");
+
+    let schedules = json(&["schedules", "list", &url, "--json"]);
+    assert_eq!(schedules["total"], 1, "{schedules}");
+    assert_eq!(schedules["schedules"][0]["enabled"], true);
+    let text = stdout(&agno_storage(&["schedules", "list", &url, "--enabled"]));
+    assert!(
+        text.contains("enabled") && text.contains("next 20"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `jobs cancel` and `jobs requeue` change a job that is waiting, and print it.
+#[cfg(feature = "sqlite")]
+#[test]
+fn jobs_cancel_then_requeue_a_waiting_job() {
+    use agno_storage_core::Job;
+    let dir = std::env::temp_dir().join(format!("agno-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("queue.db");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let db = agno_storage_sql::SqlDb::open_sqlite(&path, Default::default())
+            .await
+            .expect("open")
+            .agno_db();
+        let job = Job::new("job-1", "agent", "agent-1", "s1", serde_json::json!({}));
+        let outcome = db.jobs().expect("jobs").enqueue_job(job, 0).await;
+        assert!(outcome.expect("enqueue").rejection.is_none());
+    });
+    let url = format!("sqlite://{}", path.display());
+    let output = agno_storage(&["jobs", "cancel", &url, "job-1"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    assert!(
+        stdout(&output).starts_with("cancelled job job-1"),
+        "{}",
+        stdout(&output)
+    );
+    let output = agno_storage(&["jobs", "requeue", &url, "job-1", "--json"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let job: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON job");
+    assert_eq!(
+        (job["status"].as_str(), job["max_attempts"].as_i64()),
+        (Some("queued"), Some(1))
+    );
+    let err = one_error_line(&agno_storage(&[
+        "jobs", "requeue", &url, "job-1", "--user", "bob",
+    ]));
+    assert!(err.contains("no job job-1 owned by bob"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
