@@ -846,6 +846,16 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
             .await
     }
 
+    async fn cancel_running_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.rules.id("id", id)?;
+        self.rules.opt_id("user_id", user_id)?;
+        self.inner.cancel_running_job(id, user_id).await
+    }
+
+    async fn job_wakeups(&self) -> Result<Option<Box<dyn crate::job::JobWakeups>>> {
+        self.inner.job_wakeups().await
+    }
+
     async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
         self.rules.id("id", id)?;
         self.inner.session_blocker(id).await

@@ -215,6 +215,17 @@ impl Job {
         true
     }
 
+    /// Cancels a running job from outside its worker: cancelled, lease cleared, finished
+    /// now; false for any other state. Its holder's next heartbeat renews nothing, and
+    /// its result is refused (`LeaseLost`).
+    pub fn cancel_running(&mut self, now: i64) -> bool {
+        if self.status != JobStatus::Running {
+            return false;
+        }
+        self.finish(JobStatus::Cancelled, self.error.clone(), now);
+        true
+    }
+
     /// agno's operator requeue: a failed or cancelled job is queued again, available now,
     /// with exactly one more attempt (`max_attempts = attempt + 1`); false for any other
     /// state.
@@ -584,6 +595,17 @@ impl JobQuery {
     }
 }
 
+/// Wake-ups for an idle worker from the store itself ([`JobStore::job_wakeups`]): one
+/// whenever jobs may have become claimable (PostgreSQL `LISTEN`/`NOTIFY`). A hint, not a
+/// delivery guarantee: a worker still polls, and wakes it may miss (a reconnect, a writer
+/// that does not notify, such as agno's) cost it at most a poll interval.
+#[async_trait]
+pub trait JobWakeups: Send {
+    /// Waits for the next wake-up; `None` once the source is gone for good (poll only from
+    /// then on).
+    async fn next(&mut self) -> Option<()>;
+}
+
 /// The durable job queue. Every transition after a claim is fenced on
 /// `(id, worker_id, attempt, status = running)`; a stale worker gets `LeaseLost`.
 #[async_trait]
@@ -635,6 +657,21 @@ pub trait JobStore: Send + Sync {
         Err(Error::new(
             ErrorKind::Unsupported,
             "release_job is not supported by this backend; let the lease run out instead",
+        ))
+    }
+
+    /// Cancels running job `id` owned by `user_id` (any when `None`) from any replica
+    /// ([`Job::cancel_running`]): the worker that runs it learns at its next heartbeat
+    /// (the lease no longer renews; `agno-storage-worker` then fires the job's
+    /// cancellation token) and its result is refused. agno's `cancel_job` leaves running
+    /// jobs to the run's own cancellation; this is the store-level path that needs no
+    /// shared cancellation flags. False when it is not running, absent or not the user's.
+    /// `Unsupported` where the backend does not implement it (the default).
+    async fn cancel_running_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let _ = (id, user_id);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "cancel_running_job is not supported by this backend",
         ))
     }
 
@@ -754,6 +791,13 @@ pub trait JobStore: Send + Sync {
             ErrorKind::Unsupported,
             "settle_swept_job is not supported by this backend",
         ))
+    }
+
+    /// A source of [`JobWakeups`] for a worker, where the backend has one (PostgreSQL:
+    /// our enqueues and the other transitions that make a job claimable notify
+    /// `agno_jobs`); `None` (the default) where a worker can only poll.
+    async fn job_wakeups(&self) -> Result<Option<Box<dyn JobWakeups>>> {
+        Ok(None)
     }
 
     /// How many jobs are queued (agno's `count_queued_jobs`). The default counts through

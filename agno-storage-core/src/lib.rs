@@ -42,7 +42,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use eval::{EvalFilterType, EvalQuery, EvalRun, EvalStore, EvalType};
 pub use job::{
     ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Job, JobCompletion, JobQuery,
-    JobStatus, JobStore, QueueStats,
+    JobStatus, JobStore, JobWakeups, QueueStats,
 };
 pub use knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 pub use learning::{Learning, LearningQuery, LearningStore};

@@ -319,6 +319,13 @@ impl<B: DocBackend> JobStore for Docs<B> {
         self.0.count_queued_jobs().await
     }
 
+    async fn cancel_running_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.changed("cancel running job", id, user_id, |job, now| {
+            job.cancel_running(now)
+        })
+        .await
+    }
+
     async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         // A requeued serialized ticket rejoins its session behind every live one.
         let session = match self.job_doc(id).await? {

@@ -453,6 +453,28 @@ impl JobStore for MongoDb {
             > 0)
     }
 
+    async fn cancel_running_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        let now = now_epoch_seconds();
+        let mut filter = doc! {"id": id, "status": JobStatus::Running.as_str()};
+        scope(&mut filter, user_id);
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .update_one(
+                filter,
+                doc! {"$set": {
+                    "status": JobStatus::Cancelled.as_str(),
+                    "locked_by": Bson::Null,
+                    "locked_at": Bson::Null,
+                    "completed_at": now,
+                    "updated_at": now,
+                }},
+            )
+            .await
+            .map_err(db_err("cancel running job"))?
+            .modified_count
+            > 0)
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let now = now_epoch_seconds();
         let mut filter = doc! {

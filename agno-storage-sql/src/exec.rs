@@ -3,7 +3,7 @@
 use agno_storage_core::migration::MigrationLock;
 #[cfg(feature = "mysql")]
 use agno_storage_core::Error;
-use agno_storage_core::{async_trait, Result};
+use agno_storage_core::{async_trait, JobWakeups, Result};
 
 use crate::value::{Row, SqlValue};
 
@@ -132,6 +132,13 @@ pub(crate) trait Executor: Send + Sync {
 
     /// Serializes migrations across handles and processes until the guard is dropped.
     async fn migration_lock(&self) -> Result<MigrationLock>;
+
+    /// Notifications on `channel` whose payload is `payload`, as job wake-ups, where the
+    /// database has them (PostgreSQL `LISTEN`); `None` (the default) elsewhere.
+    async fn listen(&self, channel: &str, payload: &str) -> Result<Option<Box<dyn JobWakeups>>> {
+        let _ = (channel, payload);
+        Ok(None)
+    }
 }
 
 #[cfg(feature = "mysql")]

@@ -5,7 +5,8 @@ use agno_storage_core::job::{
 };
 use agno_storage_core::{
     async_trait, now_epoch_seconds, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection,
-    Error, ErrorKind, Job, JobCompletion, JobQuery, JobStatus, JobStore, Page, QueueStats, Result,
+    Error, ErrorKind, Job, JobCompletion, JobQuery, JobStatus, JobStore, JobWakeups, Page,
+    QueueStats, Result,
 };
 use serde_json::Value;
 
@@ -78,6 +79,10 @@ impl SqlStore {
     }
 }
 
+/// The PostgreSQL channel our job writes notify idle workers on; the payload names the
+/// jobs table (`schema.table`).
+pub(crate) const WAKE_CHANNEL: &str = "agno_jobs";
+
 /// The states in which a serialized ticket holds its place in its session.
 const LIVE: &str = "('queued', 'running', 'paused')";
 
@@ -115,6 +120,14 @@ impl SqlStore {
             d.json_field_is_true("payload", "serialize_session"),
         );
         d.json_with_int(json, "session_seq", &next)
+    }
+
+    /// Tells idle workers jobs may be claimable, where the database can (best effort: the
+    /// write is done; a worker that misses it polls).
+    async fn wake_workers(&self) {
+        if let Some((sql, params)) = self.dialect.wake_workers(self) {
+            let _ = self.exec.query(&sql, params).await;
+        }
     }
 
     /// Runs `write` after `lock` in one transaction and returns its rows.
@@ -201,6 +214,7 @@ impl JobStore for SqlStore {
             }
         };
         if let Some(row) = inserted.first() {
+            self.wake_workers().await;
             return Ok(EnqueueOutcome {
                 rejection: None,
                 job: Some(job_from_row(row)?),
@@ -379,10 +393,12 @@ impl JobStore for SqlStore {
         let mut params = vec![SqlValue::int(now_epoch_seconds())];
         params.extend(fence_params(id, worker_id, attempt));
         let read = self.select_by(Table::Jobs, "id", id);
-        match self.write_returning((sql, params), read).await?.first() {
-            Some(row) => job_from_row(row),
-            None => Err(lease_lost(id, worker_id, attempt)),
-        }
+        let released = match self.write_returning((sql, params), read).await?.first() {
+            Some(row) => job_from_row(row)?,
+            None => return Err(lease_lost(id, worker_id, attempt)),
+        };
+        self.wake_workers().await;
+        Ok(released)
     }
 
     async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
@@ -415,11 +431,17 @@ impl JobStore for SqlStore {
             .dialect
             .session_lock(self, &job.session_id)
             .filter(|_| job.is_serialized());
-        if let Some(lock) = lock {
-            let update = (format!("{sql} RETURNING id"), params);
-            return Ok(!self.under_lock(lock, update).await?.is_empty());
+        let requeued = match lock {
+            Some(lock) => {
+                let update = (format!("{sql} RETURNING id"), params);
+                !self.under_lock(lock, update).await?.is_empty()
+            }
+            None => self.exec.execute(&sql, params).await? > 0,
+        };
+        if requeued {
+            self.wake_workers().await;
         }
-        Ok(self.exec.execute(&sql, params).await? > 0)
+        Ok(requeued)
     }
 
     async fn settle_paused_job(
@@ -522,6 +544,7 @@ impl JobStore for SqlStore {
                 SqlValue::text(id),
             ];
             if self.exec.execute(&sql, params).await? > 0 {
+                self.wake_workers().await;
                 return Ok(Continued {
                     outcome,
                     job: Some(job),
@@ -606,6 +629,15 @@ impl JobStore for SqlStore {
         Ok(self.exec.execute(&sql, params).await? > 0)
     }
 
+    async fn job_wakeups(&self) -> Result<Option<Box<dyn JobWakeups>>> {
+        if self.dialect.wake_workers(self).is_none() {
+            return Ok(None);
+        }
+        self.exec
+            .listen(WAKE_CHANNEL, &self.table_ref(Table::Jobs))
+            .await
+    }
+
     async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
         self.check(Table::Jobs)?;
         let Some(job) = self
@@ -641,6 +673,23 @@ impl JobStore for SqlStore {
         w.eq("user_id", user_id);
         let sql = format!(
             "UPDATE {} SET status = 'cancelled', completed_at = ?, updated_at = ?{}",
+            self.t(Table::Jobs),
+            w.sql()
+        );
+        let mut params = vec![SqlValue::int(now), SqlValue::int(now)];
+        params.extend(w.params);
+        Ok(self.exec.execute(&sql, params).await? > 0)
+    }
+
+    async fn cancel_running_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
+        self.check(Table::Jobs)?;
+        let now = now_epoch_seconds();
+        let mut w = Where::default();
+        w.eq("id", Some(id));
+        w.push("status = 'running'", []);
+        w.eq("user_id", user_id);
+        let sql = format!(
+            "UPDATE {} SET status = 'cancelled', locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ?{}",
             self.t(Table::Jobs),
             w.sql()
         );

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agno_storage_core::json::parse_value;
 use agno_storage_core::migration::{HeldLock, MigrationLock};
-use agno_storage_core::{async_trait, Error, ErrorKind, Result};
+use agno_storage_core::{async_trait, Error, ErrorKind, JobWakeups, Result};
 use chrono::NaiveDate;
 use serde_json::Value;
 use sqlx::postgres::{
@@ -379,6 +379,17 @@ impl HeldLock for PgLock {
 
 #[async_trait]
 impl Executor for PgExecutor {
+    async fn listen(&self, channel: &str, payload: &str) -> Result<Option<Box<dyn JobWakeups>>> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool)
+            .await
+            .map_err(map_err)?;
+        listener.listen(channel).await.map_err(map_err)?;
+        Ok(Some(Box::new(PgWakeups {
+            listener,
+            payload: payload.to_owned(),
+        })))
+    }
+
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Row>> {
         let (sql, args): (Arc<str>, _) = (number_placeholders(sql).into(), arguments(params)?);
         let rows = self
@@ -493,5 +504,28 @@ mod tests {
             number_placeholders("SELECT ? , '?', \"a?\" WHERE x = ?"),
             "SELECT $1 , '?', \"a?\" WHERE x = $2"
         );
+    }
+}
+
+/// `LISTEN` on a connection of its own: a wake-up per notification carrying `payload`.
+struct PgWakeups {
+    listener: sqlx::postgres::PgListener,
+    payload: String,
+}
+
+#[async_trait]
+impl JobWakeups for PgWakeups {
+    async fn next(&mut self) -> Option<()> {
+        loop {
+            match self.listener.recv().await {
+                Ok(n) if n.payload() == self.payload => return Some(()),
+                Ok(_) => {}
+                // The listener reconnects on the next call; meanwhile the worker polls.
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    return Some(());
+                }
+            }
+        }
     }
 }

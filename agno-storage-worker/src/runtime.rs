@@ -230,6 +230,7 @@ pub(crate) fn start(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, config:
         background: vec![
             tokio::spawn(heartbeat_loop(shared.clone())),
             tokio::spawn(cleanup_loop(shared.clone())),
+            tokio::spawn(wakeup_loop(shared.clone())),
         ],
         shared,
     }
@@ -481,6 +482,26 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 }
             }
             Err(e) => shared.note_error("heartbeat_jobs", &e),
+        }
+    }
+}
+
+/// Wakes the claimer whenever the store says jobs may be claimable (PostgreSQL
+/// `LISTEN`), so new work starts without waiting for the poll; does nothing where the store
+/// has no wake-ups.
+async fn wakeup_loop(shared: Arc<Shared>) {
+    let mut wakeups = match shared.store.job_wakeups().await {
+        Ok(Some(wakeups)) => wakeups,
+        Ok(None) => return,
+        Err(e) => return shared.note_error("job_wakeups", &e),
+    };
+    loop {
+        tokio::select! {
+            next = wakeups.next() => match next {
+                Some(()) => shared.wake.notify_one(),
+                None => return,
+            },
+            _ = shared.stop.cancelled() => return,
         }
     }
 }

@@ -267,6 +267,95 @@ async fn heartbeats_hold_the_lease_and_a_lost_lease_cancels() {
     }
 }
 
+/// On PostgreSQL an idle worker hears of a new job through the store's wake-ups
+/// (`LISTEN`/`NOTIFY`), long before its poll interval (a minute here) would find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_is_woken_by_an_enqueue() {
+    for (name, store) in stores().await {
+        if name != "postgres" {
+            continue;
+        }
+        let started = Arc::new(AtomicUsize::new(0));
+        let seen = started.clone();
+        let worker = Worker::builder(store.clone())
+            .poll_interval(Duration::from_secs(60))
+            .handler(move |_job: Job, _ctx: JobContext| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                async { Outcome::Completed }
+            })
+            .start()
+            .unwrap();
+        // Past the first (empty) claim, into the minute-long wait.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        enqueue(&store, vec![job(1)]).await;
+        assert!(
+            until(Duration::from_secs(10), || started.load(Ordering::SeqCst)
+                == 1)
+            .await,
+            "{name}: the enqueue woke the worker"
+        );
+        worker.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+/// A running job cancelled from another handle on the store (another replica) stops
+/// within one heartbeat interval; its handler's result is refused and the row stays
+/// cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_cancelled_elsewhere_stops_within_a_heartbeat() {
+    for (name, store) in stores().await {
+        let long = job(0);
+        enqueue(&store, vec![long.clone()]).await;
+        let cancelled_after: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let seen = cancelled_after.clone();
+        // Heartbeats every second.
+        let worker = Worker::builder(store.clone())
+            .lock_grace(Duration::from_secs(3))
+            .poll_interval(Duration::from_millis(50))
+            .handler(move |_job: Job, ctx: JobContext| {
+                let seen = seen.clone();
+                async move {
+                    tokio::select! {
+                        _ = ctx.cancelled().cancelled() => {
+                            *seen.lock().unwrap() = Some(Instant::now());
+                        }
+                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    }
+                    Outcome::Completed
+                }
+            })
+            .start()
+            .unwrap();
+        assert!(
+            until(Duration::from_secs(10), || worker.stats().running == 1).await,
+            "{name}: claimed"
+        );
+        let asked = Instant::now();
+        assert!(store.cancel_running_job(&long.id, None).await.unwrap());
+        assert!(
+            until(Duration::from_secs(5), || cancelled_after
+                .lock()
+                .unwrap()
+                .is_some())
+            .await,
+            "{name}: the handler was cancelled"
+        );
+        let took = cancelled_after.lock().unwrap().unwrap() - asked;
+        assert!(
+            took < Duration::from_millis(2_500),
+            "{name}: cancelled after {took:?}, more than a heartbeat interval"
+        );
+        let stats = worker.shutdown(Duration::from_secs(5)).await;
+        assert_eq!(
+            (stats.completed, stats.lease_lost),
+            (0, 1),
+            "{name}: {stats:?}"
+        );
+        let row = store.get_job(&long.id, None).await.unwrap().unwrap();
+        assert_eq!(row.status, JobStatus::Cancelled, "{name}");
+    }
+}
+
 /// Shutdown lets a running handler finish and writes its result; a handler that outruns
 /// the deadline is cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -160,6 +160,14 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         format!("{a} < {b}")
     }
 
+    /// The statement that wakes idle workers after a job may have become claimable
+    /// (PostgreSQL: `NOTIFY` on [`crate::jobs::WAKE_CHANNEL`] with the jobs table as
+    /// payload); `None` where the database has no notifications.
+    fn wake_workers(&self, s: &SqlStore) -> Option<Statement> {
+        let _ = s;
+        None
+    }
+
     /// The statement that takes agno's lock on a job session's sequence, held to the end of
     /// the transaction, where agno has one (PostgreSQL's advisory lock; `None` elsewhere).
     /// A dialect with one has `INSERT … ON CONFLICT DO NOTHING RETURNING`.

@@ -69,6 +69,16 @@ impl Dialect for Postgres {
         )
     }
 
+    fn wake_workers(&self, s: &SqlStore) -> Option<Statement> {
+        Some((
+            "SELECT pg_notify(?, ?) IS NULL AS notified".into(),
+            vec![
+                SqlValue::text(crate::jobs::WAKE_CHANNEL),
+                SqlValue::text(s.table_ref(Table::Jobs)),
+            ],
+        ))
+    }
+
     /// agno's session lock (see [`session_lock_key`]).
     fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<Statement> {
         Some((

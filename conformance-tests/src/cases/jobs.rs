@@ -1078,3 +1078,56 @@ pub(crate) async fn continue_and_sweep_as_agno(ctx: &Ctx) -> CaseResult {
     )?;
     Ok(())
 }
+
+/// `cancel_running_job`: a running job is cancelled by anyone holding the store (its
+/// owner, or any caller without a user), not by another user; its holder's heartbeat then
+/// renews nothing and its result is refused; queued or finished jobs are left alone.
+pub(crate) async fn running_job_cancelled_from_anywhere(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.jobs()?;
+    let mut j = job();
+    j.user_id = Some("alice".into());
+    store.enqueue_job(j.clone(), 0).await?;
+    ensure(
+        !store.cancel_running_job(&j.id, None).await?,
+        "a queued job is not cancelled as running",
+    )?;
+    let held = store.claim_job("w", 60, None).await?.ok_or("claim")?;
+    ensure(
+        !store.cancel_running_job(&j.id, Some("mallory")).await?,
+        "another user cannot cancel it",
+    )?;
+    ensure(
+        store.cancel_running_job(&j.id, Some("alice")).await?,
+        "cancel",
+    )?;
+    ensure_eq(
+        store
+            .heartbeat_jobs("w", std::slice::from_ref(&j.id))
+            .await?,
+        0,
+        "the holder's heartbeat renews nothing",
+    )?;
+    expect_err(
+        store
+            .complete_job(&j.id, "w", held.attempt, JobStatus::Completed, None)
+            .await,
+        ErrorKind::LeaseLost,
+        "the holder's result",
+    )?;
+    let row = store.get_job(&j.id, None).await?.ok_or("job")?;
+    ensure_eq(
+        (
+            row.status,
+            row.locked_by.is_none(),
+            row.completed_at.is_some(),
+        ),
+        (JobStatus::Cancelled, true, true),
+        "cancelled and released",
+    )?;
+    ensure(
+        !store.cancel_running_job(&j.id, None).await?,
+        "a finished job is not cancelled again",
+    )?;
+    Ok(())
+}
