@@ -1,10 +1,13 @@
 //! Drain benchmark on PostgreSQL, run on demand
 //! (`cargo bench -p agno-storage-worker --bench drain`).
 //!
-//! N no-op jobs (default 5,000; `BENCH_JOBS=…`) enqueued beforehand into a fresh, analyzed
+//! N no-op jobs (default 20,000; `BENCH_JOBS=…`) enqueued beforehand into a fresh, analyzed
 //! schema, then drained by one [`Worker`] of concurrency 8 (`BENCH_CONCURRENCY=…`), without
 //! and with a prefetch of 500 (`BENCH_PREFETCH=…`, the size of graphile-worker's batched
-//! local queue); the time runs until every result is written. With `GRAPHILE_BENCH=DIR` (a
+//! local queue); the time runs until every result is written. Beside each, the bare batched
+//! loop on agno's layout (sqlx alone: one claim statement of up to 8, or 500, jobs and one
+//! completion statement, repeated), on the same number of jobs. `scripts/bench-worker.sh`
+//! installs graphile-worker from npm and runs this with it. With `GRAPHILE_BENCH=DIR` (a
 //! folder holding graphile-worker 0.18 in `node_modules` and
 //! `../shared/peers/graphile-worker-bench.js`), graphile-worker drains the same number of
 //! jobs on the same server, default and batched (`BATCHED=1`), the contenders alternating
@@ -12,13 +15,17 @@
 
 use std::time::{Duration, Instant};
 
-use agno_storage_core::{Job, JobStatus};
+use std::sync::Arc;
+
+use agno_storage_core::{Job, JobStatus, JobStore};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_worker::{JobContext, Outcome, Worker};
 use serde_json::json;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgPool, PgPoolOptions};
 
-async fn ours(url: &str, n: usize, concurrency: usize, prefetch: usize) -> f64 {
+/// A fresh schema of agno's layout holding `n` queued no-op jobs, analyzed: its name, our
+/// job store on it and a bare pool.
+async fn fill(url: &str, n: usize) -> (String, Arc<dyn JobStore>, PgPool) {
     let schema = format!(
         "agno_drain_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
@@ -51,6 +58,30 @@ async fn ours(url: &str, n: usize, concurrency: usize, prefetch: usize) -> f64 {
     .execute(&pool)
     .await
     .unwrap();
+    (schema, store, pool)
+}
+
+/// Checks every job completed, then drops the schema.
+async fn verify_and_drop(schema: &str, store: &Arc<dyn JobStore>, pool: &PgPool, n: usize) {
+    let completed = store
+        .list_jobs(agno_storage_core::JobQuery {
+            status: Some(JobStatus::Completed),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .total as usize;
+    assert_eq!(completed, n);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn ours(url: &str, n: usize, concurrency: usize, prefetch: usize) -> f64 {
+    let (schema, store, pool) = fill(url, n).await;
     let start = Instant::now();
     let worker = Worker::builder(store.clone())
         .concurrency(concurrency)
@@ -64,23 +95,54 @@ async fn ours(url: &str, n: usize, concurrency: usize, prefetch: usize) -> f64 {
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let stats = worker.shutdown(Duration::from_secs(10)).await;
     assert_eq!((stats.errors, stats.lease_lost), (0, 0), "{stats:?}");
-    assert_eq!(
-        store
-            .list_jobs(agno_storage_core::JobQuery {
-                status: Some(JobStatus::Completed),
-                ..Default::default()
-            })
+    verify_and_drop(&schema, &store, &pool, n).await;
+    rate
+}
+
+/// The bare batched loop on agno's layout, through sqlx alone: claim up to `batch` jobs in
+/// one `UPDATE … SKIP LOCKED … RETURNING`, finish them in one `UPDATE … FROM unnest(…)`
+/// fenced on `(id, attempt, locked_by, running)`, repeat until none is left.
+async fn bare(url: &str, n: usize, batch: usize) -> f64 {
+    let (schema, store, pool) = fill(url, n).await;
+    let table = format!("\"{schema}\".agno_jobs");
+    let claim = format!(
+        "UPDATE {table} SET status = 'running', locked_by = $1, locked_at = $2, attempt = attempt + 1, updated_at = $2 \
+         WHERE id = ANY(ARRAY(SELECT id FROM {table} WHERE status = 'queued' AND available_at <= $2 \
+         ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, attempt"
+    );
+    let finish = format!(
+        "UPDATE {table} AS j SET status = 'completed', locked_by = NULL, locked_at = NULL, completed_at = $3, \
+         updated_at = $3 FROM unnest($1::text[], $2::bigint[]) AS v(id, attempt) \
+         WHERE j.id = v.id AND j.attempt = v.attempt AND j.locked_by = $4 AND j.status = 'running'"
+    );
+    let start = Instant::now();
+    let mut done = 0;
+    loop {
+        let now = agno_storage_core::now_epoch_seconds();
+        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(claim.clone()))
+            .bind("bare")
+            .bind(now)
+            .bind(batch as i64)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        if rows.is_empty() {
+            break;
+        }
+        let (ids, attempts): (Vec<String>, Vec<i64>) = rows.into_iter().unzip();
+        let finished = sqlx::query(sqlx::AssertSqlSafe(finish.clone()))
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(now)
+            .bind("bare")
+            .execute(&pool)
             .await
             .unwrap()
-            .total as usize,
-        n
-    );
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA \"{schema}\" CASCADE"
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
+            .rows_affected();
+        done += finished as usize;
+    }
+    let rate = done as f64 / start.elapsed().as_secs_f64();
+    verify_and_drop(&schema, &store, &pool, n).await;
     rate
 }
 
@@ -124,7 +186,7 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(d)
     };
-    let (n, rounds) = (env("BENCH_JOBS", 5000), env("BENCH_ROUNDS", 3));
+    let (n, rounds) = (env("BENCH_JOBS", 20_000), env("BENCH_ROUNDS", 3));
     let concurrency = env("BENCH_CONCURRENCY", 8);
     let prefetch = env("BENCH_PREFETCH", 500);
     let peer = std::env::var("GRAPHILE_BENCH").ok();
@@ -134,13 +196,21 @@ fn main() {
         .build()
         .unwrap();
     println!("{n} jobs, concurrency {concurrency}, {rounds} rounds");
-    let (mut o, mut op, mut g, mut gb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut o = Vec::new();
+    let mut op = Vec::new();
+    let mut b = Vec::new();
+    let mut bp = Vec::new();
+    let mut g = Vec::new();
+    let mut gb = Vec::new();
     for round in 0..rounds {
         o.push(rt.block_on(ours(&url, n, concurrency, 0)));
+        b.push(rt.block_on(bare(&url, n, concurrency)));
         op.push(rt.block_on(ours(&url, n, concurrency, prefetch)));
+        bp.push(rt.block_on(bare(&url, n, prefetch)));
         let mut line = format!(
-            "round {round}: ours {:.0}/s, ours prefetching {prefetch} {:.0}/s",
-            o[round], op[round]
+            "round {round}: ours {:.0}/s, bare loop of {concurrency} {:.0}/s, ours prefetching {prefetch} {:.0}/s, \
+             bare loop of {prefetch} {:.0}/s",
+            o[round], b[round], op[round], bp[round]
         );
         if let Some(dir) = &peer {
             g.push(graphile(dir, &url, n, concurrency, false));
@@ -152,24 +222,27 @@ fn main() {
         }
         println!("{line}");
     }
+    let ratio = |a: &[f64], b: &[f64]| {
+        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        median(&r)
+    };
+    println!(
+        "median jobs/s: ours {:.0}, prefetching {:.0}, bare loop of {concurrency} {:.0}, of {prefetch} {:.0}; \
+         ours / bare {:.2}, prefetching / bare {:.2} (medians of per-round ratios)",
+        median(&o),
+        median(&op),
+        median(&b),
+        median(&bp),
+        ratio(&o, &b),
+        ratio(&op, &bp)
+    );
     if peer.is_some() {
-        let r: Vec<f64> = o.iter().zip(&g).map(|(a, b)| a / b).collect();
-        let rb: Vec<f64> = op.iter().zip(&gb).map(|(a, b)| a / b).collect();
         println!(
-            "median jobs/s: ours {:.0}, prefetching {:.0}, graphile-worker {:.0}, batched {:.0}; \
-             ours / graphile-worker {:.2}, prefetching / batched {:.2} (medians of per-round ratios)",
-            median(&o),
-            median(&op),
+            "graphile-worker {:.0}, batched {:.0}; ours / graphile-worker {:.2}, prefetching / batched {:.2}",
             median(&g),
             median(&gb),
-            median(&r),
-            median(&rb)
-        );
-    } else {
-        println!(
-            "median jobs/s: ours {:.0}, prefetching {:.0}",
-            median(&o),
-            median(&op)
+            ratio(&o, &g),
+            ratio(&op, &gb)
         );
     }
 }
