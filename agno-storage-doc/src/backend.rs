@@ -6,8 +6,8 @@ use std::time::Duration;
 use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
 use agno_storage_core::migration::MigrationLock;
 use agno_storage_core::{
-    async_trait, Error, ErrorKind, Job, MemoryStats, MetricsRecord, Page, Pagination, Result,
-    RunRecord, SessionQuery, SortOrder, Table, UserMemory,
+    async_trait, Error, ErrorKind, Job, JobWakeups, MemoryStats, MetricsRecord, Page, Pagination,
+    Result, RunRecord, SessionQuery, SortOrder, Table, UserMemory,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -302,6 +302,16 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         .iter()
         .map(|d| d.decode("a job"))
         .collect()
+    }
+
+    /// Tells idle workers that jobs may have become claimable (after an enqueue, a
+    /// release, a requeue or a continue); best effort (default: nothing, workers poll).
+    async fn wake_workers(&self) {}
+
+    /// [`agno_storage_core::JobStore::job_wakeups`]: what [`DocBackend::wake_workers`]
+    /// sends, received (default `None`).
+    async fn job_wakeups(&self) -> Result<Option<Box<dyn JobWakeups>>> {
+        Ok(None)
     }
 
     /// [`agno_storage_core::JobStore::claim_job`] (default:

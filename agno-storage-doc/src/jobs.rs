@@ -10,7 +10,7 @@
 use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost};
 use agno_storage_core::{
     async_trait, visible_to, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Error,
-    ErrorKind, Job, JobQuery, JobStatus, JobStore, Page, Result, SortOrder,
+    ErrorKind, Job, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result, SortOrder,
 };
 use std::collections::HashMap;
 
@@ -199,10 +199,11 @@ impl<B: DocBackend> JobStore for Docs<B> {
             }
             match self.commit("enqueue job", writes).await? {
                 Commit::Done => {
+                    self.0.wake_workers().await;
                     return Ok(EnqueueOutcome {
                         rejection: None,
                         job: Some(job),
-                    })
+                    });
                 }
                 Commit::Conflict => {
                     let key_taken = match &job.idempotency_key {
@@ -302,10 +303,17 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 
     async fn release_job(&self, id: &str, worker_id: &str, attempt: i64) -> Result<Job> {
-        self.fenced("release job", id, worker_id, attempt, |job, now| {
-            job.release(now)
-        })
-        .await
+        let released = self
+            .fenced("release job", id, worker_id, attempt, |job, now| {
+                job.release(now)
+            })
+            .await?;
+        self.0.wake_workers().await;
+        Ok(released)
+    }
+
+    async fn job_wakeups(&self) -> Result<Option<Box<dyn JobWakeups>>> {
+        self.0.job_wakeups().await
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
@@ -332,14 +340,19 @@ impl<B: DocBackend> JobStore for Docs<B> {
             Some((_, j)) if j.is_serialized() => self.0.session_jobs(&j.session_id).await?,
             _ => Vec::new(),
         };
-        self.changed("requeue job", id, user_id, |job, now| {
-            let requeued = job.requeue(now);
-            if requeued && job.is_serialized() {
-                job.set_session_seq(job.next_session_seq(&session));
-            }
-            requeued
-        })
-        .await
+        let requeued = self
+            .changed("requeue job", id, user_id, |job, now| {
+                let requeued = job.requeue(now);
+                if requeued && job.is_serialized() {
+                    job.set_session_seq(job.next_session_seq(&session));
+                }
+                requeued
+            })
+            .await?;
+        if requeued {
+            self.0.wake_workers().await;
+        }
+        Ok(requeued)
     }
 
     async fn settle_paused_job(
@@ -366,6 +379,9 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 job.continue_paused(&continue_payload, now) == ContinueOutcome::Queued
             })
             .await?;
+        if let Some((_, true)) = &after {
+            self.0.wake_workers().await;
+        }
         let outcome = match &after {
             None => ContinueOutcome::Conflict,
             Some((_, true)) => ContinueOutcome::Queued,

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{
-    async_trait, Job, MemoryStats, MetricsRecord, Page, Pagination, Result, RunRecord, SessionQuery,
+    async_trait, Job, JobWakeups, MemoryStats, MetricsRecord, Page, Pagination, Result, RunRecord,
+    SessionQuery,
 };
 use agno_storage_core::{SortOrder, Table};
 use agno_storage_doc::layout::{shape, shape_serde, Nulls};
@@ -823,6 +824,14 @@ impl<S: Server> DocBackend for KvDocs<S> {
     ) -> Result<Option<Job>> {
         self.claim(worker_id, lock_grace_seconds, deployment_id)
             .await
+    }
+
+    async fn wake_workers(&self) {
+        self.publish_wake().await;
+    }
+
+    async fn job_wakeups(&self) -> Result<Option<Box<dyn JobWakeups>>> {
+        self.subscribe_wakeups().await
     }
 
     /// The members of agno's session set: the live serialized tickets, whoever wrote them.

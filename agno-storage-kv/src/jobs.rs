@@ -17,7 +17,7 @@
 //! at most a second) for a durable queue. A SQL store's job queue stays the record of
 //! truth where losing an accepted job is not acceptable.
 
-use agno_storage_core::{Error, ErrorKind, Job, Result};
+use agno_storage_core::{Error, ErrorKind, Job, JobWakeups, Result};
 use agno_storage_doc::{Commit, DocBackend, Fields, SessionOrder};
 use serde_json::Value;
 
@@ -131,12 +131,41 @@ impl KvStore {
         self.key(TABLE, &format!("session:{digest}"))
     }
 
+    /// The channel our job writes publish on to wake idle workers: `{prefix}:jobs:wake`
+    /// (a channel, not a key: nothing is stored).
+    fn jobs_wake_channel(&self) -> String {
+        self.key(TABLE, "wake")
+    }
+
     fn jobs_idx(&self, rest: &str) -> String {
         self.idx(TABLE, rest)
     }
 }
 
 impl<S: Server> KvDocs<S> {
+    /// [`DocBackend::wake_workers`]: `PUBLISH` on the wake channel, best effort.
+    pub(crate) async fn publish_wake(&self) {
+        let store = self.store();
+        let _: Result<i64> = store
+            .query(redis::cmd("PUBLISH").arg(store.jobs_wake_channel()).arg(""))
+            .await;
+    }
+
+    /// [`DocBackend::job_wakeups`]: a subscription to the wake channel on a connection of
+    /// its own.
+    pub(crate) async fn subscribe_wakeups(&self) -> Result<Option<Box<dyn JobWakeups>>> {
+        let store = self.store();
+        let channel = store.jobs_wake_channel();
+        let messages = subscribe(&store.client, &channel)
+            .await
+            .map_err(|e| store.err(e))?;
+        Ok(Some(Box::new(RedisWakeups {
+            client: store.client.clone(),
+            channel,
+            messages,
+        })))
+    }
+
     /// The tickets agno's session set of `session_id` holds.
     pub(crate) async fn live_session_tickets(&self, session_id: &str) -> Result<Vec<Job>> {
         let store = self.store();
@@ -250,6 +279,40 @@ impl<S: Server> KvDocs<S> {
                 offset = 0;
             } else {
                 offset += ids.len();
+            }
+        }
+    }
+}
+
+type Messages = std::pin::Pin<Box<dyn futures::Stream<Item = redis::Msg> + Send>>;
+
+async fn subscribe(client: &redis::Client, channel: &str) -> redis::RedisResult<Messages> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    Ok(Box::pin(pubsub.into_on_message()))
+}
+
+/// Wake-ups from the wake channel; a lost subscription is made again (the worker polls
+/// meanwhile).
+struct RedisWakeups {
+    client: redis::Client,
+    channel: String,
+    messages: Messages,
+}
+
+#[agno_storage_core::async_trait]
+impl JobWakeups for RedisWakeups {
+    async fn next(&mut self) -> Option<()> {
+        use futures::StreamExt;
+        if self.messages.next().await.is_some() {
+            return Some(());
+        }
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            if let Ok(messages) = subscribe(&self.client, &self.channel).await {
+                self.messages = messages;
+                // Whatever was published meanwhile is unknown: wake to look.
+                return Some(());
             }
         }
     }

@@ -215,7 +215,7 @@ mod client {
                 .query_async::<Vec<String>>(&mut probe)
                 .await
                 .is_ok_and(|v| v.get(1).is_some_and(|s| s == "yes"));
-            let store = Arc::new(KvStore::new(conn, options.prefix, server));
+            let store = Arc::new(KvStore::new(conn, client.clone(), options.prefix, server));
             if !mode.creates() {
                 if !store.holds_anything().await? {
                     return Err(OpenMode::no_database(

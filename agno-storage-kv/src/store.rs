@@ -11,6 +11,8 @@ const CHUNK: usize = 500;
 
 pub(crate) struct KvStore {
     conn: ConnectionManager,
+    /// For connections of their own (subscriptions).
+    pub(crate) client: redis::Client,
     pub(crate) prefix: String,
     pub(crate) server: &'static str,
     pub(crate) commit_script: redis::Script,
@@ -44,9 +46,15 @@ pub(crate) fn glob_escape(literal: &str) -> String {
 }
 
 impl KvStore {
-    pub(crate) fn new(conn: ConnectionManager, prefix: String, server: &'static str) -> Self {
+    pub(crate) fn new(
+        conn: ConnectionManager,
+        client: redis::Client,
+        prefix: String,
+        server: &'static str,
+    ) -> Self {
         KvStore {
             conn,
+            client,
             prefix,
             server,
             commit_script: crate::docs::commit_script(),

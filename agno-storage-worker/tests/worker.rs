@@ -1,5 +1,6 @@
-//! The worker runtime against real stores: the in-memory store, SQLite and PostgreSQL
-//! (`AGNO_TEST_POSTGRES_URL`; required under `CI=true`, skipped with a note otherwise).
+//! The worker runtime against real stores: the in-memory store, SQLite, PostgreSQL and
+//! Redis (`AGNO_TEST_POSTGRES_URL`, `AGNO_TEST_REDIS_URL`; required under `CI=true`,
+//! skipped with a note otherwise).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use agno_storage_core::{Job, JobQuery, JobStatus, JobStore};
 use agno_storage_doc::InMemoryDb;
+use agno_storage_kv::{KvDb, KvOptions};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_testkit::servers::{self, Backend};
 use agno_storage_worker::{JobContext, Outcome, Worker};
@@ -34,6 +36,17 @@ async fn stores() -> Vec<(&'static str, Arc<dyn JobStore>)> {
             out.push(("postgres", pg.job_store().unwrap()));
         }
         None => eprintln!("AGNO_TEST_POSTGRES_URL is not set: PostgreSQL not covered"),
+    }
+    match servers::url(Backend::Redis).await.unwrap() {
+        Some(url) => {
+            let options = KvOptions {
+                prefix: format!("agno_worker_{}", &uuid()[..12]),
+                ..Default::default()
+            };
+            let redis = KvDb::connect(&url, options).await.unwrap().agno_db();
+            out.push(("redis", redis.job_store().unwrap()));
+        }
+        None => eprintln!("AGNO_TEST_REDIS_URL is not set: Redis not covered"),
     }
     out
 }
@@ -267,12 +280,13 @@ async fn heartbeats_hold_the_lease_and_a_lost_lease_cancels() {
     }
 }
 
-/// On PostgreSQL an idle worker hears of a new job through the store's wake-ups
-/// (`LISTEN`/`NOTIFY`), long before its poll interval (a minute here) would find it.
+/// On PostgreSQL and Redis an idle worker hears of a new job through the store's wake-ups
+/// (`LISTEN`/`NOTIFY`, pub/sub), long before its poll interval (a minute here) would find
+/// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_is_woken_by_an_enqueue() {
     for (name, store) in stores().await {
-        if name != "postgres" {
+        if !matches!(name, "postgres" | "redis") {
             continue;
         }
         let started = Arc::new(AtomicUsize::new(0));
