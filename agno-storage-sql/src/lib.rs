@@ -71,6 +71,50 @@ mod value;
 pub use schema::TableNames;
 use store::SqlStore;
 
+/// The connection pool of a server database (PostgreSQL, MySQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The most connections open at once (default 8).
+    pub max_connections: u32,
+    /// How long a call waits for a free connection before it fails `Unavailable`
+    /// (default 20 s).
+    pub acquire_timeout: std::time::Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 8,
+            acquire_timeout: std::time::Duration::from_secs(20),
+        }
+    }
+}
+
+impl PoolSettings {
+    /// A pool for an `agno-storage-worker` of `concurrency` handlers that write through the
+    /// same store: one connection per handler, plus the worker's claimer, completer and
+    /// heartbeat, plus one for the rest of the application.
+    pub fn for_worker(concurrency: usize) -> Self {
+        PoolSettings {
+            max_connections: u32::try_from(concurrency)
+                .unwrap_or(u32::MAX)
+                .saturating_add(4),
+            ..PoolSettings::default()
+        }
+    }
+
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn check(&self) -> Result<()> {
+        if self.max_connections == 0 {
+            return Err(agno_storage_core::Error::new(
+                agno_storage_core::ErrorKind::InvalidInput,
+                "a connection pool of 0 connections can run nothing: set max_connections to 1 or more",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One SQL database with agno's tables.
 #[derive(Clone)]
 pub struct SqlDb {
@@ -134,9 +178,24 @@ impl SqlDb {
         tables: TableNames,
         mode: OpenMode,
     ) -> Result<Self> {
+        Self::connect_postgres_with_pool(url, schema, tables, mode, PoolSettings::default()).await
+    }
+
+    /// [`SqlDb::connect_postgres_with_mode`] with a pool of `pool`'s size (see
+    /// [`PoolSettings::for_worker`]).
+    #[cfg(feature = "postgres")]
+    pub async fn connect_postgres_with_pool(
+        url: &str,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+        pool: PoolSettings,
+    ) -> Result<Self> {
         schema::validate_identifier("PostgreSQL schema name", schema)?;
         crate::schema::validate_names(&tables)?;
-        let exec = postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}")).await?;
+        pool.check()?;
+        let exec =
+            postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}"), pool).await?;
         Self::init(
             Arc::new(exec),
             &dialect::Postgres,
@@ -166,9 +225,23 @@ impl SqlDb {
         tables: TableNames,
         mode: OpenMode,
     ) -> Result<Self> {
+        Self::connect_mysql_with_pool(url, schema, tables, mode, PoolSettings::default()).await
+    }
+
+    /// [`SqlDb::connect_mysql_with_mode`] with a pool of `pool`'s size (see
+    /// [`PoolSettings::for_worker`]).
+    #[cfg(feature = "mysql")]
+    pub async fn connect_mysql_with_pool(
+        url: &str,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+        pool: PoolSettings,
+    ) -> Result<Self> {
         schema::validate_identifier("MySQL database name", schema)?;
         crate::schema::validate_names(&tables)?;
-        let exec = mysql::MySqlExecutor::connect(url, schema.to_owned()).await?;
+        pool.check()?;
+        let exec = mysql::MySqlExecutor::connect(url, schema.to_owned(), pool).await?;
         Self::init(
             Arc::new(exec),
             &dialect::MySql,

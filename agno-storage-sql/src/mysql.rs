@@ -196,7 +196,11 @@ fn connect_error(e: sqlx::Error) -> Error {
 
 impl MySqlExecutor {
     /// Connects a pool to `url`.
-    pub(crate) async fn connect(url: &str, lock_key: String) -> Result<Self> {
+    pub(crate) async fn connect(
+        url: &str,
+        lock_key: String,
+        settings: crate::PoolSettings,
+    ) -> Result<Self> {
         let options = MySqlConnectOptions::from_str(url)
             .map_err(|e| {
                 Error::new(ErrorKind::InvalidInput, format!("invalid MySQL URL: {e}"))
@@ -213,8 +217,8 @@ impl MySqlExecutor {
             .map_err(map_err)?;
         probe.close().await.map_err(map_err)?;
         let pool = MySqlPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(20))
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
             .idle_timeout(Duration::from_secs(60))
             .after_connect(|conn, _| {
                 Box::pin(async move {

@@ -298,7 +298,11 @@ fn arguments(params: Vec<SqlValue>) -> Result<PgArguments> {
 
 impl PgExecutor {
     /// Connects a pool to `url`.
-    pub(crate) async fn connect(url: &str, lock_key: String) -> Result<Self> {
+    pub(crate) async fn connect(
+        url: &str,
+        lock_key: String,
+        settings: crate::PoolSettings,
+    ) -> Result<Self> {
         let options = PgConnectOptions::from_str(url).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
@@ -319,8 +323,8 @@ impl PgExecutor {
             })?;
         probe.close().await.map_err(map_err)?;
         let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(std::time::Duration::from_secs(20))
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
             .connect_with(options)
             .await
             .map_err(|e| {

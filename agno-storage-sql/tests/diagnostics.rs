@@ -13,9 +13,9 @@ mod common;
 use std::future::Future;
 
 use agno_storage_core::{
-    now_epoch_seconds, AgnoDb, Error, ErrorKind, MigrationManager, Session, SessionType,
+    now_epoch_seconds, AgnoDb, Error, ErrorKind, MigrationManager, OpenMode, Session, SessionType,
 };
-use agno_storage_sql::{SqlDb, TableNames};
+use agno_storage_sql::{PoolSettings, SqlDb, TableNames};
 
 fn unique(name: &str) -> String {
     format!("agno_ct_{}_{}", now_epoch_seconds(), common::slug(name)).to_lowercase()
@@ -285,4 +285,42 @@ async fn mysql_damage_and_pending_migrations_are_told_apart() {
         .agno_db();
     an_oversized_id_is_invalid_input(&db).await;
     run(format!("DROP DATABASE `{schema}`")).await;
+}
+
+/// A pool of no connections is refused by name; a pool sized for a worker opens and works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_pool_settings_are_checked_and_used() {
+    let Some(url) = server_url("AGNO_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let schema = unique("pool");
+    let none = PoolSettings {
+        max_connections: 0,
+        ..PoolSettings::default()
+    };
+    let err = SqlDb::connect_postgres_with_pool(
+        &url,
+        &schema,
+        TableNames::default(),
+        OpenMode::CreateMissing,
+        none,
+    )
+    .await
+    .expect_err("a pool of 0");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.message().contains("max_connections"), "{err}");
+    let sized = PoolSettings::for_worker(32);
+    assert_eq!(sized.max_connections, 36);
+    let db = SqlDb::connect_postgres_with_pool(
+        &url,
+        &schema,
+        TableNames::default(),
+        OpenMode::CreateMissing,
+        sized,
+    )
+    .await
+    .expect("open")
+    .agno_db();
+    let jobs = db.jobs().expect("jobs");
+    assert_eq!(jobs.count_queued_jobs().await.expect("count"), 0);
 }
