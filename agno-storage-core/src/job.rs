@@ -412,6 +412,36 @@ impl Job {
     }
 }
 
+/// Per-session ordering over one claim's candidates: whether a ticket may run now
+/// ([`Job::session_blocker`]), each session's tickets read once.
+#[derive(Debug, Default)]
+pub struct SessionOrder {
+    sessions: std::collections::HashMap<String, Vec<Job>>,
+}
+
+impl SessionOrder {
+    /// Whether `job` may run: it is not serialized, or nothing in its session holds it
+    /// back. `read` gives a session's jobs (at least its live serialized tickets) the first
+    /// time one is asked about.
+    pub async fn allows<F, Fut>(&mut self, job: &Job, read: F) -> Result<bool>
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<Job>>>,
+    {
+        if !job.is_serialized() {
+            return Ok(true);
+        }
+        if !self.sessions.contains_key(&job.session_id) {
+            let tickets = read(job.session_id.clone()).await?;
+            self.sessions.insert(job.session_id.clone(), tickets);
+        }
+        Ok(self
+            .sessions
+            .get(&job.session_id)
+            .is_none_or(|tickets| job.session_blocker(tickets).is_none()))
+    }
+}
+
 /// `InvalidInput` unless `status` is one a held job may finish in (terminal or paused).
 pub fn check_finish_status(status: JobStatus) -> Result<()> {
     if status.is_terminal() || status == JobStatus::Paused {
@@ -497,6 +527,43 @@ pub struct Continued {
     pub outcome: ContinueOutcome,
     /// The job as it is now (`None` when absent).
     pub job: Option<Job>,
+}
+
+/// agno's `continue_job` for a backend that can write a job back only while it is still
+/// paused: reads job `id` (through `get_job`, scoped to `user_id`), applies
+/// [`Job::continue_paused`] at `now()` and, when that queues it, `write_if_paused` stores it
+/// (false when the job was no longer paused, and it is read again).
+pub async fn continue_paused_job<G, W>(
+    id: &str,
+    continue_payload: &Value,
+    now: impl Fn() -> i64,
+    get_job: impl Fn() -> G,
+    write_if_paused: impl Fn(Job) -> W,
+) -> Result<Continued>
+where
+    G: std::future::Future<Output = Result<Option<Job>>>,
+    W: std::future::Future<Output = Result<bool>>,
+{
+    for _ in 0..8 {
+        let Some(mut job) = get_job().await? else {
+            return Ok(Continued {
+                outcome: ContinueOutcome::Conflict,
+                job: None,
+            });
+        };
+        let outcome = job.continue_paused(continue_payload, now());
+        if outcome != ContinueOutcome::Queued || write_if_paused(job.clone()).await? {
+            return Ok(Continued {
+                outcome,
+                job: Some(job),
+            });
+        }
+    }
+    Err(Error::new(
+        ErrorKind::Conflict,
+        format!("continue_job: job {id} kept changing while continuing it; retry"),
+    )
+    .set_temporary(true))
 }
 
 /// Result of [`JobStore::enqueue_job`].
@@ -593,6 +660,23 @@ impl JobQuery {
         sort_newest_first(&mut jobs);
         Page::paginate(jobs, &self.pagination)
     }
+}
+
+/// Every job `query` matches (its pagination ignored), read through `list_jobs` a page at
+/// a time: for the trait's defaults.
+async fn every_job<S: JobStore + ?Sized>(store: &S, mut query: JobQuery) -> Result<Vec<Job>> {
+    const PAGE: u64 = 100;
+    let mut jobs = Vec::new();
+    for page in 1.. {
+        query.pagination = Pagination::page(PAGE, page);
+        let items = store.list_jobs(query.clone()).await?.items;
+        let last = (items.len() as u64) < PAGE;
+        jobs.extend(items);
+        if last {
+            break;
+        }
+    }
+    Ok(jobs)
 }
 
 /// Wake-ups for an idle worker from the store itself ([`JobStore::job_wakeups`]): one
@@ -732,26 +816,15 @@ pub trait JobStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<Job>> {
         let now = crate::now_epoch_seconds();
-        let mut swept = Vec::new();
-        for page in 1.. {
-            let items = self
-                .list_jobs(JobQuery {
-                    status: Some(JobStatus::Running),
-                    pagination: Pagination::page(100, page),
-                    ..Default::default()
-                })
-                .await?
-                .items;
-            let last = items.len() < 100;
-            swept.extend(
-                items
-                    .into_iter()
-                    .filter(|j| j.is_sweepable(now, lock_grace_seconds)),
-            );
-            if last {
-                break;
-            }
-        }
+        let running = JobQuery {
+            status: Some(JobStatus::Running),
+            ..Default::default()
+        };
+        let mut swept: Vec<Job> = every_job(self, running)
+            .await?
+            .into_iter()
+            .filter(|j| j.is_sweepable(now, lock_grace_seconds))
+            .collect();
         swept.sort_by(|a, b| (a.locked_at, &a.id).cmp(&(b.locked_at, &b.id)));
         swept.truncate(limit);
         Ok(swept)
@@ -851,22 +924,11 @@ pub trait JobStore: Send + Sync {
         else {
             return Ok(None);
         };
-        let mut session = Vec::new();
-        for page in 1.. {
-            let items = self
-                .list_jobs(JobQuery {
-                    session_id: Some(job.session_id.clone()),
-                    pagination: Pagination::page(100, page),
-                    ..Default::default()
-                })
-                .await?
-                .items;
-            let last = items.len() < 100;
-            session.extend(items);
-            if last {
-                break;
-            }
-        }
+        let of_session = JobQuery {
+            session_id: Some(job.session_id.clone()),
+            ..Default::default()
+        };
+        let session = every_job(self, of_session).await?;
         Ok(job.session_blocker(&session).map(|b| b.id.clone()))
     }
 

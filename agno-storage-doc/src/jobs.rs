@@ -7,12 +7,11 @@
 //! gets `LeaseLost`. An idempotency key is a guard document created in the same commit as
 //! the job; a resubmission finds the guard and returns the original job.
 
-use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost};
+use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost, SessionOrder};
 use agno_storage_core::{
     async_trait, visible_to, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Error,
     ErrorKind, Job, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result, SortOrder,
 };
-use std::collections::HashMap;
 
 use serde_json::json;
 
@@ -525,10 +524,13 @@ pub async fn claim_oldest_job<B: DocBackend>(
             }
         }
         candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
-        let mut sessions = SessionOrder::new(db);
+        let mut sessions = SessionOrder::default();
         let mut lost_race = false;
         for (stored, mut job) in candidates {
-            if !sessions.allows(&job).await? {
+            if !sessions
+                .allows(&job, |sid| async move { db.session_jobs(&sid).await })
+                .await?
+            {
                 continue;
             }
             job.take_lease(worker_id, now);
@@ -550,37 +552,4 @@ pub async fn claim_oldest_job<B: DocBackend>(
         backoff(round).await;
     }
     Err(db.contended("claim job"))
-}
-
-/// Per-session ordering for one claim's candidates: whether a ticket may run now
-/// ([`Job::session_blocker`] over [`DocBackend::session_jobs`]), each session read once.
-pub struct SessionOrder<'a, B: DocBackend> {
-    db: &'a B,
-    sessions: HashMap<String, Vec<Job>>,
-}
-
-impl<'a, B: DocBackend> SessionOrder<'a, B> {
-    /// A check that reads sessions from `db`.
-    pub fn new(db: &'a B) -> Self {
-        SessionOrder {
-            db,
-            sessions: HashMap::new(),
-        }
-    }
-
-    /// Whether `job` may run: it is not serialized, or nothing in its session holds it
-    /// back.
-    pub async fn allows(&mut self, job: &Job) -> Result<bool> {
-        if !job.is_serialized() {
-            return Ok(true);
-        }
-        if !self.sessions.contains_key(&job.session_id) {
-            let tickets = self.db.session_jobs(&job.session_id).await?;
-            self.sessions.insert(job.session_id.clone(), tickets);
-        }
-        Ok(self
-            .sessions
-            .get(&job.session_id)
-            .is_none_or(|tickets| job.session_blocker(tickets).is_none()))
-    }
 }

@@ -17,8 +17,9 @@
 //! at most a second) for a durable queue. A SQL store's job queue stays the record of
 //! truth where losing an accepted job is not acceptable.
 
+use agno_storage_core::job::SessionOrder;
 use agno_storage_core::{Error, ErrorKind, Job, JobWakeups, Result};
-use agno_storage_doc::{Commit, DocBackend, Fields, SessionOrder};
+use agno_storage_doc::{Commit, DocBackend, Fields};
 use serde_json::Value;
 
 use crate::docs::Entry;
@@ -248,9 +249,12 @@ impl<S: Server> KvDocs<S> {
             }
             candidates.sort_by(|(_, a), (_, b)| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
             let mut contended = false;
-            let mut sessions = SessionOrder::new(self);
+            let mut sessions = SessionOrder::default();
             for (stored, mut job) in candidates {
-                if !sessions.allows(&job).await? {
+                if !sessions
+                    .allows(&job, |sid| async move { self.session_jobs(&sid).await })
+                    .await?
+                {
                     continue;
                 }
                 job.take_lease(worker_id, now);

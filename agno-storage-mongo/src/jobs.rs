@@ -6,13 +6,13 @@
 //! transition is a compare-and-set on `(id, status = running, locked_by, attempt)`.
 //! Idempotency keys are unique per user through a partial unique index.
 
-use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost};
-use agno_storage_core::{
-    async_trait, now_epoch_seconds, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection,
-    Error, ErrorKind, Job, JobQuery, JobStatus, JobStore, Page, Result,
+use agno_storage_core::job::{
+    check_finish_status, check_settle_status, continue_paused_job, lease_lost, SessionOrder,
 };
-use std::collections::HashMap;
-
+use agno_storage_core::{
+    async_trait, now_epoch_seconds, Continued, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
+    Job, JobQuery, JobStatus, JobStore, Page, Result,
+};
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
@@ -170,19 +170,15 @@ impl JobStore for MongoDb {
                 .try_collect::<Vec<Document>>()
                 .await
                 .map_err(db_err("claim job"))?;
-            let mut sessions: HashMap<String, Vec<Job>> = HashMap::new();
+            let mut sessions = SessionOrder::default();
             let mut lost_race = false;
             for candidate in candidates {
                 let job = decode(candidate)?;
-                if job.is_serialized() {
-                    if !sessions.contains_key(&job.session_id) {
-                        let tickets = self.session_tickets(&job.session_id).await?;
-                        sessions.insert(job.session_id.clone(), tickets);
-                    }
-                    let tickets = sessions.get(&job.session_id).map_or(&[][..], Vec::as_slice);
-                    if job.session_blocker(tickets).is_some() {
-                        continue;
-                    }
+                let may_run = sessions
+                    .allows(&job, |sid| async move { self.session_tickets(&sid).await })
+                    .await?;
+                if !may_run {
+                    continue;
                 }
                 let mut this = filter.clone();
                 this.insert("id", &job.id);
@@ -358,21 +354,7 @@ impl JobStore for MongoDb {
         user_id: Option<&str>,
         continue_payload: serde_json::Value,
     ) -> Result<Continued> {
-        for _ in 0..8 {
-            let Some(mut job) = self.get_job(id, user_id).await? else {
-                return Ok(Continued {
-                    outcome: ContinueOutcome::Conflict,
-                    job: None,
-                });
-            };
-            let outcome = job.continue_paused(&continue_payload, now_epoch_seconds());
-            if outcome != ContinueOutcome::Queued {
-                return Ok(Continued {
-                    outcome,
-                    job: Some(job),
-                });
-            }
-            // Written only over the paused job read: a concurrent continue wins alone.
+        let write_if_paused = |job: Job| async move {
             let written = self
                 .coll(&self.inner.names.jobs)
                 .replace_one(
@@ -381,19 +363,16 @@ impl JobStore for MongoDb {
                 )
                 .await
                 .map_err(db_err("continue job"))?;
-            if written.modified_count > 0 {
-                return Ok(Continued {
-                    outcome,
-                    job: Some(job),
-                });
-            }
-        }
-        Err(Error::new(
-            ErrorKind::Conflict,
-            format!("continue_job: job {id} kept changing while continuing it; retry"),
+            Ok(written.modified_count > 0)
+        };
+        continue_paused_job(
+            id,
+            &continue_payload,
+            now_epoch_seconds,
+            || self.get_job(id, user_id),
+            write_if_paused,
         )
-        .with_backend("mongodb")
-        .set_temporary(true))
+        .await
     }
 
     async fn acquire_sweep(

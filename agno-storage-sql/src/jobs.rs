@@ -1,12 +1,12 @@
 //! The durable job queue (`agno_jobs`): atomic claims, leases, fencing, idempotency keys.
 
 use agno_storage_core::job::{
-    check_completions, check_finish_status, check_settle_status, lease_lost, sort_oldest_first,
+    check_completions, check_finish_status, check_settle_status, continue_paused_job, lease_lost,
+    sort_oldest_first,
 };
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection,
-    Error, ErrorKind, Job, JobCompletion, JobQuery, JobStatus, JobStore, JobWakeups, Page,
-    QueueStats, Result,
+    async_trait, now_epoch_seconds, Continued, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
+    Job, JobCompletion, JobQuery, JobStatus, JobStore, JobWakeups, Page, QueueStats, Result,
 };
 use serde_json::Value;
 
@@ -516,26 +516,12 @@ impl JobStore for SqlStore {
         continue_payload: Value,
     ) -> Result<Continued> {
         self.check(Table::Jobs)?;
-        for _ in 0..8 {
-            let Some(mut job) = self.get_job(id, user_id).await? else {
-                return Ok(Continued {
-                    outcome: ContinueOutcome::Conflict,
-                    job: None,
-                });
-            };
-            let outcome = job.continue_paused(&continue_payload, now_epoch_seconds());
-            if outcome != ContinueOutcome::Queued {
-                return Ok(Continued {
-                    outcome,
-                    job: Some(job),
-                });
-            }
-            // Written only over the paused job read: a concurrent continue wins alone.
-            let sql = format!(
-                "UPDATE {} SET status = 'queued', payload = ?, max_attempts = ?, available_at = ?, locked_by = NULL, \
-                 locked_at = NULL, completed_at = NULL, updated_at = ? WHERE id = ? AND status = 'paused'",
-                self.t(Table::Jobs)
-            );
+        let sql = format!(
+            "UPDATE {} SET status = 'queued', payload = ?, max_attempts = ?, available_at = ?, locked_by = NULL, \
+             locked_at = NULL, completed_at = NULL, updated_at = ? WHERE id = ? AND status = 'paused'",
+            self.t(Table::Jobs)
+        );
+        let write_if_paused = |job: Job| {
             let params = vec![
                 SqlValue::json(Some(&job.payload)),
                 SqlValue::int(job.max_attempts),
@@ -543,19 +529,23 @@ impl JobStore for SqlStore {
                 SqlValue::Int(job.updated_at),
                 SqlValue::text(id),
             ];
-            if self.exec.execute(&sql, params).await? > 0 {
-                self.wake_workers().await;
-                return Ok(Continued {
-                    outcome,
-                    job: Some(job),
-                });
+            let sql = &sql;
+            async move {
+                let written = self.exec.execute(sql, params).await? > 0;
+                if written {
+                    self.wake_workers().await;
+                }
+                Ok(written)
             }
-        }
-        Err(Error::new(
-            ErrorKind::Conflict,
-            format!("continue_job: job {id} kept changing while continuing it; retry"),
+        };
+        continue_paused_job(
+            id,
+            &continue_payload,
+            now_epoch_seconds,
+            || self.get_job(id, user_id),
+            write_if_paused,
         )
-        .set_temporary(true))
+        .await
     }
 
     async fn sweep_exhausted_jobs(

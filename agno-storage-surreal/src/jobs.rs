@@ -2,8 +2,9 @@
 //! candidates come a page at a time from the `status` index instead of one read of every
 //! queued and running job.
 
+use agno_storage_core::job::SessionOrder;
 use agno_storage_core::{now_epoch_seconds, Job, JobStatus, Result};
-use agno_storage_doc::{DocBackend, SessionOrder, Table};
+use agno_storage_doc::{DocBackend, Table};
 use surrealdb::types::Value as SValue;
 
 use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
@@ -56,9 +57,12 @@ impl SurrealDb {
                     let offset = usize::from(uuid::Uuid::new_v4().as_bytes()[0]) % spread;
                     candidates[..spread].rotate_left(offset);
                 }
-                let mut sessions = SessionOrder::new(self);
+                let mut sessions = SessionOrder::default();
                 for (stored, mut job) in candidates {
-                    if !sessions.allows(&job).await? {
+                    if !sessions
+                        .allows(&job, |sid| async move { self.session_jobs(&sid).await })
+                        .await?
+                    {
                         continue;
                     }
                     job.take_lease(worker_id, now);
