@@ -458,6 +458,29 @@ impl Executor for PgExecutor {
     }
 }
 
+/// `LISTEN` on a connection of its own: a wake-up per notification carrying `payload`.
+struct PgWakeups {
+    listener: sqlx::postgres::PgListener,
+    payload: String,
+}
+
+#[async_trait]
+impl JobWakeups for PgWakeups {
+    async fn next(&mut self) -> Option<()> {
+        loop {
+            match self.listener.recv().await {
+                Ok(n) if n.payload() == self.payload => return Some(()),
+                Ok(_) => {}
+                // The listener reconnects on the next call; meanwhile the worker polls.
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    return Some(());
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,28 +531,5 @@ mod tests {
             number_placeholders("SELECT ? , '?', \"a?\" WHERE x = ?"),
             "SELECT $1 , '?', \"a?\" WHERE x = $2"
         );
-    }
-}
-
-/// `LISTEN` on a connection of its own: a wake-up per notification carrying `payload`.
-struct PgWakeups {
-    listener: sqlx::postgres::PgListener,
-    payload: String,
-}
-
-#[async_trait]
-impl JobWakeups for PgWakeups {
-    async fn next(&mut self) -> Option<()> {
-        loop {
-            match self.listener.recv().await {
-                Ok(n) if n.payload() == self.payload => return Some(()),
-                Ok(_) => {}
-                // The listener reconnects on the next call; meanwhile the worker polls.
-                Err(_) => {
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    return Some(());
-                }
-            }
-        }
     }
 }
