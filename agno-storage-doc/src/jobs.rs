@@ -315,6 +315,20 @@ impl<B: DocBackend> JobStore for Docs<B> {
         self.0.job_wakeups().await
     }
 
+    /// Over [`DocBackend::session_jobs`], the tickets claims order by (on Redis/Valkey,
+    /// agno's session set: tickets agno wrote count too).
+    async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
+        let Some((_, job)) = self
+            .job_doc(id)
+            .await?
+            .filter(|(_, j)| j.status == JobStatus::Queued && j.is_serialized())
+        else {
+            return Ok(None);
+        };
+        let session = self.0.session_jobs(&job.session_id).await?;
+        Ok(job.session_blocker(&session).map(|b| b.id.clone()))
+    }
+
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         self.changed("cancel job", id, user_id, |job, now| {
             job.cancel_waiting(now)
