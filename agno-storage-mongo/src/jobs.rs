@@ -24,6 +24,24 @@ fn decode(d: Document) -> Result<Job> {
     from_doc(d, "a job")
 }
 
+/// The `$set` of [`Job::finish`]: `status` and `error`, the lease released, finished now
+/// when `status` is terminal.
+fn finished(status: JobStatus, error: Option<&str>, now: i64) -> Document {
+    let completed_at = if status.is_terminal() {
+        Bson::Int64(now)
+    } else {
+        Bson::Null
+    };
+    doc! {"$set": {
+        "status": status.as_str(),
+        "error": opt(error),
+        "locked_by": Bson::Null,
+        "locked_at": Bson::Null,
+        "updated_at": now,
+        "completed_at": completed_at,
+    }}
+}
+
 fn fence(id: &str, worker_id: &str, attempt: i64) -> Document {
     doc! {"id": id, "status": JobStatus::Running.as_str(), "locked_by": worker_id, "attempt": attempt}
 }
@@ -32,6 +50,22 @@ fn fence(id: &str, worker_id: &str, attempt: i64) -> Document {
 const CLAIM_PAGE: i64 = 16;
 
 impl MongoDb {
+    /// One job's `update_one` under `filter`: whether it changed a job.
+    async fn update_job(
+        &self,
+        operation: &'static str,
+        filter: Document,
+        update: impl Into<mongodb::options::UpdateModifications> + Send,
+    ) -> Result<bool> {
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .update_one(filter, update)
+            .await
+            .map_err(db_err(operation))?
+            .modified_count
+            > 0)
+    }
+
     /// The live serialized tickets of session `session_id`.
     async fn session_tickets(&self, session_id: &str) -> Result<Vec<Job>> {
         let live =
@@ -226,26 +260,8 @@ impl JobStore for MongoDb {
         error: Option<String>,
     ) -> Result<Job> {
         check_finish_status(status)?;
-        let now = now_epoch_seconds();
-        let completed_at = if status.is_terminal() {
-            Bson::Int64(now)
-        } else {
-            Bson::Null
-        };
-        self.fenced_update(
-            id,
-            worker_id,
-            attempt,
-            doc! {"$set": {
-                "status": status.as_str(),
-                "error": opt(error.as_deref()),
-                "locked_by": Bson::Null,
-                "locked_at": Bson::Null,
-                "updated_at": now,
-                "completed_at": completed_at,
-            }},
-        )
-        .await
+        let update = finished(status, error.as_deref(), now_epoch_seconds());
+        self.fenced_update(id, worker_id, attempt, update).await
     }
 
     async fn retry_or_fail_job(
@@ -312,13 +328,7 @@ impl JobStore for MongoDb {
             set.insert("payload.session_seq", job.next_session_seq(&session));
         }
         let update = vec![doc! {"$set": set}];
-        Ok(self
-            .coll(&self.inner.names.jobs)
-            .update_one(filter, update)
-            .await
-            .map_err(db_err("requeue job"))?
-            .modified_count
-            > 0)
+        self.update_job("requeue job", filter, update).await
     }
 
     async fn settle_paused_job(
@@ -328,24 +338,9 @@ impl JobStore for MongoDb {
         error: Option<String>,
     ) -> Result<bool> {
         check_settle_status(status)?;
-        let now = now_epoch_seconds();
-        Ok(self
-            .coll(&self.inner.names.jobs)
-            .update_one(
-                doc! {"id": id, "status": JobStatus::Paused.as_str()},
-                doc! {"$set": {
-                    "status": status.as_str(),
-                    "error": opt(error.as_deref()),
-                    "locked_by": Bson::Null,
-                    "locked_at": Bson::Null,
-                    "completed_at": now,
-                    "updated_at": now,
-                }},
-            )
-            .await
-            .map_err(db_err("settle paused job"))?
-            .modified_count
-            > 0)
+        let filter = doc! {"id": id, "status": JobStatus::Paused.as_str()};
+        let update = finished(status, error.as_deref(), now_epoch_seconds());
+        self.update_job("settle paused job", filter, update).await
     }
 
     async fn continue_job(
@@ -382,21 +377,17 @@ impl JobStore for MongoDb {
         lock_grace_seconds: i64,
     ) -> Result<bool> {
         let now = now_epoch_seconds();
-        Ok(self
-            .coll(&self.inner.names.jobs)
-            .update_one(
-                doc! {
-                    "id": id,
-                    "status": JobStatus::Running.as_str(),
-                    "locked_at": {"$lte": now - lock_grace_seconds},
-                    "$expr": {"$gte": ["$attempt", "$max_attempts"]},
-                },
-                doc! {"$set": {"locked_by": worker_id, "locked_at": now, "updated_at": now}},
-            )
-            .await
-            .map_err(db_err("acquire sweep"))?
-            .modified_count
-            > 0)
+        self.update_job(
+            "acquire sweep",
+            doc! {
+                "id": id,
+                "status": JobStatus::Running.as_str(),
+                "locked_at": {"$lte": now - lock_grace_seconds},
+                "$expr": {"$gte": ["$attempt", "$max_attempts"]},
+            },
+            doc! {"$set": {"locked_by": worker_id, "locked_at": now, "updated_at": now}},
+        )
+        .await
     }
 
     async fn settle_swept_job(
@@ -407,51 +398,27 @@ impl JobStore for MongoDb {
         error: Option<String>,
     ) -> Result<bool> {
         check_finish_status(status)?;
-        let now = now_epoch_seconds();
-        let completed_at = if status.is_terminal() {
-            Bson::Int64(now)
-        } else {
-            Bson::Null
-        };
-        Ok(self
-            .coll(&self.inner.names.jobs)
-            .update_one(
-                doc! {"id": id, "status": JobStatus::Running.as_str(), "locked_by": worker_id},
-                doc! {"$set": {
-                    "status": status.as_str(),
-                    "error": opt(error.as_deref()),
-                    "locked_by": Bson::Null,
-                    "locked_at": Bson::Null,
-                    "updated_at": now,
-                    "completed_at": completed_at,
-                }},
-            )
-            .await
-            .map_err(db_err("settle swept job"))?
-            .modified_count
-            > 0)
+        let filter = doc! {"id": id, "status": JobStatus::Running.as_str(), "locked_by": worker_id};
+        let update = finished(status, error.as_deref(), now_epoch_seconds());
+        self.update_job("settle swept job", filter, update).await
     }
 
     async fn cancel_running_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
         let now = now_epoch_seconds();
         let mut filter = doc! {"id": id, "status": JobStatus::Running.as_str()};
         scope(&mut filter, user_id);
-        Ok(self
-            .coll(&self.inner.names.jobs)
-            .update_one(
-                filter,
-                doc! {"$set": {
-                    "status": JobStatus::Cancelled.as_str(),
-                    "locked_by": Bson::Null,
-                    "locked_at": Bson::Null,
-                    "completed_at": now,
-                    "updated_at": now,
-                }},
-            )
-            .await
-            .map_err(db_err("cancel running job"))?
-            .modified_count
-            > 0)
+        self.update_job(
+            "cancel running job",
+            filter,
+            doc! {"$set": {
+                "status": JobStatus::Cancelled.as_str(),
+                "locked_by": Bson::Null,
+                "locked_at": Bson::Null,
+                "completed_at": now,
+                "updated_at": now,
+            }},
+        )
+        .await
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
@@ -461,16 +428,9 @@ impl JobStore for MongoDb {
             "status": {"$in": [JobStatus::Queued.as_str(), JobStatus::Paused.as_str()]},
         };
         scope(&mut filter, user_id);
-        Ok(self
-            .coll(&self.inner.names.jobs)
-            .update_one(
-                filter,
-                doc! {"$set": {"status": JobStatus::Cancelled.as_str(), "completed_at": now, "updated_at": now}},
-            )
+        self.update_job("cancel job", filter,
+                doc! {"$set": {"status": JobStatus::Cancelled.as_str(), "completed_at": now, "updated_at": now}})
             .await
-            .map_err(db_err("cancel job"))?
-            .modified_count
-            > 0)
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
