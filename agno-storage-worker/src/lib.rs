@@ -17,7 +17,9 @@
 //!   finishes, [`Worker::wake`] is called (say, by the code that enqueues), or the poll
 //!   interval passes (with ±20% jitter, so replicas do not poll in step).
 //! - **Cleanup**: terminal jobs older than the retention are deleted about hourly, as
-//!   agno's worker does.
+//!   agno's worker does; abandoned jobs with no attempt left are swept to `failed`.
+//! - **Store outages**: a failing claim backs off (doubling from the poll interval, at most
+//!   30 s) and the worker resumes by itself when the store answers.
 //! - **Graceful shutdown**: [`Worker::shutdown`] stops claiming, hands back the jobs it
 //!   claimed ahead, lets running handlers finish within a deadline, cancels the rest, and
 //!   writes every result it has.
@@ -53,7 +55,7 @@ use std::time::Duration;
 use agno_storage_core::{async_trait, Error, Job, JobStore, Result};
 pub use tokio_util::sync::CancellationToken;
 
-pub use runtime::{Worker, WorkerStats};
+pub use runtime::{Worker, WorkerStats, SWEPT_ERROR};
 pub use scheduler::{Scheduler, SchedulerStats};
 
 /// How a handler ended a job.
@@ -127,6 +129,7 @@ pub(crate) struct Config {
     pub(crate) retry_delay: Duration,
     pub(crate) retention: Duration,
     pub(crate) cleanup_interval: Duration,
+    pub(crate) sweep: bool,
 }
 
 /// agno's default number of jobs a replica runs at once (`AGNO_BACKGROUND_MAX_CONCURRENCY`).
@@ -153,6 +156,7 @@ impl WorkerBuilder {
                 retry_delay: DEFAULT_RETRY_DELAY,
                 retention: DEFAULT_RETENTION,
                 cleanup_interval: Duration::from_secs(3_600),
+                sweep: true,
             },
         }
     }
@@ -217,6 +221,17 @@ impl WorkerBuilder {
     pub fn retention(mut self, retention: Duration, interval: Duration) -> Self {
         self.config.retention = retention;
         self.config.cleanup_interval = interval;
+        self
+    }
+
+    /// Whether this worker fails abandoned jobs (default true): running jobs whose holder
+    /// stopped heartbeating more than the lease ago and that have no attempt left, which no
+    /// claim takes (agno's default `max_attempts` is 1). Each is settled `failed` with
+    /// [`SWEPT_ERROR`], checked every poll interval, as agno's worker does. Turn it off
+    /// when agno's AgentOS workers share the queue and should be the ones to sweep (agno
+    /// also marks the run row of a swept job, which a store-level worker cannot).
+    pub fn sweep_exhausted(mut self, sweep: bool) -> Self {
+        self.config.sweep = sweep;
         self
     }
 

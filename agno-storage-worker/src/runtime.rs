@@ -40,6 +40,9 @@ pub struct WorkerStats {
     pub lease_lost: u64,
     /// Claimed jobs handed back unstarted at shutdown ([`JobStore::release_job`]).
     pub released: u64,
+    /// Abandoned jobs with no attempt left that this worker failed
+    /// ([`WorkerBuilder::sweep_exhausted`](crate::WorkerBuilder::sweep_exhausted)).
+    pub swept: u64,
     /// Store calls that failed (the jobs they concerned stay leased and are reclaimed
     /// after the lease).
     pub errors: u64,
@@ -59,6 +62,7 @@ struct Counters {
     failed: AtomicU64,
     lease_lost: AtomicU64,
     released: AtomicU64,
+    swept: AtomicU64,
     errors: AtomicU64,
 }
 
@@ -153,6 +157,7 @@ impl Worker {
             failed: load(&c.failed),
             lease_lost: load(&c.lease_lost),
             released: load(&c.released),
+            swept: load(&c.swept),
             errors: load(&c.errors),
             running: self.shared.config.concurrency - self.shared.slots.available_permits(),
             last_error: lock(&self.shared.last_error).clone(),
@@ -231,9 +236,20 @@ pub(crate) fn start(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, config:
             tokio::spawn(heartbeat_loop(shared.clone())),
             tokio::spawn(cleanup_loop(shared.clone())),
             tokio::spawn(wakeup_loop(shared.clone())),
+            tokio::spawn(sweep_loop(shared.clone())),
         ],
         shared,
     }
+}
+
+/// The longest wait between claims while the store keeps failing.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait after `failures` consecutive failed claims: the poll interval doubled per
+/// failure, at most [`MAX_BACKOFF`] (or the poll interval, if that is longer).
+fn backoff(poll: Duration, failures: u32) -> Duration {
+    let doubled = poll.saturating_mul(1 << failures.min(16));
+    doubled.min(MAX_BACKOFF.max(poll))
 }
 
 /// The poll interval with ±20% jitter.
@@ -245,6 +261,8 @@ fn jittered(interval: Duration) -> Duration {
 /// until a slot frees up, someone wakes it, or the poll interval passes.
 async fn claim_loop(shared: Arc<Shared>) {
     let config = &shared.config;
+    // Consecutive failed claims: the wait doubles with each, up to [`MAX_BACKOFF`].
+    let mut failures: u32 = 0;
     while !shared.stop.is_cancelled() {
         dispatch(&shared);
         let free = shared.slots.available_permits();
@@ -265,11 +283,15 @@ async fn claim_loop(shared: Arc<Shared>) {
                 .await
             {
                 Ok(jobs) => {
+                    failures = 0;
                     full = jobs.len() == want;
                     hold(&shared, jobs);
                     dispatch(&shared);
                 }
-                Err(e) => shared.note_error("claim_jobs", &e),
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    shared.note_error("claim_jobs", &e);
+                }
             }
         }
         if full
@@ -278,7 +300,11 @@ async fn claim_loop(shared: Arc<Shared>) {
         {
             continue;
         }
-        let wait = if free == 0 || full {
+        let wait = if failures > 0 {
+            // The store is failing (unreachable, restarting): back off, jittered, and
+            // claim again when it answers; nothing beyond the held batch is in memory.
+            jittered(backoff(config.poll_interval, failures))
+        } else if free == 0 || full {
             // Busy: a finishing handler wakes us; the interval only bounds the wait.
             config.poll_interval
         } else {
@@ -506,6 +532,64 @@ async fn wakeup_loop(shared: Arc<Shared>) {
     }
 }
 
+/// What a swept job's `error` says: agno 3.1.10's text (`os/job_queue.py`), so an operator
+/// reads the same answer whichever worker swept it.
+pub const SWEPT_ERROR: &str = "Worker lost and attempt budget exhausted; run was not re-executed. \
+Crashed runs fail visibly instead of silently re-executing (at-most-once, max_attempts=1 by default): \
+set QueueConfig(max_attempts=2) or higher to allow automatic re-execution, or grant one attempt via \
+POST /queue/jobs/{id}/requeue.";
+
+/// The most abandoned jobs one sweep settles (agno's `limit`).
+const SWEEP_BATCH: usize = 20;
+
+/// Every poll interval, fails the running jobs whose holder stopped heartbeating and that
+/// have no attempt left (no claim will take them): takes each one's lease first
+/// ([`JobStore::acquire_sweep`], so a live heartbeat or another sweeper wins), then settles
+/// it `failed` with [`SWEPT_ERROR`]. Stops where the store cannot sweep.
+async fn sweep_loop(shared: Arc<Shared>) {
+    if !shared.config.sweep {
+        return;
+    }
+    let grace = shared.grace_seconds();
+    let worker_id = &shared.config.worker_id;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(jittered(shared.config.poll_interval)) => {}
+            _ = shared.stop.cancelled() => return,
+        }
+        let jobs = match shared.store.sweep_exhausted_jobs(grace, SWEEP_BATCH).await {
+            Ok(jobs) => jobs,
+            Err(e) if e.kind() == ErrorKind::Unsupported => return,
+            Err(e) => {
+                shared.note_error("sweep_exhausted_jobs", &e);
+                continue;
+            }
+        };
+        for job in jobs {
+            let settled = match shared.store.acquire_sweep(&job.id, worker_id, grace).await {
+                Ok(true) => {
+                    shared
+                        .store
+                        .settle_swept_job(
+                            &job.id,
+                            worker_id,
+                            JobStatus::Failed,
+                            Some(SWEPT_ERROR.to_owned()),
+                        )
+                        .await
+                }
+                other => other,
+            };
+            match settled {
+                Ok(true) => bump(&shared.counters.swept),
+                Ok(false) => {}
+                Err(e) if e.kind() == ErrorKind::Unsupported => return,
+                Err(e) => shared.note_error("sweep", &e),
+            }
+        }
+    }
+}
+
 /// Deletes finished jobs past the retention, at start and every cleanup interval.
 async fn cleanup_loop(shared: Arc<Shared>) {
     let retention = shared.config.retention.as_secs() as i64;
@@ -517,5 +601,20 @@ async fn cleanup_loop(shared: Arc<Shared>) {
             _ = tokio::time::sleep(shared.config.cleanup_interval) => {}
             _ = shared.quiet.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_back_off_doubling_to_a_cap() {
+        let poll = Duration::from_millis(500);
+        assert_eq!(backoff(poll, 1), Duration::from_secs(1));
+        assert_eq!(backoff(poll, 3), Duration::from_secs(4));
+        assert_eq!(backoff(poll, 40), MAX_BACKOFF);
+        let slow = Duration::from_secs(60);
+        assert_eq!(backoff(slow, 2), slow);
     }
 }

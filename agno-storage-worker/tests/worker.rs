@@ -370,6 +370,60 @@ async fn a_job_cancelled_elsewhere_stops_within_a_heartbeat() {
     }
 }
 
+/// A job whose holder died with no attempt left (agno's default `max_attempts = 1`) is
+/// swept to `failed` with agno's message, while a dead holder's job with attempts left is
+/// reclaimed and run; the swept one's handler never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_jobs_are_swept_or_reclaimed() {
+    for (name, store) in stores().await {
+        let mut last_try = job(0);
+        last_try.max_attempts = 1;
+        let mut retry = job(1);
+        retry.max_attempts = 3;
+        enqueue(&store, vec![last_try.clone(), retry.clone()]).await;
+        // A worker that claims both and dies without a heartbeat.
+        let claimed = store.claim_jobs("ghost", 1, None, 2).await.unwrap();
+        assert_eq!(claimed.len(), 2, "{name}");
+        let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = ran.clone();
+        let worker = Worker::builder(store.clone())
+            .lock_grace(Duration::from_secs(1))
+            .poll_interval(Duration::from_millis(100))
+            .handler(move |job: Job, _ctx: JobContext| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(job.id);
+                    Outcome::Completed
+                }
+            })
+            .start()
+            .unwrap();
+        assert!(
+            until(Duration::from_secs(10), || {
+                let s = worker.stats();
+                s.swept == 1 && s.completed == 1
+            })
+            .await,
+            "{name}: {:?}",
+            worker.stats()
+        );
+        worker.shutdown(Duration::from_secs(5)).await;
+        assert_eq!(*ran.lock().unwrap(), vec![retry.id.clone()], "{name}");
+        let swept = store.get_job(&last_try.id, None).await.unwrap().unwrap();
+        assert_eq!(swept.status, JobStatus::Failed, "{name}");
+        assert_eq!(
+            swept.error.as_deref(),
+            Some(agno_storage_worker::SWEPT_ERROR)
+        );
+        let rerun = store.get_job(&retry.id, None).await.unwrap().unwrap();
+        assert_eq!(
+            (rerun.status, rerun.attempt),
+            (JobStatus::Completed, 2),
+            "{name}"
+        );
+    }
+}
+
 /// Shutdown lets a running handler finish and writes its result; a handler that outruns
 /// the deadline is cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
