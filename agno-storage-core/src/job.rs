@@ -489,6 +489,18 @@ pub fn lease_lost(id: &str, worker_id: &str, attempt: i64) -> Error {
     .set_temporary(false)
 }
 
+/// The `error` a claim or a sweep records on a stored job it cannot decode (a payload
+/// that is not JSON, a field of the wrong type) when it fails that job so that it does not
+/// block the queue: every backend fails such a job in place, `failed` with this text, and
+/// returns the others.
+pub fn undecodable_job_error(id: &str, e: &Error) -> String {
+    format!(
+        "job {id} could not be decoded ({}); it was failed so that it does not block the queue: \
+         fix or delete the stored job, then requeue it",
+        e.message()
+    )
+}
+
 /// Why a submission was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnqueueRejection {

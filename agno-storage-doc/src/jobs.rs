@@ -7,7 +7,9 @@
 //! gets `LeaseLost`. An idempotency key is a guard document created in the same commit as
 //! the job; a resubmission finds the guard and returns the original job.
 
-use agno_storage_core::job::{check_finish_status, check_settle_status, lease_lost, SessionOrder};
+use agno_storage_core::job::{
+    check_finish_status, check_settle_status, lease_lost, undecodable_job_error, SessionOrder,
+};
 use agno_storage_core::{
     async_trait, visible_to, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Error,
     ErrorKind, Job, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result, SortOrder,
@@ -515,6 +517,41 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 }
 
+/// Decodes a job document a claim met. One that does not decode (a field missing or of
+/// the wrong type) is failed in place, if unchanged since it was read, with
+/// [`undecodable_job_error`], and `None` is returned: one bad document must not make every
+/// claim fail.
+pub async fn decode_or_fail_job<B: DocBackend>(
+    db: &B,
+    stored: &Stored<B>,
+    now: i64,
+) -> Result<Option<Job>> {
+    let e = match stored.decode::<Job>("a job") {
+        Ok(job) => return Ok(Some(job)),
+        Err(e) => e,
+    };
+    let id = stored.str("id").unwrap_or(&stored.id).to_owned();
+    let mut fields = stored.fields.clone();
+    let failed = json!({
+        "status": JobStatus::Failed.as_str(),
+        "error": undecodable_job_error(&id, &e),
+        "locked_by": null,
+        "locked_at": null,
+        "updated_at": now,
+        "completed_at": now,
+    });
+    fields.extend(object(failed));
+    let write = db.put(
+        db.collection(Table::Jobs),
+        &stored.id,
+        &fields,
+        stored.unchanged(),
+    );
+    // A conflict means another writer changed it since: theirs stands.
+    db.commit("fail undecodable job", vec![write]).await?;
+    Ok(None)
+}
+
 /// Claims the oldest claimable job: reads every queued and running job, then tries them
 /// oldest first, each by a compare-and-set that takes a new fencing token.
 pub async fn claim_oldest_job<B: DocBackend>(
@@ -523,15 +560,15 @@ pub async fn claim_oldest_job<B: DocBackend>(
     lock_grace_seconds: i64,
     deployment_id: Option<&str>,
 ) -> Result<Option<Job>> {
-    let docs = Docs::of(db);
     for round in 0..CAS_ATTEMPTS {
         let now = db.now().await?;
         let mut candidates = Vec::new();
         for status in [JobStatus::Queued, JobStatus::Running] {
-            for (d, j) in docs
-                .jobs_where(&[("status", opt(Some(status.as_str())))])
-                .await?
-            {
+            let eq = [("status", opt(Some(status.as_str())))];
+            for d in db.query(db.collection(Table::Jobs), &eq).await? {
+                let Some(j) = decode_or_fail_job(db, &d, now).await? else {
+                    continue;
+                };
                 if j.is_claimable(now, lock_grace_seconds, deployment_id) {
                     candidates.push((d, j));
                 }
@@ -566,4 +603,41 @@ pub async fn claim_oldest_job<B: DocBackend>(
         backoff(round).await;
     }
     Err(db.contended("claim job"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::InMemoryDb;
+
+    /// A stored job with a field of the wrong type is failed, naming it, by the claim that
+    /// meets it; the claim returns the next job and later claims are not blocked.
+    #[tokio::test]
+    async fn an_undecodable_job_is_failed_by_the_claim() {
+        let db = InMemoryDb::new();
+        let jobs = db.agno_db().job_store().unwrap();
+        let mut bad = Job::new("a-bad", "agent", "agent-1", "s1", json!({}));
+        bad.created_at -= 10;
+        let good = Job::new("b-good", "agent", "agent-1", "s2", json!({}));
+        for outcome in jobs.enqueue_jobs(vec![bad, good], 0).await.unwrap() {
+            outcome.unwrap();
+        }
+        let coll = db.collection(Table::Jobs);
+        let stored = db.get(coll, &db.doc_id("a-bad")).await.unwrap().unwrap();
+        let mut fields = stored.fields.clone();
+        fields.insert("attempt".into(), json!("not a number"));
+        let write = db.put(coll, &stored.id, &fields, stored.unchanged());
+        db.commit("corrupt", vec![write]).await.unwrap();
+
+        let claimed = jobs.claim_job("w1", 60, None).await.unwrap().unwrap();
+        assert_eq!(claimed.id, "b-good");
+        let failed = db.get(coll, &db.doc_id("a-bad")).await.unwrap().unwrap();
+        assert_eq!(failed.str("status"), Some("failed"));
+        let error = failed.str("error").unwrap();
+        assert!(
+            error.starts_with("job a-bad could not be decoded (") && error.contains("expected i64"),
+            "{error}"
+        );
+        assert!(jobs.claim_job("w2", 60, None).await.unwrap().is_none());
+    }
 }

@@ -19,7 +19,7 @@
 
 use agno_storage_core::job::SessionOrder;
 use agno_storage_core::{Error, ErrorKind, Job, JobWakeups, Result};
-use agno_storage_doc::{Commit, DocBackend, Fields};
+use agno_storage_doc::{decode_or_fail_job, Commit, DocBackend, Fields};
 use serde_json::Value;
 
 use crate::docs::Entry;
@@ -181,11 +181,13 @@ impl<S: Server> KvDocs<S> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.get_many(TABLE, &ids)
+        Ok(self
+            .get_many(TABLE, &ids)
             .await?
             .iter()
-            .map(|d| d.decode("a job"))
-            .collect()
+            // One that does not decode is failed by the claim that meets it.
+            .filter_map(|d| d.decode("a job").ok())
+            .collect())
     }
 
     /// [`DocBackend::claim_next_job`]: the first claimable ticket of the `queued` set due by
@@ -242,7 +244,9 @@ impl<S: Server> KvDocs<S> {
             }
             let mut candidates = Vec::new();
             for stored in self.get_many(TABLE, &ids).await? {
-                let job: Job = stored.decode("a job")?;
+                let Some(job) = decode_or_fail_job(self, &stored, now).await? else {
+                    continue;
+                };
                 if job.is_claimable(now, lock_grace_seconds, deployment_id) {
                     candidates.push((stored, job));
                 }

@@ -1,6 +1,6 @@
 //! Redis-specific behaviour the shared suite cannot see: pre-3.0 metrics records, legacy-only
 //! runs, stamping of new prefixes, index repair after foreign writes, glob-safe prefixes,
-//! and serialized migrations. On Redis (`AGNO_TEST_REDIS_URL`) and, when set, Valkey
+//! serialized migrations, and a job document that does not decode failed by the claim. On Redis (`AGNO_TEST_REDIS_URL`) and, when set, Valkey
 //! (`AGNO_TEST_VALKEY_URL`); skipped with a note when unset, failing under `CI=true`.
 
 mod common;
@@ -584,6 +584,38 @@ fn an_undecodable_run_is_named_not_fatal() {
         assert!(runs[1].to_value().is_err());
         let text = runs[1].json_text().expect("well-formed JSON");
         assert!(text.contains("caf\\udce9"), "{text}");
+    });
+}
+
+/// A ticket with a field of the wrong type is failed, naming it, by the claim that meets it;
+/// the claim returns the next ticket, and later claims are not blocked.
+#[test]
+fn an_undecodable_job_is_failed_by_the_claim() {
+    each_server("bad_job", |url, prefix, mut conn| async move {
+        let db = connect(&url, &prefix, true).await.agno_db();
+        let jobs = db.job_store().unwrap();
+        let mut bad = agno_storage_core::Job::new("a-bad", "agent", "agent-1", "s1", json!({}));
+        bad.created_at -= 10;
+        let good = agno_storage_core::Job::new("b-good", "agent", "agent-1", "s2", json!({}));
+        for outcome in jobs.enqueue_jobs(vec![bad, good], 0).await.unwrap() {
+            outcome.unwrap();
+        }
+        let key = format!("{prefix}:jobs:job:a-bad");
+        let stored = get(&mut conn, &key).await.expect("the ticket is stored");
+        let mut doc: serde_json::Value = serde_json::from_str(&stored).unwrap();
+        doc["attempt"] = json!("zero");
+        set(&mut conn, &key, &doc).await;
+        let claimed = jobs.claim_job("w1", 60, None).await.unwrap().unwrap();
+        assert_eq!(claimed.id, "b-good");
+        let failed: serde_json::Value =
+            serde_json::from_str(&get(&mut conn, &key).await.unwrap()).unwrap();
+        assert_eq!(failed["status"], "failed");
+        let error = failed["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("job a-bad could not be decoded ("),
+            "{error}"
+        );
+        assert!(jobs.claim_job("w2", 60, None).await.unwrap().is_none());
     });
 }
 

@@ -7,7 +7,8 @@
 //! Idempotency keys are unique per user through a partial unique index.
 
 use agno_storage_core::job::{
-    check_finish_status, check_settle_status, continue_paused_job, lease_lost, SessionOrder,
+    check_finish_status, check_settle_status, continue_paused_job, lease_lost,
+    undecodable_job_error, SessionOrder,
 };
 use agno_storage_core::{
     async_trait, now_epoch_seconds, Continued, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
@@ -70,7 +71,8 @@ impl MongoDb {
     async fn session_tickets(&self, session_id: &str) -> Result<Vec<Job>> {
         let live =
             [JobStatus::Queued, JobStatus::Running, JobStatus::Paused].map(JobStatus::as_str);
-        self.coll(&self.inner.names.jobs)
+        Ok(self
+            .coll(&self.inner.names.jobs)
             .find(doc! {
                 "session_id": session_id,
                 "payload.serialize_session": true,
@@ -82,8 +84,9 @@ impl MongoDb {
             .await
             .map_err(db_err("read a job session"))?
             .into_iter()
-            .map(decode)
-            .collect()
+            // One that does not decode is failed by the claim that meets it.
+            .filter_map(|d| decode(d).ok())
+            .collect())
     }
 
     async fn job_by_key(&self, key: &str, user_id: Option<&str>) -> Result<Option<Job>> {
@@ -207,7 +210,30 @@ impl JobStore for MongoDb {
             let mut sessions = SessionOrder::default();
             let mut lost_race = false;
             for candidate in candidates {
-                let job = decode(candidate)?;
+                let (key, id) = (
+                    candidate.get("_id").cloned(),
+                    candidate.get_str("id").unwrap_or("?").to_owned(),
+                );
+                let job = match decode(candidate) {
+                    Ok(job) => job,
+                    Err(e) => {
+                        // Failed in place, if still as read, so it blocks no later claim.
+                        if let Some(key) = key {
+                            let mut this = filter.clone();
+                            this.insert("_id", key);
+                            let failed = doc! {"$set": {
+                                "status": JobStatus::Failed.as_str(),
+                                "error": undecodable_job_error(&id, &e),
+                                "locked_by": Bson::Null, "locked_at": Bson::Null,
+                                "updated_at": now, "completed_at": now,
+                            }};
+                            coll.update_one(this, failed)
+                                .await
+                                .map_err(db_err("fail an undecodable job"))?;
+                        }
+                        continue;
+                    }
+                };
                 let may_run = sessions
                     .allows(&job, |sid| async move { self.session_tickets(&sid).await })
                     .await?;

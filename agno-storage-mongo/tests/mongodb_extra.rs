@@ -1,12 +1,13 @@
 //! MongoDB-only behaviour the shared suite cannot see: agno's v3.0.0 index repairs, the
-//! migration of a database agno 2.9.0 left behind, and the migration lock's lease.
+//! migration of a database agno 2.9.0 left behind, the migration lock's lease, and a job
+//! document that does not decode failed by the claim that meets it.
 //!
 //! Uses `AGNO_TEST_MONGODB_URL`; skipped without it, except under `CI=true`.
 
 use std::time::{Duration, Instant};
 
 use agno_storage_core::{
-    now_epoch_seconds, ErrorKind, MigrationManager, MigrationTarget, OpenMode, Pagination,
+    now_epoch_seconds, ErrorKind, Job, MigrationManager, MigrationTarget, OpenMode, Pagination,
     RunRecord, Schedule, SchemaVersion, SchemaVersionStore, Session, SessionQuery, SessionRead,
     SessionType,
 };
@@ -368,5 +369,39 @@ fn existing_mode_creates_nothing() {
         assert_eq!(listed.total, 1);
         assert_eq!(snapshot(&db).await, before, "the Existing-mode open and reads wrote nothing");
         db.drop().await.expect("drop");
+    });
+}
+
+/// A job document with a field of the wrong type is failed, naming it, by the claim that
+/// meets it; the claim returns the next job, and later claims are not blocked.
+#[test]
+fn an_undecodable_job_is_failed_by_the_claim() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let db = fresh(&url, "bad_job").await;
+        let store = MongoDb::open(db.clone(), TableNames::default())
+            .await
+            .unwrap();
+        let jobs = store.agno_db().job_store().unwrap();
+        let mut bad = Job::new("a-bad", "agent", "agent-1", "s1", serde_json::json!({}));
+        bad.created_at -= 10;
+        let good = Job::new("b-good", "agent", "agent-1", "s2", serde_json::json!({}));
+        for outcome in jobs.enqueue_jobs(vec![bad, good], 0).await.unwrap() {
+            outcome.unwrap();
+        }
+        let coll = db.collection::<Document>("agno_jobs");
+        coll.update_one(doc! {"id": "a-bad"}, doc! {"$set": {"component_id": 42}})
+            .await
+            .unwrap();
+        let claimed = jobs.claim_job("w1", 60, None).await.unwrap().unwrap();
+        assert_eq!(claimed.id, "b-good");
+        let failed = coll.find_one(doc! {"id": "a-bad"}).await.unwrap().unwrap();
+        assert_eq!(failed.get_str("status").unwrap(), "failed");
+        let error = failed.get_str("error").unwrap();
+        assert!(
+            error.starts_with("job a-bad could not be decoded ("),
+            "{error}"
+        );
+        assert!(jobs.claim_job("w2", 60, None).await.unwrap().is_none());
     });
 }

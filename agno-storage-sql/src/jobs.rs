@@ -2,7 +2,7 @@
 
 use agno_storage_core::job::{
     check_completions, check_finish_status, check_settle_status, continue_paused_job, lease_lost,
-    sort_oldest_first,
+    sort_oldest_first, undecodable_job_error,
 };
 use agno_storage_core::{
     async_trait, now_epoch_seconds, Continued, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
@@ -138,6 +138,42 @@ impl SqlStore {
             .await?
             .pop()
             .unwrap_or_default())
+    }
+}
+
+impl SqlStore {
+    /// Decodes running job rows a claim or a sweep selected; a row that does not decode
+    /// is failed in place ([`undecodable_job_error`]), if it is still running and matches
+    /// `fence` (a condition with its parameters), rather than failing the whole call, so
+    /// that one bad row cannot block the queue.
+    async fn decode_or_fail(&self, rows: &[Row], fence: (&str, Vec<SqlValue>)) -> Result<Vec<Job>> {
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let e = match job_from_row(row) {
+                Ok(job) => {
+                    jobs.push(job);
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let id = row.str("id")?;
+            let now = now_epoch_seconds();
+            let sql = format!(
+                "UPDATE {} SET status = 'failed', error = ?, locked_by = NULL, locked_at = NULL, \
+                 updated_at = ?, completed_at = ? WHERE id = ? AND status = 'running' AND {}",
+                self.t(Table::Jobs),
+                fence.0
+            );
+            let mut params = vec![
+                SqlValue::text(undecodable_job_error(&id, &e)),
+                SqlValue::int(now),
+                SqlValue::int(now),
+                SqlValue::text(&id),
+            ];
+            params.extend(fence.1.iter().cloned());
+            self.exec.execute(&sql, params).await?;
+        }
+        Ok(jobs)
     }
 }
 
@@ -280,13 +316,12 @@ impl JobStore for SqlStore {
             limit,
             candidate_filter: Some(self.session_claim_condition()),
         };
-        let mut jobs = self
-            .dialect
-            .claim(self, claim)
-            .await?
-            .iter()
-            .map(job_from_row)
-            .collect::<Result<Vec<_>>>()?;
+        let rows = self.dialect.claim(self, claim).await?;
+        let fence = (
+            "locked_by = ? AND locked_at = ?",
+            vec![SqlValue::text(worker_id), SqlValue::int(now)],
+        );
+        let mut jobs = self.decode_or_fail(&rows, fence).await?;
         sort_oldest_first(&mut jobs);
         Ok(jobs)
     }
@@ -554,20 +589,15 @@ impl JobStore for SqlStore {
         limit: usize,
     ) -> Result<Vec<Job>> {
         self.check(Table::Jobs)?;
+        let sweepable = "locked_at <= ? AND attempt >= max_attempts";
+        let stale = vec![SqlValue::int(now_epoch_seconds() - lock_grace_seconds)];
         let sql = format!(
-            "SELECT * FROM {} WHERE status = 'running' AND locked_at <= ? AND attempt >= max_attempts \
+            "SELECT * FROM {} WHERE status = 'running' AND {sweepable} \
              ORDER BY locked_at ASC, id ASC LIMIT {limit}",
             self.t(Table::Jobs)
         );
-        self.exec
-            .query(
-                &sql,
-                vec![SqlValue::int(now_epoch_seconds() - lock_grace_seconds)],
-            )
-            .await?
-            .iter()
-            .map(job_from_row)
-            .collect()
+        let rows = self.exec.query(&sql, stale.clone()).await?;
+        self.decode_or_fail(&rows, (sweepable, stale)).await
     }
 
     async fn acquire_sweep(

@@ -1,6 +1,7 @@
 //! SQLite-specific guarantees: concurrent writers on one file (tasks, handles, processes)
 //! never see `database is locked`; duplicate schedule names abort the migration unstamped,
-//! naming them; configured identifiers are validated.
+//! naming them; configured identifiers are validated; a job row that does not decode is failed
+//! by the claim or sweep that meets it, not a block on the queue.
 
 mod common;
 
@@ -8,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agno_storage_core::{
-    ErrorKind, JobQuery, MigrationManager, OpenMode, RunQuery, RunRecord, Session, SessionType,
+    ErrorKind, Job, JobQuery, JobStatus, MigrationManager, OpenMode, RunQuery, RunRecord, Session,
+    SessionType,
 };
 use agno_storage_sql::{SqlDb, TableNames};
 use serde_json::json;
@@ -543,5 +545,75 @@ fn existing_mode_creates_nothing() {
         for path in [&empty, &corrupt, &foreign, &partial] {
             let _ = std::fs::remove_file(path);
         }
+    });
+}
+
+/// A stored job whose payload is not JSON (written by hand or by a buggy writer) is failed,
+/// naming it, by the claim that meets it, which returns the other jobs; later claims are not
+/// blocked. A sweep does the same with a bad job whose holder died.
+#[test]
+fn an_undecodable_job_is_failed_not_a_block_on_the_queue() {
+    let path = temp_db("undecodable-job");
+    runtime().block_on(async {
+        let db = SqlDb::open_sqlite(&path, TableNames::default())
+            .await
+            .unwrap()
+            .agno_db();
+        let jobs = db.job_store().unwrap();
+        let mut batch = Vec::new();
+        for (i, id) in ["a-first", "b-bad", "c-last", "d-bad-swept"]
+            .iter()
+            .enumerate()
+        {
+            let mut job = Job::new(*id, "agent", "agent-1", format!("s{i}"), json!({"n": i}));
+            job.created_at += i as i64;
+            batch.push(job);
+        }
+        for outcome in jobs.enqueue_jobs(batch, 0).await.unwrap() {
+            outcome.unwrap();
+        }
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE agno_jobs SET payload = '{not json' WHERE id IN ('b-bad', 'd-bad-swept')",
+            [],
+        )
+        .unwrap();
+        // The swept one: held by a dead worker, no attempt left.
+        conn.execute(
+            "UPDATE agno_jobs SET status = 'running', attempt = 1, max_attempts = 1, \
+             locked_by = 'ghost', locked_at = 0 WHERE id = 'd-bad-swept'",
+            [],
+        )
+        .unwrap();
+
+        let claimed = jobs.claim_jobs("w1", 60, None, 3).await.unwrap();
+        let ids: Vec<&str> = claimed.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["a-first", "c-last"]);
+        let first = jobs.get_job("a-first", None).await.unwrap().unwrap();
+        assert_eq!(first.status, JobStatus::Running);
+        let (status, error): (String, String) = conn
+            .query_row(
+                "SELECT status, error FROM agno_jobs WHERE id = 'b-bad'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(status, "failed");
+        assert!(
+            error.starts_with("job b-bad could not be decoded (") && error.contains("payload"),
+            "{error}"
+        );
+        // Nothing queued is left, and the next claim is not blocked by anything.
+        assert!(jobs.claim_job("w2", 60, None).await.unwrap().is_none());
+
+        assert!(jobs.sweep_exhausted_jobs(60, 20).await.unwrap().is_empty());
+        let swept: String = conn
+            .query_row(
+                "SELECT status FROM agno_jobs WHERE id = 'd-bad-swept'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(swept, "failed");
     });
 }

@@ -4,7 +4,7 @@
 
 use agno_storage_core::job::SessionOrder;
 use agno_storage_core::{now_epoch_seconds, Job, JobStatus, Result};
-use agno_storage_doc::{DocBackend, Table};
+use agno_storage_doc::{decode_or_fail_job, DocBackend, Table};
 use surrealdb::types::Value as SValue;
 
 use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
@@ -47,7 +47,9 @@ impl SurrealDb {
                 let full = page.len() == PAGE;
                 let mut candidates = Vec::new();
                 for d in page {
-                    let j: Job = d.decode("a job")?;
+                    let Some(j) = decode_or_fail_job(self, &d, now).await? else {
+                        continue;
+                    };
                     if j.is_claimable(now, lock_grace_seconds, deployment_id) {
                         candidates.push((d, j));
                     }
