@@ -30,6 +30,7 @@ mod open_mode;
 mod pagination;
 mod rules;
 pub mod run;
+pub mod run_events;
 mod run_json;
 pub mod schedule;
 pub mod session;

@@ -45,6 +45,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod events;
 mod runtime;
 pub mod scheduler;
 
@@ -52,9 +53,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agno_storage_core::run_events::RunEvents;
 use agno_storage_core::{async_trait, Error, Job, JobStore, Result};
+use serde_json::Value;
 pub use tokio_util::sync::CancellationToken;
 
+pub use events::LocalRunEvents;
 pub use runtime::{Worker, WorkerStats, SWEPT_ERROR};
 pub use scheduler::{Scheduler, SchedulerStats};
 
@@ -72,13 +76,46 @@ pub enum Outcome {
 }
 
 /// What a handler gets beside its job.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct JobContext {
     worker_id: Arc<str>,
     cancelled: CancellationToken,
+    run_id: String,
+    attempt: i64,
+    events: Option<Arc<dyn RunEvents>>,
+}
+
+impl std::fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobContext")
+            .field("worker_id", &self.worker_id)
+            .field("run_id", &self.run_id)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
 }
 
 impl JobContext {
+    /// Publishes `event` (a JSON object whose `event` field is its type, as agno's run
+    /// events) on the worker's event stream ([`WorkerBuilder::events`]) under the job's id,
+    /// fenced by its attempt: its index, or `None` when no stream is configured or a newer
+    /// attempt of the job has begun (this one is stale and should stop).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `event` is not an object; the stream's own error when it is
+    /// unreachable (a transport fault: the job goes on).
+    pub async fn publish(&self, event: Value) -> Result<Option<i64>> {
+        match &self.events {
+            Some(events) => {
+                events
+                    .add_event(&self.run_id, &event, Some(self.attempt))
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
     /// The id of the worker running the job (its lease holder).
     pub fn worker_id(&self) -> &str {
         &self.worker_id
@@ -114,6 +151,7 @@ where
 pub struct WorkerBuilder {
     store: Arc<dyn JobStore>,
     handler: Option<Arc<dyn Handler>>,
+    events: Option<Arc<dyn RunEvents>>,
     config: Config,
 }
 
@@ -146,6 +184,7 @@ impl WorkerBuilder {
         WorkerBuilder {
             store,
             handler: None,
+            events: None,
             config: Config {
                 worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()).into(),
                 deployment_id: None,
@@ -235,6 +274,18 @@ impl WorkerBuilder {
         self
     }
 
+    /// Where handlers' events go ([`JobContext::publish`]) and the runs' statuses are kept
+    /// for tails: the Redis stream (`agno_storage_kv::Coordination`, agno's layout, tailed
+    /// from any replica) or a [`LocalRunEvents`] (this process only). The worker begins
+    /// each attempt on it (a retry drops the attempt before it's events, indices go on),
+    /// marks the run running, and ends it `COMPLETED`, `PAUSED`, `CANCELLED` or, once no
+    /// attempt is left, `ERROR`; a stream fault is counted in the stats and never stops a
+    /// job. None by default.
+    pub fn events(mut self, events: Arc<dyn RunEvents>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
     /// Starts the worker on the current tokio runtime.
     ///
     /// # Errors
@@ -264,7 +315,12 @@ impl WorkerBuilder {
                 "worker poll and cleanup intervals must be longer than zero",
             ));
         }
-        Ok(runtime::start(self.store, handler, self.config))
+        Ok(runtime::start(
+            self.store,
+            handler,
+            self.events,
+            self.config,
+        ))
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use agno_storage_core::run_events::{RunEvents, StreamStatus};
 use agno_storage_core::{ErrorKind, Job, JobCompletion, JobStatus, JobStore};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -86,6 +87,7 @@ struct Finished {
 struct Shared {
     store: Arc<dyn JobStore>,
     handler: Arc<dyn Handler>,
+    events: Option<Arc<dyn RunEvents>>,
     config: Config,
     held: Mutex<HashMap<String, Held>>,
     /// Claimed jobs waiting for a slot (at most the prefetch beyond the free slots).
@@ -212,11 +214,17 @@ impl Drop for Worker {
     }
 }
 
-pub(crate) fn start(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, config: Config) -> Worker {
+pub(crate) fn start(
+    store: Arc<dyn JobStore>,
+    handler: Arc<dyn Handler>,
+    events: Option<Arc<dyn RunEvents>>,
+    config: Config,
+) -> Worker {
     let (tx, rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         store,
         handler,
+        events,
         slots: Arc::new(Semaphore::new(config.concurrency)),
         config,
         held: Mutex::new(HashMap::new()),
@@ -377,16 +385,22 @@ fn run_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit) {
     };
     let shared = shared.clone();
     tokio::spawn(async move {
-        let (id, attempt) = (job.id.clone(), job.attempt);
+        let (id, attempt, last_try) =
+            (job.id.clone(), job.attempt, job.attempt >= job.max_attempts);
         let ctx = JobContext {
             worker_id: shared.config.worker_id.clone(),
             cancelled: cancel,
+            run_id: id.clone(),
+            attempt,
+            events: shared.events.clone(),
         };
+        begin_events(&shared, &id, attempt).await;
         let handler = shared.handler.clone();
         let outcome = match tokio::spawn(async move { handler.run(job, ctx).await }).await {
             Ok(outcome) => outcome,
             Err(e) => Outcome::Failed(format!("the job's handler panicked: {e}")),
         };
+        end_events(&shared, &id, attempt, &outcome, last_try).await;
         let _ = results.send(Finished {
             id,
             attempt,
@@ -395,6 +409,51 @@ fn run_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit) {
         drop(permit);
         shared.wake.notify_one();
     });
+}
+
+/// Begins the attempt on the event stream: it becomes the stream's writer, a retry drops
+/// the events of the attempt before it, and the run is marked running. Fails open.
+async fn begin_events(shared: &Shared, run_id: &str, attempt: i64) {
+    let Some(events) = &shared.events else { return };
+    let begun = async {
+        events.begin_attempt(run_id, attempt).await?;
+        if attempt > 1 {
+            events.reset_run_events(run_id, Some(attempt)).await?;
+        }
+        events
+            .set_run_status(run_id, StreamStatus::Running, Some(attempt))
+            .await
+    };
+    if let Err(e) = begun.await {
+        shared.note_error("run events", &e);
+    }
+}
+
+/// Ends the attempt on the event stream as the handler ended it (a failure with attempts
+/// left goes back to pending for its retry). Fails open.
+async fn end_events(
+    shared: &Shared,
+    run_id: &str,
+    attempt: i64,
+    outcome: &Outcome,
+    last_try: bool,
+) {
+    let Some(events) = &shared.events else { return };
+    let status = match outcome {
+        Outcome::Completed => StreamStatus::Completed,
+        Outcome::Paused => StreamStatus::Paused,
+        Outcome::Cancelled => StreamStatus::Cancelled,
+        Outcome::Failed(_) if last_try => StreamStatus::Error,
+        Outcome::Failed(_) => StreamStatus::Pending,
+    };
+    let ended = if status.ends_tails() {
+        events.complete_run(run_id, status, Some(attempt)).await
+    } else {
+        events.set_run_status(run_id, status, Some(attempt)).await
+    };
+    if let Err(e) = ended {
+        shared.note_error("run events", &e);
+    }
 }
 
 /// Writes results as they come: every waiting one at once (up to [`COMPLETION_BATCH`]) in

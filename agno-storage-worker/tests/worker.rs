@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agno_storage_core::run_events::{RunEvents, StreamStatus};
 use agno_storage_core::{Job, JobQuery, JobStatus, JobStore};
 use agno_storage_doc::InMemoryDb;
+use agno_storage_kv::Coordination;
 use agno_storage_kv::{KvDb, KvOptions};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_testkit::servers::{self, Backend};
-use agno_storage_worker::{JobContext, Outcome, Worker};
+use agno_storage_worker::{JobContext, LocalRunEvents, Outcome, Worker};
 use serde_json::json;
 
 /// One store per backend this run reaches, each fresh.
@@ -419,6 +421,93 @@ async fn abandoned_jobs_are_swept_or_reclaimed() {
         assert_eq!(
             (rerun.status, rerun.attempt),
             (JobStatus::Completed, 2),
+            "{name}"
+        );
+    }
+}
+
+/// Handlers publish events under their job's id; a tail reads them from the start or an
+/// offset and ends when the job ends. A retry drops the failed attempt's events and its
+/// indices go on. On the in-process stream and on Redis (agno's layout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_publish_events_that_a_tail_reads() {
+    let mut streams: Vec<(&str, Arc<dyn RunEvents>)> =
+        vec![("local", Arc::new(LocalRunEvents::new()))];
+    if let Some(url) = servers::url(Backend::Redis).await.unwrap() {
+        let prefix = format!("agno_worker_{}", &uuid()[..12]);
+        streams.push(("redis", Arc::new(Coordination::new(&url, &prefix).unwrap())));
+    }
+    for (name, events) in streams {
+        let store = InMemoryDb::new().agno_db().job_store().unwrap();
+        let mut flaky = job(1);
+        flaky.max_attempts = 2;
+        enqueue(&store, vec![job(0), flaky.clone()]).await;
+        let worker = Worker::builder(store.clone())
+            .events(events.clone())
+            .retry_delay(Duration::ZERO)
+            .poll_interval(Duration::from_millis(50))
+            .handler(|job: Job, ctx: JobContext| async move {
+                let n = if job.attempt == 1 { 2 } else { 1 };
+                for i in 0..n {
+                    let event =
+                        json!({"event": "RunContent", "content": format!("{}-{i}", job.attempt)});
+                    if ctx.publish(event).await.unwrap().is_none() {
+                        return Outcome::Failed("fenced out".into());
+                    }
+                }
+                if job.id.starts_with("job-00001") && job.attempt == 1 {
+                    Outcome::Failed("first attempt fails".into())
+                } else {
+                    Outcome::Completed
+                }
+            })
+            .start()
+            .unwrap();
+        assert!(
+            until(Duration::from_secs(10), || worker.stats().completed == 2).await,
+            "{name}: {:?}",
+            worker.stats()
+        );
+        worker.shutdown(Duration::from_secs(5)).await;
+        let read = |run: String, after: Option<i64>| {
+            let events = events.clone();
+            async move {
+                let mut tail = events.tail(&run, after).await.unwrap();
+                let mut seen = Vec::new();
+                while let Some(e) = tail.next().await {
+                    let e = e.unwrap();
+                    seen.push((e.index, e.data().unwrap()["content"].clone()));
+                }
+                seen
+            }
+        };
+        let plain = store
+            .list_jobs(JobQuery::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|j| j.id != flaky.id)
+            .unwrap();
+        assert_eq!(
+            read(plain.id.clone(), None).await,
+            vec![(0, json!("1-0")), (1, json!("1-1"))],
+            "{name}"
+        );
+        assert_eq!(
+            read(plain.id.clone(), Some(0)).await,
+            vec![(1, json!("1-1"))],
+            "{name}"
+        );
+        assert_eq!(
+            events.get_run_status(&plain.id).await.unwrap(),
+            Some(StreamStatus::Completed),
+            "{name}"
+        );
+        // The retry's one event, after the first attempt's two indices.
+        assert_eq!(
+            read(flaky.id.clone(), None).await,
+            vec![(2, json!("2-0"))],
             "{name}"
         );
     }

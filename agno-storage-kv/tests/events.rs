@@ -1,0 +1,221 @@
+//! Run events on Redis and Valkey in agno 3.1.10's layout: indices, tails from an offset,
+//! the writer-generation fence, terminal sentinels, a retry's reset; and agno's own
+//! `RedisEventStream` tailing what we publish and the other way round
+//! (`AGNO_TEST_PYTHON_V3`). Skipped with a note when a server or the venv is not set,
+//! failing under `CI=true`.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use agno_storage_core::run_events::{format_sse, EventTail, RunEvents, StreamStatus};
+use agno_storage_kv::Coordination;
+use serde_json::{json, Value};
+
+fn servers() -> Vec<String> {
+    let mut urls: Vec<String> = match common::url("AGNO_TEST_REDIS_URL") {
+        Ok(u) => u.into_iter().collect(),
+        Err(e) => panic!("{e}"),
+    };
+    if let Ok(v) = std::env::var("AGNO_TEST_VALKEY_URL") {
+        urls.push(v);
+    }
+    urls
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn drain(tail: &mut Box<dyn EventTail>) -> Vec<(i64, Value)> {
+    let mut out = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(20), tail.next())
+        .await
+        .expect("the tail ends at the terminal status")
+    {
+        let event = event.expect("an event");
+        out.push((event.index, event.data().expect("agno's SSE form")));
+    }
+    out
+}
+
+#[test]
+fn events_are_indexed_fenced_and_tailed_from_an_offset() {
+    for url in servers() {
+        runtime().block_on(async {
+            let prefix = common::run_stem();
+            let events = Coordination::new(&url, &prefix).unwrap();
+            let run = "run-1";
+            events.begin_attempt(run, 1).await.unwrap();
+            assert!(events
+                .set_run_status(run, StreamStatus::Running, Some(1))
+                .await
+                .unwrap());
+            for i in 0..3 {
+                let index = events
+                    .add_event(run, &json!({"event": "RunContent", "content": i}), Some(1))
+                    .await
+                    .unwrap();
+                assert_eq!(index, Some(i));
+            }
+            // A live tail from index 0 gets 1 and 2 now, and 3 once it is published.
+            let mut tail = events.tail(run, Some(0)).await.unwrap();
+            let first = tail.next().await.unwrap().unwrap();
+            assert_eq!(first.index, 1);
+            assert_eq!(
+                first.sse,
+                format!("event: RunContent\ndata: {{\"event\":\"RunContent\",\"content\":1,\"event_index\":1,\"run_id\":\"{run}\"}}\n\n")
+            );
+            assert_eq!(tail.next().await.unwrap().unwrap().index, 2);
+            let publisher = Coordination::new(&url, &prefix).unwrap();
+            let later = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                publisher
+                    .add_event("run-1", &json!({"event": "RunContent", "content": 3}), Some(1))
+                    .await
+                    .unwrap()
+            });
+            assert_eq!(tail.next().await.unwrap().unwrap().index, 3);
+            assert_eq!(later.await.unwrap(), Some(3));
+
+            // A retry: attempt 2 takes over; attempt 1 is fenced out; the events of
+            // attempt 1 go, the indices go on.
+            events.begin_attempt(run, 2).await.unwrap();
+            assert!(events.reset_run_events(run, Some(2)).await.unwrap());
+            assert_eq!(
+                events.add_event(run, &json!({"event": "stale"}), Some(1)).await.unwrap(),
+                None
+            );
+            assert!(!events.complete_run(run, StreamStatus::Error, Some(1)).await.unwrap());
+            assert_eq!(
+                events
+                    .add_event(run, &json!({"event": "RunContent", "content": "retry"}), Some(2))
+                    .await
+                    .unwrap(),
+                Some(4),
+                "a refused event takes no index (agno's fence runs before its INCR)"
+            );
+            assert!(events.complete_run(run, StreamStatus::Completed, Some(2)).await.unwrap());
+            assert_eq!(
+                events.get_run_status(run).await.unwrap(),
+                Some(StreamStatus::Completed)
+            );
+            let seen = drain(&mut events.tail(run, None).await.unwrap()).await;
+            assert_eq!(seen.len(), 1, "{seen:?}");
+            assert_eq!((seen[0].0, &seen[0].1["content"]), (4, &json!("retry")));
+            // The live tail from before the retry ends too.
+            assert_eq!(drain(&mut tail).await.len(), 1);
+
+            let bad = events.add_event(run, &json!("text"), None).await.unwrap_err();
+            assert_eq!(bad.kind(), agno_storage_core::ErrorKind::InvalidInput);
+            events.cleanup_run(run).await.unwrap();
+            assert_eq!(events.get_run_status(run).await.unwrap(), None);
+        });
+    }
+}
+
+/// The venv with agno 3.1.10, or `None` (with a note; an error under `CI=true`).
+fn agno_python() -> Option<String> {
+    match common::url("AGNO_TEST_PYTHON_V3") {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn agno_events(python: &str, args: &[&str]) -> Value {
+    let driver = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../interop/agno_events_driver.py"
+    );
+    let out = Command::new(python)
+        .arg(driver)
+        .args(args)
+        .output()
+        .expect("run the agno events driver");
+    assert!(
+        out.status.success(),
+        "agno events driver {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the driver prints JSON")
+}
+
+#[test]
+fn agno_tails_our_events_and_we_tail_agnos() {
+    let Some(python) = agno_python() else { return };
+    for url in servers() {
+        runtime().block_on(async {
+            let prefix = common::run_stem();
+            let agno_prefix = format!("{prefix}:os:events:");
+            let events = Coordination::new(&url, &prefix).unwrap();
+
+            // Ours, tailed by agno from index 0.
+            events.begin_attempt("rs-run", 1).await.unwrap();
+            events
+                .set_run_status("rs-run", StreamStatus::Running, Some(1))
+                .await
+                .unwrap();
+            for i in 0..3 {
+                events
+                    .add_event(
+                        "rs-run",
+                        &json!({"event": "RunContent", "content": format!("rs-{i}")}),
+                        Some(1),
+                    )
+                    .await
+                    .unwrap();
+            }
+            events
+                .complete_run("rs-run", StreamStatus::Completed, Some(1))
+                .await
+                .unwrap();
+            let tailed = agno_events(&python, &["tail", &url, &agno_prefix, "rs-run", "0"]);
+            let ours: Vec<(i64, String)> = {
+                let mut tail = events.tail("rs-run", Some(0)).await.unwrap();
+                let mut v = Vec::new();
+                while let Some(e) = tail.next().await {
+                    let e = e.unwrap();
+                    v.push((e.index, e.sse));
+                }
+                v
+            };
+            assert_eq!(tailed, json!(ours), "agno reads our stream as we do");
+            assert_eq!(ours.len(), 2);
+
+            // agno's, tailed by us.
+            let indices = agno_events(&python, &["publish", &url, &agno_prefix, "py-run"]);
+            assert_eq!(indices, json!([0, 1, 2]));
+            assert_eq!(
+                events.get_run_status("py-run").await.unwrap(),
+                Some(StreamStatus::Completed)
+            );
+            let seen = drain(&mut events.tail("py-run", None).await.unwrap()).await;
+            let contents: Vec<&Value> = seen.iter().map(|(_, e)| &e["content"]).collect();
+            assert_eq!(contents, [&json!("py-0"), &json!("py-1"), &json!("py-2")]);
+            assert_eq!(seen[2].1["event"], "RunContent");
+            assert_eq!(seen[2].1["event_index"], 2);
+            // Our SSE text of agno's event is agno's, byte for byte.
+            let mut tail = events.tail("py-run", None).await.unwrap();
+            while let Some(event) = tail.next().await {
+                let event = event.unwrap();
+                let mut data = event.data().unwrap();
+                let data = data.as_object_mut().unwrap();
+                data.shift_remove("event_index");
+                assert_eq!(format_sse("py-run", data, event.index), event.sse);
+            }
+            // agno refuses our stale writer too: its generation is recorded.
+            assert_eq!(
+                events
+                    .add_event("py-run", &json!({"event": "late"}), Some(0))
+                    .await
+                    .unwrap(),
+                None
+            );
+        });
+    }
+}
