@@ -179,6 +179,18 @@ pub trait RunEvents: Send + Sync {
     async fn cleanup_run(&self, run_id: &str) -> Result<()>;
 }
 
+/// Cancellation requests shared by every replica (agno's `BaseRunCancellationManager`, on
+/// Redis its `RedisRunCancellationManager`): a worker asks often for the runs it holds and
+/// stops those flagged, at once rather than at its next heartbeat.
+#[async_trait]
+pub trait RunCancellations: Send + Sync {
+    /// Flags `run_id` as cancelled; false when the flag could not be set.
+    async fn request_cancel(&self, run_id: &str) -> Result<bool>;
+
+    /// Which of `run_ids` are flagged as cancelled.
+    async fn cancelled(&self, run_ids: &[String]) -> Result<Vec<String>>;
+}
+
 /// `event` as the object [`RunEvents::add_event`] takes, or the `InvalidInput` naming it.
 pub fn event_object(event: &Value) -> Result<&Map<String, Value>> {
     event.as_object().ok_or_else(|| {

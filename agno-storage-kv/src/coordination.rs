@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use agno_storage_core::run_events::{
-    event_object, format_sse, EventTail, RunEvent, RunEvents, StreamStatus,
+    event_object, format_sse, EventTail, RunCancellations, RunEvent, RunEvents, StreamStatus,
 };
 use agno_storage_core::{async_trait, Error, ErrorKind, Result};
 use redis::aio::MultiplexedConnection;
@@ -462,6 +462,31 @@ impl RunEvents for Coordination {
             .await
             .map(drop)
             .ok_or_else(|| unavailable("cleanup_run"))
+    }
+}
+
+#[async_trait]
+impl RunCancellations for Coordination {
+    async fn request_cancel(&self, run_id: &str) -> Result<bool> {
+        Ok(Coordination::request_cancel(self, run_id).await)
+    }
+
+    /// One `MGET` of agno's flags (`"1"` = cancelled).
+    async fn cancelled(&self, run_ids: &[String]) -> Result<Vec<String>> {
+        if run_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = run_ids.iter().map(|id| self.cancel_key(id)).collect();
+        let flags: Vec<Option<String>> = self
+            .run(redis::cmd("MGET").arg(&keys))
+            .await
+            .ok_or_else(|| unavailable("cancelled"))?;
+        Ok(run_ids
+            .iter()
+            .zip(flags)
+            .filter(|(_, flag)| flag.as_deref() == Some("1"))
+            .map(|(id, _)| id.clone())
+            .collect())
     }
 }
 

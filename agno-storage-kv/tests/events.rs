@@ -1,7 +1,7 @@
 //! Run events on Redis and Valkey in agno 3.1.10's layout: indices, tails from an offset,
 //! the writer-generation fence, terminal sentinels, a retry's reset; and agno's own
-//! `RedisEventStream` tailing what we publish and the other way round
-//! (`AGNO_TEST_PYTHON_V3`). Skipped with a note when a server or the venv is not set,
+//! `RedisEventStream` tailing what we publish and the other way round, and its
+//! `RedisRunCancellationManager`'s flags read by ours (`AGNO_TEST_PYTHON_V3`). Skipped with a note when a server or the venv is not set,
 //! failing under `CI=true`.
 
 mod common;
@@ -9,7 +9,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use agno_storage_core::run_events::{format_sse, EventTail, RunEvents, StreamStatus};
+use agno_storage_core::run_events::{
+    format_sse, EventTail, RunCancellations, RunEvents, StreamStatus,
+};
 use agno_storage_kv::Coordination;
 use serde_json::{json, Value};
 
@@ -208,6 +210,21 @@ fn agno_tails_our_events_and_we_tail_agnos() {
                 data.shift_remove("event_index");
                 assert_eq!(format_sse("py-run", data, event.index), event.sse);
             }
+            // agno's cancellation flag is ours.
+            agno_events(
+                &python,
+                &[
+                    "cancel",
+                    &url,
+                    &format!("{prefix}:run:cancellation:"),
+                    "py-run",
+                ],
+            );
+            let ids = ["py-run".to_owned(), "rs-run".to_owned()];
+            assert_eq!(
+                RunCancellations::cancelled(&events, &ids).await.unwrap(),
+                ["py-run"]
+            );
             // agno refuses our stale writer too: its generation is recorded.
             assert_eq!(
                 events

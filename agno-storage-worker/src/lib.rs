@@ -53,13 +53,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agno_storage_core::run_events::RunEvents;
+use agno_storage_core::run_events::{RunCancellations, RunEvents};
 use agno_storage_core::{async_trait, Error, Job, JobStore, Result};
 use serde_json::Value;
 pub use tokio_util::sync::CancellationToken;
 
 pub use events::LocalRunEvents;
-pub use runtime::{Worker, WorkerStats, SWEPT_ERROR};
+pub use runtime::{Worker, WorkerStats, CANCEL_POLL, SWEPT_ERROR};
 pub use scheduler::{Scheduler, SchedulerStats};
 
 /// How a handler ended a job.
@@ -152,6 +152,7 @@ pub struct WorkerBuilder {
     store: Arc<dyn JobStore>,
     handler: Option<Arc<dyn Handler>>,
     events: Option<Arc<dyn RunEvents>>,
+    cancellations: Option<Arc<dyn RunCancellations>>,
     config: Config,
 }
 
@@ -185,6 +186,7 @@ impl WorkerBuilder {
             store,
             handler: None,
             events: None,
+            cancellations: None,
             config: Config {
                 worker_id: format!("worker-{}", uuid::Uuid::new_v4().simple()).into(),
                 deployment_id: None,
@@ -286,6 +288,17 @@ impl WorkerBuilder {
         self
     }
 
+    /// Shared cancellation flags (agno's Redis `RedisRunCancellationManager` layout:
+    /// `agno_storage_kv::Coordination`): every [`CANCEL_POLL`] the worker asks which of
+    /// the jobs it holds are flagged and fires their [`JobContext::cancelled`] token, so a
+    /// cancel from any replica, ours or agno's, stops a job at once. Without them a job
+    /// cancelled through the store ([`JobStore::cancel_running_job`]) stops at the next
+    /// heartbeat. A handler that stops on it returns [`Outcome::Cancelled`].
+    pub fn cancellations(mut self, flags: Arc<dyn RunCancellations>) -> Self {
+        self.cancellations = Some(flags);
+        self
+    }
+
     /// Starts the worker on the current tokio runtime.
     ///
     /// # Errors
@@ -315,12 +328,11 @@ impl WorkerBuilder {
                 "worker poll and cleanup intervals must be longer than zero",
             ));
         }
-        Ok(runtime::start(
-            self.store,
-            handler,
-            self.events,
-            self.config,
-        ))
+        let live = runtime::Live {
+            events: self.events,
+            cancellations: self.cancellations,
+        };
+        Ok(runtime::start(self.store, handler, live, self.config))
     }
 }
 

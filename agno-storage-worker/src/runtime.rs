@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agno_storage_core::run_events::{RunEvents, StreamStatus};
+use agno_storage_core::run_events::{RunCancellations, RunEvents, StreamStatus};
 use agno_storage_core::{ErrorKind, Job, JobCompletion, JobStatus, JobStore};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -84,10 +84,17 @@ struct Finished {
     outcome: Outcome,
 }
 
+/// The live coordination a worker may have: an event stream and cancellation flags.
+pub(crate) struct Live {
+    pub(crate) events: Option<Arc<dyn RunEvents>>,
+    pub(crate) cancellations: Option<Arc<dyn RunCancellations>>,
+}
+
 struct Shared {
     store: Arc<dyn JobStore>,
     handler: Arc<dyn Handler>,
     events: Option<Arc<dyn RunEvents>>,
+    cancellations: Option<Arc<dyn RunCancellations>>,
     config: Config,
     held: Mutex<HashMap<String, Held>>,
     /// Claimed jobs waiting for a slot (at most the prefetch beyond the free slots).
@@ -217,14 +224,15 @@ impl Drop for Worker {
 pub(crate) fn start(
     store: Arc<dyn JobStore>,
     handler: Arc<dyn Handler>,
-    events: Option<Arc<dyn RunEvents>>,
+    live: Live,
     config: Config,
 ) -> Worker {
     let (tx, rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         store,
         handler,
-        events,
+        events: live.events,
+        cancellations: live.cancellations,
         slots: Arc::new(Semaphore::new(config.concurrency)),
         config,
         held: Mutex::new(HashMap::new()),
@@ -245,6 +253,7 @@ pub(crate) fn start(
             tokio::spawn(cleanup_loop(shared.clone())),
             tokio::spawn(wakeup_loop(shared.clone())),
             tokio::spawn(sweep_loop(shared.clone())),
+            tokio::spawn(cancel_loop(shared.clone())),
         ],
         shared,
     }
@@ -567,6 +576,35 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 }
             }
             Err(e) => shared.note_error("heartbeat_jobs", &e),
+        }
+    }
+}
+
+/// How often a worker with shared cancellation flags asks which of its jobs are flagged.
+pub const CANCEL_POLL: Duration = Duration::from_millis(200);
+
+/// Every [`CANCEL_POLL`], fires the cancellation of held jobs flagged as cancelled;
+/// does nothing without flags. A flags fault is counted and the next round tries again.
+async fn cancel_loop(shared: Arc<Shared>) {
+    let Some(flags) = shared.cancellations.clone() else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CANCEL_POLL) => {}
+            _ = shared.quiet.cancelled() => return,
+        }
+        let held: Vec<String> = lock(&shared.held).keys().cloned().collect();
+        match flags.cancelled(&held).await {
+            Ok(flagged) => {
+                let held = lock(&shared.held);
+                for id in flagged {
+                    if let Some(h) = held.get(&id) {
+                        h.cancel.cancel();
+                    }
+                }
+            }
+            Err(e) => shared.note_error("cancelled", &e),
         }
     }
 }

@@ -513,6 +513,54 @@ async fn handlers_publish_events_that_a_tail_reads() {
     }
 }
 
+/// With shared cancellation flags (agno's Redis layout), a job flagged by any replica stops
+/// at once, well before a heartbeat, and ends cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_flagged_on_redis_stops_at_once() {
+    let Some(url) = servers::url(Backend::Redis).await.unwrap() else {
+        return;
+    };
+    let flags =
+        Arc::new(Coordination::new(&url, &format!("agno_worker_{}", &uuid()[..12])).unwrap());
+    let store = InMemoryDb::new().agno_db().job_store().unwrap();
+    let long = job(0);
+    enqueue(&store, vec![long.clone()]).await;
+    let stopped: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let seen = stopped.clone();
+    let worker = Worker::builder(store.clone())
+        .cancellations(flags.clone())
+        .lock_grace(Duration::from_secs(30))
+        .poll_interval(Duration::from_millis(50))
+        .handler(move |_job: Job, ctx: JobContext| {
+            let seen = seen.clone();
+            async move {
+                tokio::select! {
+                    _ = ctx.cancelled().cancelled() => {
+                        *seen.lock().unwrap() = Some(Instant::now());
+                        Outcome::Cancelled
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => Outcome::Completed,
+                }
+            }
+        })
+        .start()
+        .unwrap();
+    assert!(until(Duration::from_secs(10), || worker.stats().running == 1).await);
+    let asked = Instant::now();
+    assert!(flags.request_cancel(&long.id).await);
+    assert!(until(Duration::from_secs(5), || stopped.lock().unwrap().is_some()).await);
+    let took = stopped.lock().unwrap().unwrap() - asked;
+    // The heartbeat is every 10 s here: only the flag can explain a stop this soon.
+    assert!(
+        took < Duration::from_millis(1_000),
+        "stopped after {took:?}"
+    );
+    let stats = worker.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(stats.cancelled, 1, "{stats:?}");
+    let row = store.get_job(&long.id, None).await.unwrap().unwrap();
+    assert_eq!(row.status, JobStatus::Cancelled);
+}
+
 /// Shutdown lets a running handler finish and writes its result; a handler that outruns
 /// the deadline is cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
