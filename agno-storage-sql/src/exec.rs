@@ -30,6 +30,15 @@ impl NamedLock {
             key: session_id.to_owned(),
         }
     }
+
+    /// Our lock serializing the sequence of one job session's serialized tickets (agno has
+    /// no MySQL queue): `agno_job_session_` + md5 of the jobs table and the session id.
+    pub(crate) fn job_session(table: &str, session_id: &str) -> Self {
+        NamedLock {
+            prefix: "agno_job_session_",
+            key: format!("{table}\u{0}{session_id}"),
+        }
+    }
 }
 
 /// A database's version: equal versions mean no commit by any connection and no schema

@@ -10,7 +10,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::dialect::Claim;
+use crate::dialect::{Claim, SessionLock};
 use crate::exec::Statement;
 use crate::schema::Table;
 use crate::store::{in_list, limit_offset, SqlStore, Where};
@@ -139,6 +139,24 @@ impl SqlStore {
             .pop()
             .unwrap_or_default())
     }
+
+    /// `write` in a transaction holding the named `lock` from before it begins until after
+    /// it commits; the rows `read` reads after it, none when it wrote nothing.
+    #[cfg(feature = "mysql")]
+    async fn under_named_lock(
+        &self,
+        lock: crate::exec::NamedLock,
+        write: Statement,
+        read: Statement,
+    ) -> Result<Vec<Row>> {
+        let mut tx = self.exec.begin(Some(lock)).await?;
+        let rows = match tx.execute(&write.0, write.1).await? {
+            0 => Vec::new(),
+            _ => tx.query(&read.0, read.1).await?,
+        };
+        tx.commit().await?;
+        Ok(rows)
+    }
 }
 
 impl SqlStore {
@@ -239,9 +257,16 @@ impl JobStore for SqlStore {
             .session_lock(self, &job.session_id)
             .filter(|_| serialized);
         let inserted = match lock {
-            Some(lock) => {
+            Some(SessionLock::Statement(lock)) => {
                 let insert = format!("{sql} ON CONFLICT DO NOTHING RETURNING *");
                 self.under_lock(lock, (insert, params)).await?
+            }
+            #[cfg(feature = "mysql")]
+            Some(SessionLock::Named(lock)) => {
+                match self.under_named_lock(lock, (sql, params), read).await {
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => Vec::new(),
+                    other => other?,
+                }
             }
             None => {
                 self.dialect
@@ -467,9 +492,17 @@ impl JobStore for SqlStore {
             .session_lock(self, &job.session_id)
             .filter(|_| job.is_serialized());
         let requeued = match lock {
-            Some(lock) => {
+            Some(SessionLock::Statement(lock)) => {
                 let update = (format!("{sql} RETURNING id"), params);
                 !self.under_lock(lock, update).await?.is_empty()
+            }
+            #[cfg(feature = "mysql")]
+            Some(SessionLock::Named(lock)) => {
+                let read = self.select_by(Table::Jobs, "id", id);
+                !self
+                    .under_named_lock(lock, (sql, params), read)
+                    .await?
+                    .is_empty()
             }
             None => self.exec.execute(&sql, params).await? > 0,
         };

@@ -90,6 +90,20 @@ pub(crate) struct InsertChunk {
     pub(crate) count: Statement,
 }
 
+/// How a dialect serializes the sequence of a job session ([`Dialect::session_lock`]).
+pub(crate) enum SessionLock {
+    /// A statement that takes a lock held to the end of the transaction it opens
+    /// (PostgreSQL's `pg_advisory_xact_lock`); the dialect has `INSERT … ON CONFLICT DO
+    /// NOTHING RETURNING`.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Statement(Statement),
+    /// A named lock held from before the transaction begins until after it commits
+    /// (MySQL's `GET_LOCK`).
+    #[cfg(feature = "mysql")]
+    Named(crate::exec::NamedLock),
+}
+
+
 /// The SQL dialect of one database. One implementation per database; the provided methods
 /// are what SQLite and PostgreSQL share.
 #[async_trait]
@@ -168,10 +182,10 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         None
     }
 
-    /// The statement that takes agno's lock on a job session's sequence, held to the end of
-    /// the transaction, where agno has one (PostgreSQL's advisory lock; `None` elsewhere).
-    /// A dialect with one has `INSERT … ON CONFLICT DO NOTHING RETURNING`.
-    fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<Statement> {
+    /// The lock that serializes the sequence of a job session's serialized tickets, where
+    /// writers are not serialized already (SQLite's are): on PostgreSQL agno's advisory
+    /// lock, on MySQL a named lock (`None` elsewhere).
+    fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<SessionLock> {
         let _ = (s, session_id);
         None
     }

@@ -9,7 +9,7 @@ use agno_storage_core::migration::StepOutcome;
 use agno_storage_core::{async_trait, ErrorKind, JobCompletion, JobStatus, Result, RunRecord};
 use serde_json::Value;
 
-use super::{count_of, like_pattern, Claim, ColType, Dialect, InsertChunk};
+use super::{count_of, like_pattern, Claim, ColType, Dialect, InsertChunk, SessionLock};
 use crate::exec::{NamedLock, Statement};
 use crate::named::NamedSql;
 use crate::runs::{run_param, RunWrite, RETURNED};
@@ -273,6 +273,16 @@ impl Dialect for MySql {
     }
 
     /// A key collision is an error here (no `DO NOTHING`): it reads as no row inserted.
+    /// A named lock per jobs table and session: without it, two enqueues of one session
+    /// read the same `MAX(session_seq)` (the sequence subquery takes no lock) and share a
+    /// place.
+    fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<SessionLock> {
+        Some(SessionLock::Named(NamedLock::job_session(
+            &s.table_ref(Table::Jobs),
+            session_id,
+        )))
+    }
+
     async fn insert_if_absent(
         &self,
         s: &SqlStore,

@@ -5,7 +5,7 @@ use agno_storage_core::migration::StepOutcome;
 use agno_storage_core::{async_trait, ErrorKind, Result, RunRecord};
 use serde_json::Value;
 
-use super::{like_pattern, ColType, Dialect, RowVersioning};
+use super::{like_pattern, ColType, Dialect, RowVersioning, SessionLock};
 use crate::exec::Statement;
 use crate::migrate::{drop_unfinished_metrics, rekey_metrics};
 use crate::named::NamedSql;
@@ -80,14 +80,14 @@ impl Dialect for Postgres {
     }
 
     /// agno's session lock (see [`session_lock_key`]).
-    fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<Statement> {
-        Some((
+    fn session_lock(&self, s: &SqlStore, session_id: &str) -> Option<SessionLock> {
+        Some(SessionLock::Statement((
             "SELECT pg_advisory_xact_lock(?) AS locked".into(),
             vec![SqlValue::int(session_lock_key(
                 &s.table_ref(Table::Jobs),
                 session_id,
             ))],
-        ))
+        )))
     }
 
     /// JSONB: a copy of the value, bound as JSON.

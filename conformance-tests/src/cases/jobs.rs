@@ -1079,6 +1079,98 @@ pub(crate) async fn continue_and_sweep_as_agno(ctx: &Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Serialized tickets of one session enqueued at the same moment by many callers each
+/// take their own place (`session_seq` 1..=n, none shared: agno's advisory lock on
+/// PostgreSQL, a per-session guard on the compare-and-set backends), and concurrent
+/// claimers then run them one at a time, in that order.
+pub(crate) async fn serialized_tickets_enqueued_at_once_take_distinct_places(
+    ctx: &Ctx,
+) -> CaseResult {
+    const N: usize = 10;
+    let db = ctx.db().await?;
+    let session = uid("s");
+    let mut enqueues: Vec<JoinHandle<Result<(), Failure>>> = Vec::new();
+    for _ in 0..N {
+        let (db, session) = (db.clone(), session.clone());
+        enqueues.push(tokio::spawn(async move {
+            let mut j = job();
+            j.session_id = session;
+            j.payload = json!({"input": "hi", "serialize_session": true});
+            let outcome = db.jobs()?.enqueue_job(j, 0).await?;
+            ensure(outcome.rejection.is_none(), "enqueue accepted")
+        }));
+    }
+    for e in enqueues {
+        e.await
+            .map_err(|e| Failure::from(format!("an enqueue task: {e}")))??;
+    }
+    let store = db.jobs()?;
+    let query = JobQuery {
+        session_id: Some(session.clone()),
+        ..Default::default()
+    };
+    let mut tickets: Vec<(i64, String)> = store
+        .list_jobs(query.clone())
+        .await?
+        .items
+        .iter()
+        .map(|j| (j.session_seq(), j.id.clone()))
+        .collect();
+    tickets.sort();
+    let seqs: Vec<i64> = tickets.iter().map(|t| t.0).collect();
+    ensure_eq(
+        seqs,
+        (1..=N as i64).collect::<Vec<_>>(),
+        "each ticket's session_seq (concurrent enqueues)",
+    )?;
+
+    let running = Arc::new(Mutex::new((0usize, 0usize, Vec::new())));
+    let mut claimers: Vec<JoinHandle<Result<(), Failure>>> = Vec::new();
+    for w in 0..4 {
+        let (db, running) = (db.clone(), running.clone());
+        claimers.push(tokio::spawn(async move {
+            let store = db.jobs()?;
+            let worker = format!("w{w}");
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                if running.lock().map_err(|_| "poisoned")?.2.len() == N {
+                    return Ok(());
+                }
+                ensure(
+                    std::time::Instant::now() < deadline,
+                    "the tickets were drained in time",
+                )?;
+                let Some(j) = store.claim_job(&worker, 60, None).await? else {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                };
+                {
+                    let mut r = running.lock().map_err(|_| "poisoned")?;
+                    r.0 += 1;
+                    r.1 = r.1.max(r.0);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                {
+                    let mut r = running.lock().map_err(|_| "poisoned")?;
+                    r.0 -= 1;
+                    r.2.push(j.id.clone());
+                }
+                store
+                    .complete_job(&j.id, &worker, j.attempt, JobStatus::Completed, None)
+                    .await?;
+            }
+        }));
+    }
+    for c in claimers {
+        c.await
+            .map_err(|e| Failure::from(format!("a claimer task: {e}")))??;
+    }
+    let (_, peak, order) = running.lock().map_err(|_| "poisoned")?.clone();
+    ensure_eq(peak, 1, "tickets of the session running at once")?;
+    let in_seq: Vec<String> = tickets.into_iter().map(|t| t.1).collect();
+    ensure_eq(order, in_seq, "tickets ran in session_seq order")
+}
+
 /// `cancel_running_job`: a running job is cancelled by anyone holding the store (its
 /// owner, or any caller without a user), not by another user; its holder's heartbeat then
 /// renews nothing and its result is refused; queued or finished jobs are left alone.

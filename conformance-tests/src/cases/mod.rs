@@ -128,6 +128,10 @@ pub(crate) fn all() -> Vec<Case> {
         case!(jobs::released_claim_costs_no_attempt, ["jobs"]),
         case!(jobs::requeue_settle_and_queue_stats, ["jobs"]),
         case!(jobs::serialized_session_runs_one_ticket_at_a_time, ["jobs"]),
+        case!(
+            jobs::serialized_tickets_enqueued_at_once_take_distinct_places,
+            ["jobs"]
+        ),
         case!(jobs::continue_and_sweep_as_agno, ["jobs"]),
         case!(jobs::running_job_cancelled_from_anywhere, ["jobs"]),
         case!(jobs::stress_exactly_once_with_killed_workers, ["jobs"]),
