@@ -99,6 +99,13 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// enforces the uniqueness itself (a commit that would store a second job with the key
     /// is then a [`Commit::Conflict`]).
     const JOB_KEY_GUARDS: bool = true;
+    /// Whether each job session with serialized tickets has a guard document in the meta
+    /// collection ([`DocBackend::job_session_guard`]) that every enqueue, requeue and
+    /// claim of one of its tickets commits with the version it read (default), so two of
+    /// them in one session conflict rather than both act on one view of it (two tickets
+    /// taking one `session_seq`, two claimers each seeing a different head); `false` where
+    /// one commit already covers every ticket (a backend whose jobs are one object).
+    const JOB_SESSION_GUARDS: bool = true;
     /// The longest identifier, in characters, the backend's document ids and indexed
     /// fields hold (`None`: no limit); see `agno_storage_core::Capabilities::max_id_chars`.
     const MAX_ID_CHARS: Option<usize>;
@@ -212,6 +219,12 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
             id: digest_id("job_key", &[user_id, Some(key)]),
             holder: "job_id",
         }
+    }
+
+    /// The meta document id of job session `session_id`'s guard (see
+    /// [`DocBackend::JOB_SESSION_GUARDS`]; default: a digest id).
+    fn job_session_guard(&self, session_id: &str) -> String {
+        digest_id("job_session", &[Some(session_id)])
     }
 
     /// The document id of a metrics row (agno's, which differ per backend): of the stored

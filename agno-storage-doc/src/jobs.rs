@@ -15,6 +15,8 @@ use agno_storage_core::{
     ErrorKind, Job, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result, SortOrder,
 };
 
+use std::collections::HashMap;
+
 use serde_json::json;
 
 use crate::{backoff, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
@@ -173,7 +175,9 @@ impl<B: DocBackend> JobStore for Docs<B> {
                     });
                 }
             }
+            let mut guards = SessionGuards::default();
             if job.is_serialized() {
+                guards.read(&self.0, &job).await?;
                 let session = self.0.session_jobs(&job.session_id).await?;
                 job.set_session_seq(job.next_session_seq(&session));
             }
@@ -183,6 +187,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 &self.to_fields(&job, "a job")?,
                 Pre::Absent,
             )];
+            writes.extend(guards.write(&self.0, &job));
             if let Some(key) = job.idempotency_key.as_ref().filter(|_| B::JOB_KEY_GUARDS) {
                 let guard = self.job_key_guard(job.user_id.as_deref(), key);
                 let mut fields = object(json!({
@@ -350,24 +355,40 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 
     async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        // A requeued serialized ticket rejoins its session behind every live one.
-        let session = match self.job_doc(id).await? {
-            Some((_, j)) if j.is_serialized() => self.0.session_jobs(&j.session_id).await?,
-            _ => Vec::new(),
-        };
-        let requeued = self
-            .changed("requeue job", id, user_id, |job, now| {
-                let requeued = job.requeue(now);
-                if requeued && job.is_serialized() {
-                    job.set_session_seq(job.next_session_seq(&session));
+        for round in 0..CAS_ATTEMPTS {
+            let Some((stored, mut job)) = self
+                .job_doc(id)
+                .await?
+                .filter(|(_, j)| visible_to(j.user_id.as_deref(), user_id))
+            else {
+                return Ok(false);
+            };
+            if !job.requeue(self.0.now().await?) {
+                return Ok(false);
+            }
+            // A requeued serialized ticket rejoins its session behind every live one.
+            let mut guards = SessionGuards::default();
+            if job.is_serialized() {
+                guards.read(&self.0, &job).await?;
+                let session = self.0.session_jobs(&job.session_id).await?;
+                job.set_session_seq(job.next_session_seq(&session));
+            }
+            let mut writes = vec![self.put(
+                self.collection(Table::Jobs),
+                &stored.id,
+                &self.to_fields(&job, "a job")?,
+                stored.unchanged(),
+            )];
+            writes.extend(guards.write(&self.0, &job));
+            match self.commit("requeue job", writes).await? {
+                Commit::Done => {
+                    self.0.wake_workers().await;
+                    return Ok(true);
                 }
-                requeued
-            })
-            .await?;
-        if requeued {
-            self.0.wake_workers().await;
+                Commit::Conflict => backoff(round).await,
+            }
         }
-        Ok(requeued)
+        Err(self.contended("requeue job"))
     }
 
     async fn settle_paused_job(
@@ -517,6 +538,72 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 }
 
+/// The session guards ([`DocBackend::JOB_SESSION_GUARDS`]) one write or one claim round
+/// read: each read before anything reads its session's tickets, and moved on, conditioned
+/// on the version read, in the commit that sequences or claims a ticket of it.
+pub struct SessionGuards<B: DocBackend> {
+    read: HashMap<String, Option<Stored<B>>>,
+}
+
+impl<B: DocBackend> Default for SessionGuards<B> {
+    fn default() -> Self {
+        SessionGuards {
+            read: HashMap::new(),
+        }
+    }
+}
+
+impl<B: DocBackend> SessionGuards<B> {
+    /// Reads the guard of `job`'s session if `job` is serialized and it was not read yet;
+    /// call it before the session's tickets are read.
+    pub async fn read(&mut self, db: &B, job: &Job) -> Result<()> {
+        if !B::JOB_SESSION_GUARDS || !job.is_serialized() || self.read.contains_key(&job.session_id)
+        {
+            return Ok(());
+        }
+        let guard = db
+            .get(
+                db.collection(Table::Meta),
+                &db.job_session_guard(&job.session_id),
+            )
+            .await?;
+        self.read.insert(job.session_id.clone(), guard);
+        Ok(())
+    }
+
+    /// The write that moves `job`'s session guard on from the version read (none for a
+    /// ticket that is not serialized).
+    pub fn write(&self, db: &B, job: &Job) -> Option<B::Write> {
+        if !B::JOB_SESSION_GUARDS || !job.is_serialized() {
+            return None;
+        }
+        let read = self.read.get(&job.session_id);
+        debug_assert!(read.is_some(), "SessionGuards::read comes first");
+        let (pre, writes) = match read.and_then(Option::as_ref) {
+            Some(stored) => (
+                stored.unchanged(),
+                stored
+                    .fields
+                    .get("writes")
+                    .and_then(|w| w.as_i64())
+                    .unwrap_or(0),
+            ),
+            None => (Pre::Absent, 0),
+        };
+        let fields = object(json!({
+            "kind": "job_session",
+            "session_id": job.session_id,
+            "writes": writes + 1,
+        }));
+        Some(db.put(
+            db.collection(Table::Meta),
+            &db.job_session_guard(&job.session_id),
+            &fields,
+            pre,
+        ))
+    }
+}
+
 /// Decodes a job document a claim met. One that does not decode (a field missing or of
 /// the wrong type) is failed in place, if unchanged since it was read, with
 /// [`undecodable_job_error`], and `None` is returned: one bad document must not make every
@@ -576,8 +663,10 @@ pub async fn claim_oldest_job<B: DocBackend>(
         }
         candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
         let mut sessions = SessionOrder::default();
+        let mut guards = SessionGuards::default();
         let mut lost_race = false;
         for (stored, mut job) in candidates {
+            guards.read(db, &job).await?;
             if !sessions
                 .allows(&job, |sid| async move { db.session_jobs(&sid).await })
                 .await?
@@ -585,13 +674,14 @@ pub async fn claim_oldest_job<B: DocBackend>(
                 continue;
             }
             job.take_lease(worker_id, now);
-            let write = db.put(
+            let mut writes = vec![db.put(
                 db.collection(Table::Jobs),
                 &stored.id,
                 &db.to_fields(&job, "a job")?,
                 stored.unchanged(),
-            );
-            match db.commit("claim job", vec![write]).await? {
+            )];
+            writes.extend(guards.write(db, &job));
+            match db.commit("claim job", writes).await? {
                 Commit::Done => return Ok(Some(job)),
                 Commit::Conflict => lost_race = true,
             }

@@ -145,9 +145,26 @@ fn duplicates_unique_key(table: Table, rows: &[Value]) -> bool {
         .any(|key| !seen.insert(key))
 }
 
+/// Whether two live serialized tickets of one session share a `session_seq` (JSON files
+/// keep no session guard: this check, run inside the file's compare-and-set, makes two
+/// enqueues that read one view of a session conflict, and the loser sequences again).
+fn duplicates_session_place(table: Table, rows: &[Value]) -> bool {
+    if table != Table::Jobs {
+        return false;
+    }
+    let mut seen = std::collections::HashSet::new();
+    rows.iter()
+        .filter(|r| {
+            r["payload"]["serialize_session"] == Value::Bool(true)
+                && matches!(r["status"].as_str(), Some("queued" | "running" | "paused"))
+        })
+        .map(|r| (r["session_id"].to_string(), r["payload"]["session_seq"].as_i64().unwrap_or(0)))
+        .any(|place| !seen.insert(place))
+}
+
 impl JsonFiles {
     /// Commits the writes of one file: `Conflict` when a precondition fails or the commit
-    /// would break a unique key.
+    /// would break a unique key or give two live tickets of a session one place.
     async fn commit_file(&self, table: Table, writes: Vec<RowWrite>) -> Result<Commit> {
         self.files
             .modify(table, |rows| {
@@ -155,11 +172,14 @@ impl JsonFiles {
                     return Ok(Step::Keep(Commit::Conflict));
                 }
                 let unique_before = !duplicates_unique_key(table, rows);
+                let places_before = !duplicates_session_place(table, rows);
                 for w in &writes {
                     apply(table, rows, &w.id, w.fields.clone());
                 }
                 // The rows are this attempt's copy: kept, they are not written.
-                if unique_before && duplicates_unique_key(table, rows) {
+                if (unique_before && duplicates_unique_key(table, rows))
+                    || (places_before && duplicates_session_place(table, rows))
+                {
                     return Ok(Step::Keep(Commit::Conflict));
                 }
                 Ok(Step::Write(Commit::Done))
@@ -197,6 +217,9 @@ impl DocBackend for JsonFiles {
     const ITEM: &'static str = "row";
     const SCHEDULE_NAME_GUARDS: bool = false;
     const JOB_KEY_GUARDS: bool = false;
+    /// Jobs are one file under one compare-and-set: a commit that would give two live
+    /// tickets of a session one `session_seq` is a conflict instead.
+    const JOB_SESSION_GUARDS: bool = false;
     const MAX_ID_CHARS: Option<usize> = None;
     const MAX_JSON_DEPTH: Option<usize> = None;
 

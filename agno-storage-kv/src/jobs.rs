@@ -19,7 +19,7 @@
 
 use agno_storage_core::job::SessionOrder;
 use agno_storage_core::{Error, ErrorKind, Job, JobWakeups, Result};
-use agno_storage_doc::{decode_or_fail_job, Commit, DocBackend, Fields};
+use agno_storage_doc::{decode_or_fail_job, Commit, DocBackend, Fields, SessionGuards};
 use serde_json::Value;
 
 use crate::docs::Entry;
@@ -254,7 +254,9 @@ impl<S: Server> KvDocs<S> {
             candidates.sort_by(|(_, a), (_, b)| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
             let mut contended = false;
             let mut sessions = SessionOrder::default();
+            let mut guards = SessionGuards::default();
             for (stored, mut job) in candidates {
+                guards.read(self, &job).await?;
                 if !sessions
                     .allows(&job, |sid| async move { self.session_jobs(&sid).await })
                     .await?
@@ -262,13 +264,14 @@ impl<S: Server> KvDocs<S> {
                     continue;
                 }
                 job.take_lease(worker_id, now);
-                let write = self.put(
+                let mut writes = vec![self.put(
                     TABLE,
                     &stored.id,
                     &self.to_fields(&job, "a job")?,
                     stored.unchanged(),
-                );
-                if self.commit("claim job", vec![write]).await? == Commit::Done {
+                )];
+                writes.extend(guards.write(self, &job));
+                if self.commit("claim job", writes).await? == Commit::Done {
                     return Ok(Some(job));
                 }
                 contended = true;

@@ -10,6 +10,7 @@ use agno_storage_core::job::{
     check_finish_status, check_settle_status, continue_paused_job, lease_lost,
     undecodable_job_error, SessionOrder,
 };
+use agno_storage_core::lease::now_epoch_millis;
 use agno_storage_core::{
     async_trait, now_epoch_seconds, Continued, EnqueueOutcome, EnqueueRejection, Error, ErrorKind,
     Job, JobQuery, JobStatus, JobStore, Page, Result,
@@ -19,6 +20,12 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 
 use crate::doc::{db_err, from_doc, is_duplicate_key, opt, scope, to_doc};
+
+/// How long a job session's sequence lock holds without its holder (it is held for two
+/// round trips).
+const SESSION_LOCK_LEASE_MS: i64 = 10_000;
+/// How long an enqueue waits for a session's sequence lock.
+const SESSION_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 use crate::MongoDb;
 
 fn decode(d: Document) -> Result<Job> {
@@ -89,6 +96,55 @@ impl MongoDb {
             .collect())
     }
 
+    /// Runs `f` holding job session `session_id`'s sequence lock, so two enqueues or
+    /// requeues of one session never sequence from one view of it (agno's PostgreSQL
+    /// advisory lock, as a lease): a document `{_id: "job_session:<id>", holder, until}` in
+    /// the meta collection, inserted (or taken over once its lease passed) and deleted
+    /// after. `Conflict` (temporary) when another holder keeps it past the wait.
+    async fn under_session_lock<T>(
+        &self,
+        session_id: &str,
+        f: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let coll = self.coll(&self.inner.names.meta);
+        let id = format!("job_session:{session_id}");
+        let holder = uuid::Uuid::new_v4().to_string();
+        let deadline = tokio::time::Instant::now() + SESSION_LOCK_WAIT;
+        loop {
+            let now = now_epoch_millis();
+            let record = doc! {"_id": &id, "holder": &holder, "until": now + SESSION_LOCK_LEASE_MS};
+            match coll.insert_one(record.clone()).await {
+                Ok(_) => break,
+                Err(e) if is_duplicate_key(&e) => {
+                    let taken = coll
+                        .replace_one(doc! {"_id": &id, "until": {"$lt": now}}, record)
+                        .await
+                        .map_err(db_err("lock a job session"))?;
+                    if taken.matched_count > 0 {
+                        break;
+                    }
+                }
+                Err(e) => return Err(db_err("lock a job session")(e)),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "job session {session_id:?} stayed locked by another enqueue (document _id {id:?} in {}); retry",
+                        self.inner.names.meta
+                    ),
+                )
+                .with_backend("mongodb")
+                .set_temporary(true));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let out = f.await;
+        // A failed release leaves the lock to its lease.
+        let _ = coll.delete_one(doc! {"_id": &id, "holder": &holder}).await;
+        out
+    }
+
     async fn job_by_key(&self, key: &str, user_id: Option<&str>) -> Result<Option<Job>> {
         self.coll(&self.inner.names.jobs)
             .find_one(doc! {"idempotency_key": key, "user_id": opt(user_id)})
@@ -145,11 +201,18 @@ impl JobStore for MongoDb {
         }
         job.status = JobStatus::Queued;
         job.attempt = 0;
-        if job.is_serialized() {
-            let session = self.session_tickets(&job.session_id).await?;
-            job.set_session_seq(job.next_session_seq(&session));
-        }
-        match coll.insert_one(to_doc(&job, "a job")?).await {
+        let inserted = if job.is_serialized() {
+            let session_id = job.session_id.clone();
+            self.under_session_lock(&session_id, async {
+                let session = self.session_tickets(&job.session_id).await?;
+                job.set_session_seq(job.next_session_seq(&session));
+                Ok(coll.insert_one(to_doc(&job, "a job")?).await)
+            })
+            .await?
+        } else {
+            coll.insert_one(to_doc(&job, "a job")?).await
+        };
+        match inserted {
             Ok(_) => Ok(EnqueueOutcome {
                 rejection: None,
                 job: Some(job),
@@ -349,12 +412,17 @@ impl JobStore for MongoDb {
             "updated_at": now,
         };
         // A requeued serialized ticket rejoins its session behind every live one.
-        if let Some(job) = self.get_job(id, user_id).await?.filter(Job::is_serialized) {
+        let Some(job) = self.get_job(id, user_id).await?.filter(Job::is_serialized) else {
+            let update = vec![doc! {"$set": set}];
+            return self.update_job("requeue job", filter, update).await;
+        };
+        self.under_session_lock(&job.session_id, async {
             let session = self.session_tickets(&job.session_id).await?;
             set.insert("payload.session_seq", job.next_session_seq(&session));
-        }
-        let update = vec![doc! {"$set": set}];
-        self.update_job("requeue job", filter, update).await
+            let update = vec![doc! {"$set": set}];
+            self.update_job("requeue job", filter, update).await
+        })
+        .await
     }
 
     async fn settle_paused_job(

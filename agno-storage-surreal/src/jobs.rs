@@ -4,7 +4,7 @@
 
 use agno_storage_core::job::SessionOrder;
 use agno_storage_core::{now_epoch_seconds, Job, JobStatus, Result};
-use agno_storage_doc::{decode_or_fail_job, DocBackend, Table};
+use agno_storage_doc::{decode_or_fail_job, DocBackend, SessionGuards, Table};
 use surrealdb::types::Value as SValue;
 
 use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
@@ -60,7 +60,9 @@ impl SurrealDb {
                     candidates[..spread].rotate_left(offset);
                 }
                 let mut sessions = SessionOrder::default();
+                let mut guards = SessionGuards::default();
                 for (stored, mut job) in candidates {
+                    guards.read(self, &job).await?;
                     if !sessions
                         .allows(&job, |sid| async move { self.session_jobs(&sid).await })
                         .await?
@@ -68,13 +70,14 @@ impl SurrealDb {
                         continue;
                     }
                     job.take_lease(worker_id, now);
-                    let write = self.put(
+                    let mut writes = vec![self.put(
                         self.collection(Table::Jobs),
                         &stored.id,
                         &self.to_fields(&job, "a job")?,
                         stored.unchanged(),
-                    );
-                    match self.commit("claim job", vec![write]).await? {
+                    )];
+                    writes.extend(guards.write(self, &job));
+                    match self.commit("claim job", writes).await? {
                         Commit::Done => return Ok(Some(job)),
                         Commit::Conflict => lost_race = true,
                     }

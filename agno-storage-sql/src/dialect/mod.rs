@@ -103,7 +103,6 @@ pub(crate) enum SessionLock {
     Named(crate::exec::NamedLock),
 }
 
-
 /// The SQL dialect of one database. One implementation per database; the provided methods
 /// are what SQLite and PostgreSQL share.
 #[async_trait]
