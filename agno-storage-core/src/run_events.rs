@@ -61,6 +61,16 @@ impl StreamStatus {
         .find(|s| s.as_str() == value)
     }
 
+    /// The status [`RunEvents::complete_run`] records for it: itself when it ends tails,
+    /// else `Completed` (agno: the call marks terminal).
+    pub fn terminal(self) -> Self {
+        if self.ends_tails() {
+            self
+        } else {
+            StreamStatus::Completed
+        }
+    }
+
     /// Whether a tail ends at it (paused included: the stream is closed until reopened).
     pub fn ends_tails(self) -> bool {
         !matches!(self, StreamStatus::Pending | StreamStatus::Running)

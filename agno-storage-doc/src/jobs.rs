@@ -111,6 +111,19 @@ impl<B: DocBackend> Docs<B> {
         Err(self.contended(operation))
     }
 
+    /// Gives a serialized `job` the next place of its session (read after the session's
+    /// guard, which the commit must then include: [`SessionGuards::write`]); nothing for a
+    /// free ticket.
+    async fn sequence(&self, job: &mut Job) -> Result<SessionGuards<B>> {
+        let mut guards = SessionGuards::default();
+        if job.is_serialized() {
+            guards.read(&self.0, job).await?;
+            let session = self.0.session_jobs(&job.session_id).await?;
+            job.set_session_seq(job.next_session_seq(&session));
+        }
+        Ok(guards)
+    }
+
     /// [`Docs::transition`]: whether it wrote.
     async fn changed(
         &self,
@@ -175,12 +188,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                     });
                 }
             }
-            let mut guards = SessionGuards::default();
-            if job.is_serialized() {
-                guards.read(&self.0, &job).await?;
-                let session = self.0.session_jobs(&job.session_id).await?;
-                job.set_session_seq(job.next_session_seq(&session));
-            }
+            let guards = self.sequence(&mut job).await?;
             let mut writes = vec![self.put(
                 self.collection(Table::Jobs),
                 &self.doc_id(&job.id),
@@ -367,12 +375,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 return Ok(false);
             }
             // A requeued serialized ticket rejoins its session behind every live one.
-            let mut guards = SessionGuards::default();
-            if job.is_serialized() {
-                guards.read(&self.0, &job).await?;
-                let session = self.0.session_jobs(&job.session_id).await?;
-                job.set_session_seq(job.next_session_seq(&session));
-            }
+            let guards = self.sequence(&mut job).await?;
             let mut writes = vec![self.put(
                 self.collection(Table::Jobs),
                 &stored.id,

@@ -423,11 +423,7 @@ impl RunEvents for Coordination {
         status: StreamStatus,
         generation: Option<i64>,
     ) -> Result<bool> {
-        let status = if status.ends_tails() {
-            status
-        } else {
-            StreamStatus::Completed
-        };
+        let status = status.terminal();
         self.lifecycle(run_id, "complete", Some(status), generation)
             .await
     }

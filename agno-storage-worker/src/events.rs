@@ -126,11 +126,7 @@ impl RunEvents for LocalRunEvents {
         status: StreamStatus,
         generation: Option<i64>,
     ) -> Result<bool> {
-        let status = if status.ends_tails() {
-            status
-        } else {
-            StreamStatus::Completed
-        };
+        let status = status.terminal();
         Ok(self.fenced(run_id, generation, |run| run.status = Some(status)))
     }
 

@@ -20,6 +20,11 @@
 //!   agno's worker does; abandoned jobs with no attempt left are swept to `failed`.
 //! - **Store outages**: a failing claim backs off (doubling from the poll interval, at most
 //!   30 s) and the worker resumes by itself when the store answers.
+//! - **Live runs** (optional): handlers publish events ([`JobContext::publish`]) to a
+//!   [`RunEvents`] stream ([`WorkerBuilder::events`]), each attempt fenced by its number,
+//!   and shared cancellation flags ([`WorkerBuilder::cancellations`]) stop a flagged job
+//!   within [`CANCEL_POLL`]. On Redis both are agno's layout (`agno_storage_kv::Coordination`);
+//!   [`LocalRunEvents`] serves one process.
 //! - **Graceful shutdown**: [`Worker::shutdown`] stops claiming, hands back the jobs it
 //!   claimed ahead, lets running handlers finish within a deadline, cancels the rest, and
 //!   writes every result it has.
