@@ -187,6 +187,16 @@ pub trait RunEvents: Send + Sync {
 
     /// Forgets the run (after its retention).
     async fn cleanup_run(&self, run_id: &str) -> Result<()>;
+
+    /// Keeps the streams of `run_ids` (runs this process is producing) alive while they
+    /// are quiet: where a stream expires (Redis), a run that publishes nothing for longer
+    /// than the expiry would otherwise lose its events and status mid-run, and its tails
+    /// would take it for a dead one. The worker calls it at every heartbeat for the jobs
+    /// it holds. Does nothing by default.
+    async fn keep_alive(&self, run_ids: &[String]) -> Result<()> {
+        let _ = run_ids;
+        Ok(())
+    }
 }
 
 /// Cancellation requests shared by every replica (agno's `BaseRunCancellationManager`, on

@@ -38,6 +38,7 @@ pub struct Coordination {
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     prefix: String,
     timeout: Duration,
+    tail_block: Duration,
 }
 
 impl std::fmt::Debug for Coordination {
@@ -60,7 +61,16 @@ impl Coordination {
             conn: tokio::sync::Mutex::new(None),
             prefix: prefix.to_owned(),
             timeout: Duration::from_millis(500),
+            tail_block: TAIL_BLOCK,
         })
+    }
+
+    /// How long a tail waits for new events before it checks whether the run ended or its
+    /// producer died (agno's `block_ms`; default 15 s). Shorter ends tails of dead runs
+    /// sooner at the cost of more status reads.
+    pub fn with_tail_block(mut self, block: Duration) -> Self {
+        self.tail_block = block;
+        self
     }
 
     /// Runs `cmd`, connecting first if needed; `None` on any fault or timeout (the cached
@@ -172,7 +182,7 @@ type Entry = (String, Vec<String>);
 /// How many events a run's stream keeps, about (agno's `maxlen`, `XADD MAXLEN ~`).
 const EVENTS_MAXLEN: i64 = 10_000;
 /// How long a tail blocks on `XREAD` before it checks the run's status (agno: 15 s).
-const TAIL_BLOCK_MS: u64 = 15_000;
+const TAIL_BLOCK: Duration = Duration::from_secs(15);
 
 /// agno's `_FENCED_INCR_LUA`: refuse (-1) when the stored generation is newer, record it
 /// when absent or older, then take the next index.
@@ -449,7 +459,42 @@ impl RunEvents for Coordination {
             ready: VecDeque::new(),
             ended: false,
             failures: 0,
+            block_ms: self.tail_block.as_millis().max(1) as u64,
         }))
+    }
+
+    /// `EXPIRE` of each running run's four keys, in one pipeline; the runs whose status is
+    /// gone or ends tails are left to expire (as agno's refresher leaves them).
+    async fn keep_alive(&self, run_ids: &[String]) -> Result<()> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        let statuses: Vec<String> = run_ids
+            .iter()
+            .map(|id| self.run_keys(id)[1].clone())
+            .collect();
+        let current: Vec<Option<String>> = self
+            .run(redis::cmd("MGET").arg(&statuses))
+            .await
+            .ok_or_else(|| unavailable("keep_alive"))?;
+        let mut expire = redis::pipe();
+        for (id, status) in run_ids.iter().zip(current) {
+            let live = status
+                .as_deref()
+                .is_some_and(|s| !StreamStatus::parse(s).is_some_and(StreamStatus::ends_tails));
+            if live {
+                for key in self.run_keys(id) {
+                    expire
+                        .cmd("EXPIRE")
+                        .arg(key)
+                        .arg(EVENTS_TTL_SECONDS)
+                        .ignore();
+                }
+            }
+        }
+        self.run_pipe::<()>(&expire)
+            .await
+            .ok_or_else(|| unavailable("keep_alive"))
     }
 
     async fn cleanup_run(&self, run_id: &str) -> Result<()> {
@@ -502,6 +547,8 @@ struct RedisTail {
     ended: bool,
     /// Consecutive Redis faults: the pause between tries grows with them.
     failures: u32,
+    /// How long one `XREAD` blocks before the run's status is checked.
+    block_ms: u64,
 }
 
 impl RedisTail {
@@ -579,7 +626,7 @@ impl EventTail for RedisTail {
             };
             let read: redis::RedisResult<Option<Vec<(String, Vec<Entry>)>>> = redis::cmd("XREAD")
                 .arg("BLOCK")
-                .arg(TAIL_BLOCK_MS)
+                .arg(self.block_ms)
                 .arg("COUNT")
                 .arg(100)
                 .arg("STREAMS")
@@ -606,6 +653,19 @@ impl EventTail for RedisTail {
                             if StreamStatus::parse(&s).is_some_and(StreamStatus::ends_tails) =>
                         {
                             return None
+                        }
+                        Ok(Some(s)) if StreamStatus::parse(&s) == Some(StreamStatus::Running) => {
+                            self.failures = 0;
+                            // The producer refreshes the keys every third of their expiry
+                            // (`keep_alive`): less than that left means it missed two
+                            // refreshes and is gone (agno's dead-producer bound).
+                            let left: redis::RedisResult<i64> = redis::cmd("TTL")
+                                .arg(&self.status)
+                                .query_async(&mut self.conn)
+                                .await;
+                            if left.is_ok_and(|t| (0..EVENTS_TTL_SECONDS / 3).contains(&t)) {
+                                return None;
+                            }
                         }
                         Ok(Some(_)) => self.failures = 0,
                         Err(_) => self.pause().await,

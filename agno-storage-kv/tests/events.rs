@@ -121,6 +121,68 @@ fn events_are_indexed_fenced_and_tailed_from_an_offset() {
     }
 }
 
+/// A producer keeps its quiet runs alive (`keep_alive` renews a running run's keys, not a
+/// finished one's); a tail of a running run whose producer stopped renewing ends.
+#[test]
+fn quiet_runs_are_kept_alive_and_dead_producers_end_tails() {
+    for url in servers() {
+        runtime().block_on(async {
+            let prefix = common::run_stem();
+            let events = Coordination::new(&url, &prefix)
+                .unwrap()
+                .with_tail_block(Duration::from_millis(200));
+            let mut conn = common::connection(&url).await.unwrap();
+            let status_key = |run: &str| format!("{prefix}:os:events:{run}:status");
+            let reader = conn.clone();
+            let ttl = |key: String| {
+                let mut conn = reader.clone();
+                async move {
+                    redis::cmd("TTL")
+                        .arg(key)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .unwrap()
+                }
+            };
+            for (run, status) in [
+                ("quiet", StreamStatus::Running),
+                ("done", StreamStatus::Completed),
+            ] {
+                events.begin_attempt(run, 1).await.unwrap();
+                events.set_run_status(run, status, Some(1)).await.unwrap();
+                redis::cmd("EXPIRE")
+                    .arg(status_key(run))
+                    .arg(100)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            // Nothing refreshed yet: the quiet run looks dead to a tail.
+            let mut tail = events.tail("quiet", None).await.unwrap();
+            let ended = tokio::time::timeout(Duration::from_secs(5), tail.next()).await;
+            assert!(
+                matches!(ended, Ok(None)),
+                "the tail of a dead producer's run ends"
+            );
+
+            let ids = ["quiet".to_owned(), "done".to_owned()];
+            events.keep_alive(&ids).await.unwrap();
+            assert!(
+                ttl(status_key("quiet")).await > 1_700,
+                "a running run's keys renewed"
+            );
+            assert!(
+                ttl(status_key("done")).await <= 100,
+                "a finished run's keys left to expire"
+            );
+            // Alive again: a tail waits for the run instead of ending.
+            let mut tail = events.tail("quiet", None).await.unwrap();
+            let waited = tokio::time::timeout(Duration::from_millis(800), tail.next()).await;
+            assert!(waited.is_err(), "a tail of a live quiet run keeps waiting");
+        });
+    }
+}
+
 /// The venv with agno 3.1.10, or `None` (with a note; an error under `CI=true`).
 fn agno_python() -> Option<String> {
     match common::url("AGNO_TEST_PYTHON_V3") {

@@ -546,8 +546,9 @@ async fn write_results(shared: &Shared, batch: Vec<Finished>) {
     }
 }
 
-/// Renews the leases of every held job every `max(1 s, grace / 3)`; when fewer renew than
-/// are held, finds the lost ones and fires their cancellation.
+/// Renews the leases of every held job every `max(1 s, grace / 3)` (and keeps their event
+/// streams alive); when fewer renew than are held, finds the lost ones and fires their
+/// cancellation.
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let every = (shared.config.lock_grace / 3).max(Duration::from_secs(1));
     let worker_id = &shared.config.worker_id;
@@ -564,6 +565,12 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             continue;
         }
         let ids: Vec<String> = held.iter().map(|(id, _, _)| id.clone()).collect();
+        if let Some(events) = &shared.events {
+            // Quiet runs' streams stay alive while this worker holds them.
+            if let Err(e) = events.keep_alive(&ids).await {
+                shared.note_error("run events", &e);
+            }
+        }
         match shared.store.heartbeat_jobs(worker_id, &ids).await {
             Ok(n) if n as usize >= held.len() => {}
             Ok(_) => {
