@@ -4,14 +4,13 @@
 //! the parent enqueues jobs and starts [`CHILDREN`] worker processes (this binary again,
 //! with [`CHILD_ENV`] set) over one fresh database, then:
 //!
-//! 1. **Kills**: while they drain, it `SIGKILL`s a random child every few hundred
-//!    milliseconds ([`KILLS`] times), each mid-batch (it holds claimed and prefetched jobs),
-//!    and starts a new one. A handler's effect is a memory keyed by its job and attempt,
+//! 1. **Kills**: while they drain, it `SIGKILL`s a child every few hundred milliseconds
+//!    ([`KILLS`] times), each one that the store shows holding leased jobs at that moment
+//!    (claimed or prefetched), and starts a new one. A handler's effect is a memory keyed by its job and attempt,
 //!    and the job's completion is fenced by the attempt, so the completion names the one
 //!    effect that counts. After the drain: every job is completed exactly once, by an
 //!    attempt whose effect is there, and no attempt ran after it; some jobs needed another
-//!    attempt (the kills landed on work); the tickets of each serialized session ran in
-//!    order (each handler checks that its predecessor had completed before it ran).
+//!    attempt; the tickets of each serialized session ran in order (each handler checks that its predecessor had completed before it ran).
 //! 2. **Cancellation from another process**: a long job is cancelled by the parent
 //!    (`cancel_running_job`); the child running it sees its token fire within one heartbeat.
 //! 3. **Graceful shutdown**: with work in flight, every child gets `SIGTERM`; once they
@@ -19,27 +18,39 @@
 //!    so a new worker takes the rest at once rather than after the lease, and at their
 //!    first attempt.
 //!
-//! Three competing schedulers firing each due time once are tested in `scheduler.rs`.
+//! 4. **Competing schedulers**: [`SCHEDULERS`] scheduler processes fire [`SCHEDULES`] due
+//!    schedules, one is `SIGKILL`ed while it holds a claim; each schedule fires exactly
+//!    once (one job, one schedule run naming it, released with its next time). Repeated
+//!    due times are tested in-process in `scheduler.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use agno_storage_core::{
-    now_epoch_seconds, AgnoDb, Job, JobQuery, JobStatus, MemoryQuery, Result, UserMemory,
+    now_epoch_seconds, AgnoDb, Job, JobQuery, JobStatus, MemoryQuery, Pagination, Result, Schedule,
+    UserMemory,
 };
 use agno_storage_dynamo::{DynamoDb, DynamoOptions, StaticCredentials};
 use agno_storage_kv::{KvDb, KvOptions};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_testkit::servers::{self, Backend};
-use agno_storage_worker::{JobContext, Outcome, Worker};
+use agno_storage_worker::scheduler::{next_fire_after, SCHEDULE_JOB_TYPE};
+use agno_storage_worker::{JobContext, Outcome, Scheduler, Worker};
 use serde_json::{json, Value};
 
 /// Set in a child to `backend|locator|worker id`.
 const CHILD_ENV: &str = "AGNO_WORKER_TRIAL_CHILD";
 /// Worker processes running at once.
-const CHILDREN: usize = 6;
+const CHILDREN: usize = 8;
+/// Scheduler processes running at once, and the schedules they fire.
+const SCHEDULERS: usize = 3;
+const SCHEDULES: usize = 100;
+/// Worker ids of scheduler children start with this.
+const SCHEDULER_PREFIX: &str = "trial-s";
+/// The yearly pattern of the trial's schedules: no due time of its own comes up.
+const YEARLY: &str = "0 0 1 1 *";
 /// Children killed with `SIGKILL` during the drain.
 const KILLS: usize = 6;
 /// Free jobs, and serialized sessions of [`TICKETS`] tickets each.
@@ -185,6 +196,9 @@ fn child_main(spec: &str) -> ExitCode {
         eprintln!("child: bad {CHILD_ENV}: {spec}");
         return ExitCode::FAILURE;
     };
+    if worker_id.starts_with(SCHEDULER_PREFIX) {
+        return scheduler_child(&locator, worker_id);
+    }
     runtime().block_on(async move {
         let db = match locator.open().await {
             Ok(db) => db,
@@ -223,6 +237,38 @@ fn child_main(spec: &str) -> ExitCode {
             "STOPPED released={} errors={}",
             stats.released, stats.errors
         );
+        ExitCode::SUCCESS
+    })
+}
+
+/// A scheduler child: one scheduler until killed or told to stop.
+fn scheduler_child(locator: &Locator, worker_id: String) -> ExitCode {
+    runtime().block_on(async move {
+        let db = match locator.open().await {
+            Ok(db) => db,
+            Err(e) => {
+                eprintln!("child {worker_id}: open: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let scheduler = Scheduler::builder(&db).map(|b| {
+            b.worker_id(worker_id)
+                .poll_interval(Duration::from_millis(50))
+                .lock_grace(Duration::from_secs(2))
+                .start()
+        });
+        let Ok(Ok(scheduler)) = scheduler else {
+            return ExitCode::FAILURE;
+        };
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return ExitCode::FAILURE;
+        };
+        println!("READY");
+        term.recv().await;
+        let stats = scheduler.shutdown().await;
+        println!("STOPPED fired={} errors={}", stats.fired, stats.errors);
         ExitCode::SUCCESS
     })
 }
@@ -283,14 +329,17 @@ async fn run(db: &AgnoDb, job: Job, ctx: JobContext) -> Outcome {
 
 struct Children {
     locator: Locator,
-    running: Vec<Child>,
+    /// Worker ids are this and a number.
+    prefix: &'static str,
+    /// Live children with their worker ids.
+    running: Vec<(String, Child)>,
     started: usize,
 }
 
 impl Children {
     fn spawn(&mut self) -> std::result::Result<(), String> {
         self.started += 1;
-        let worker = format!("trial-w{}", self.started);
+        let worker = format!("{}{}", self.prefix, self.started);
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut child = Command::new(exe)
             .env(CHILD_ENV, self.locator.encode(&worker))
@@ -306,25 +355,34 @@ impl Children {
         }
         // Keep reading so the child never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        self.running.push(child);
+        self.running.push((worker, child));
         Ok(())
     }
 
-    fn kill_one(&mut self) -> std::result::Result<(), String> {
-        let i = fastrand::usize(..self.running.len());
-        let mut child = self.running.swap_remove(i);
+    /// `SIGKILL`s a random live child among those whose worker id is in `holders`; false
+    /// when none is.
+    fn kill_a_holder(&mut self, holders: &HashSet<String>) -> std::result::Result<bool, String> {
+        let candidates: Vec<usize> = (0..self.running.len())
+            .filter(|i| holders.contains(&self.running[*i].0))
+            .collect();
+        if candidates.is_empty() {
+            return Ok(false);
+        }
+        let i = candidates[fastrand::usize(..candidates.len())];
+        let (_, mut child) = self.running.swap_remove(i);
         let killed = child.kill();
         child.wait().map_err(|e| e.to_string())?;
-        killed.map_err(|e| e.to_string())
+        killed.map_err(|e| e.to_string())?;
+        Ok(true)
     }
 
     /// `SIGTERM`s every child and waits for each to exit.
     fn stop_all(&mut self) -> std::result::Result<(), String> {
-        for child in &self.running {
+        for (_, child) in &self.running {
             // SAFETY: a plain kill(2) of a child process this parent started and still owns.
             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
         }
-        for mut child in self.running.drain(..) {
+        for (_, mut child) in self.running.drain(..) {
             let status = child.wait().map_err(|e| e.to_string())?;
             if !status.success() {
                 return Err(format!("a stopped child exited with {status}"));
@@ -336,7 +394,7 @@ impl Children {
 
 impl Drop for Children {
     fn drop(&mut self) {
-        for child in &mut self.running {
+        for (_, child) in &mut self.running {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -391,6 +449,7 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
 
     let mut children = Children {
         locator: locator.clone(),
+        prefix: "trial-w",
         running: Vec::new(),
         started: 0,
     };
@@ -398,15 +457,13 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
         children.spawn()?;
     }
 
-    // 1. Kills during the drain.
+    // 1. Kills during the drain: each lands on a child that holds a leased job (running or
+    // prefetched) at that moment, so a fast drain cannot leave the kills idle.
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut kills = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(fastrand::u64(150..400))).await;
-        // Every kill is made, early ones mid-drain; a fast drain leaves the last ones idle
-        // (the check below that some job needed another attempt proves kills hit work).
-        if kills < KILLS {
-            children.kill_one()?;
+        if kills < KILLS && children.kill_a_holder(&lease_holders(&db).await?)? {
             children.spawn()?;
             kills += 1;
             continue;
@@ -422,6 +479,9 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
                 ids.len()
             ));
         }
+    }
+    if kills == 0 {
+        return Err("the drain ended before any kill: the trial proved nothing".into());
     }
     // Effects by job: the attempts that wrote one.
     let mut attempts: HashMap<String, Vec<i64>> = HashMap::new();
@@ -476,7 +536,9 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
         return Err(format!("effects of jobs never enqueued: {attempts:?}"));
     }
     if retried == 0 {
-        return Err("no kill landed on a claimed job: the trial proved nothing".into());
+        return Err(format!(
+            "{kills} kills of lease holders, yet no job needed another attempt"
+        ));
     }
     let drained = started.elapsed();
 
@@ -556,10 +618,11 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
         }
     }
     children.stop_all()?;
+    let fires = competing_schedulers(locator, &db).await?;
     eprintln!(
         "{}: {} jobs drained through {kills} SIGKILLs ({retried} needed another attempt, \
          {superseded} effects superseded) in {drained:.1?}; cancel seen after {took:?}; \
-         shutdown left nothing leased; {:.1?} in all",
+         shutdown left nothing leased; {fires}; {:.1?} in all",
         locator.backend,
         ids.len(),
         started.elapsed()
@@ -568,6 +631,127 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
         let _ = std::fs::remove_file(&locator.name);
     }
     Ok(())
+}
+
+/// Phase 4: [`SCHEDULERS`] scheduler processes fire [`SCHEDULES`] due schedules; one that
+/// holds a claim is `SIGKILL`ed while they fire (when one is seen holding one) and a new
+/// one started. Each schedule must fire exactly once: one job, one schedule run naming
+/// it, released with its next time.
+async fn competing_schedulers(
+    locator: &Locator,
+    db: &AgnoDb,
+) -> std::result::Result<String, String> {
+    let schedules = db.schedules().map_err(err)?;
+    let now = now_epoch_seconds();
+    for i in 0..SCHEDULES {
+        let mut s = Schedule::new(
+            format!("sch-{i:03}"),
+            format!("nightly-{i}"),
+            "/agents/a1/runs",
+            YEARLY,
+        );
+        s.user_id = Some(TRIAL_USER.into());
+        s.next_run_at = Some(now - 60 - i as i64);
+        schedules.create_schedule(s).await.map_err(err)?;
+    }
+    let mut schedulers = Children {
+        locator: locator.clone(),
+        prefix: SCHEDULER_PREFIX,
+        running: Vec::new(),
+        started: 0,
+    };
+    for _ in 0..SCHEDULERS {
+        schedulers.spawn()?;
+    }
+    let all = |page: &[Schedule]| {
+        let now = now_epoch_seconds();
+        page.len() == SCHEDULES
+            && page
+                .iter()
+                .all(|s| s.locked_by.is_none() && s.next_run_at.is_some_and(|t| t > now))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut killed_holder = false;
+    let page = loop {
+        let page = schedules
+            .get_schedules(None, None, Pagination::default())
+            .await
+            .map_err(err)?
+            .items;
+        if all(&page) {
+            break page;
+        }
+        if !killed_holder {
+            let holders: HashSet<String> =
+                page.iter().filter_map(|s| s.locked_by.clone()).collect();
+            if schedulers.kill_a_holder(&holders)? {
+                schedulers.spawn()?;
+                killed_holder = true;
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("the schedulers did not fire every due schedule in time".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    schedulers.stop_all()?;
+    let jobs = db.job_store().map_err(err)?;
+    let queued = JobQuery {
+        status: Some(JobStatus::Queued),
+        ..Default::default()
+    };
+    let mut fired: HashMap<String, Vec<Job>> = HashMap::new();
+    for job in jobs.list_jobs(queued).await.map_err(err)?.items {
+        if job.job_type == SCHEDULE_JOB_TYPE {
+            let id = job.payload["schedule_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            fired.entry(id).or_default().push(job);
+        }
+    }
+    let next = next_fire_after(YEARLY, "UTC", now_epoch_seconds())
+        .map_err(err)?
+        .ok_or("no next new year")?;
+    for s in &page {
+        let jobs = fired.remove(&s.id).unwrap_or_default();
+        let [job] = jobs.as_slice() else {
+            return Err(format!("schedule {} fired {} jobs", s.id, jobs.len()));
+        };
+        let runs = schedules
+            .get_schedule_runs(&s.id, None, Pagination::default())
+            .await
+            .map_err(err)?
+            .items;
+        let [run] = runs.as_slice() else {
+            return Err(format!("schedule {} recorded {} runs", s.id, runs.len()));
+        };
+        if run.run_id.as_deref() != Some(job.id.as_str())
+            || job.payload["schedule_run_id"] != json!(run.id)
+        {
+            return Err(format!(
+                "schedule {}: run {run:?} and job {job:?} do not name each other",
+                s.id
+            ));
+        }
+        if s.next_run_at != Some(next) {
+            return Err(format!(
+                "schedule {} released with next time {:?}, not {next}",
+                s.id, s.next_run_at
+            ));
+        }
+    }
+    if !fired.is_empty() {
+        return Err(format!("jobs of unknown schedules: {:?}", fired.keys()));
+    }
+    Ok(format!(
+        "{SCHEDULERS} schedulers fired {SCHEDULES} schedules once each ({})",
+        if killed_holder {
+            "one killed while holding a claim"
+        } else {
+            "none seen holding a claim to kill"
+        }
+    ))
 }
 
 async fn count(db: &AgnoDb, status: JobStatus) -> std::result::Result<u64, String> {
@@ -582,6 +766,21 @@ async fn count(db: &AgnoDb, status: JobStatus) -> std::result::Result<u64, Strin
         .await
         .map_err(err)?
         .total)
+}
+
+/// The worker ids that hold a leased job now.
+async fn lease_holders(db: &AgnoDb) -> std::result::Result<HashSet<String>, String> {
+    let query = JobQuery {
+        status: Some(JobStatus::Running),
+        ..Default::default()
+    };
+    let page = db
+        .job_store()
+        .map_err(err)?
+        .list_jobs(query)
+        .await
+        .map_err(err)?;
+    Ok(page.items.into_iter().filter_map(|j| j.locked_by).collect())
 }
 
 /// The effects written so far, by memory id.
