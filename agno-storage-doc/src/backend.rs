@@ -458,7 +458,7 @@ pub fn opt(value: Option<&str>) -> Value {
 }
 
 /// A JSON object's fields (empty for anything else).
-pub(crate) fn object(value: Value) -> Fields {
+pub fn object(value: Value) -> Fields {
     match value {
         Value::Object(m) => m,
         _ => Fields::new(),

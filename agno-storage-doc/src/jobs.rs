@@ -12,7 +12,7 @@ use agno_storage_core::job::{
 };
 use agno_storage_core::{
     async_trait, visible_to, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Error,
-    ErrorKind, Job, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result, SortOrder,
+    ErrorKind, Job, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result, SortOrder, Unreadable,
 };
 
 use std::collections::HashMap;
@@ -33,22 +33,47 @@ impl<B: DocBackend> Docs<B> {
         Ok((job.id == id).then_some((stored, job)))
     }
 
-    async fn jobs_where(&self, eq: &[(&str, serde_json::Value)]) -> Result<Vec<(Stored<B>, Job)>> {
-        self.query(self.collection(Table::Jobs), eq)
-            .await?
-            .into_iter()
-            .map(|d| {
-                let job: Job = d.decode("a job")?;
-                Ok((d, job))
-            })
-            .collect()
+    /// The jobs matching `eq`, and the documents among them that do not decode (a claim
+    /// that meets one fails it).
+    async fn jobs_where(
+        &self,
+        eq: &[(&str, serde_json::Value)],
+    ) -> Result<(Vec<(Stored<B>, Job)>, Vec<Stored<B>>)> {
+        let (mut jobs, mut undecodable) = (Vec::new(), Vec::new());
+        for d in self.query(self.collection(Table::Jobs), eq).await? {
+            match d.decode::<Job>("a job") {
+                Ok(job) => jobs.push((d, job)),
+                Err(_) => undecodable.push(d),
+            }
+        }
+        Ok((jobs, undecodable))
+    }
+
+    /// Deletes the guard of job session `session_id` once no ticket of it is live, so
+    /// guards do not outlive their tickets. The guard is read before the tickets and
+    /// deleted only if unchanged since, so a ticket enqueued meanwhile keeps it; a guard
+    /// created again later starts with a new `nonce`, so no writer that read the old one can
+    /// commit against the new one.
+    async fn drop_idle_session_guard(&self, session_id: &str) -> Result<()> {
+        let meta = self.collection(Table::Meta);
+        let id = self.job_session_guard(session_id);
+        let Some(guard) = self.get(meta, &id).await? else {
+            return Ok(());
+        };
+        let live = self.session_jobs(session_id).await?;
+        if live.iter().all(|j| j.status.is_terminal()) {
+            // A conflict means a ticket came: the guard stays.
+            let delete = self.delete(meta, &id, guard.unchanged());
+            self.commit("cleanup jobs", vec![delete]).await?;
+        }
+        Ok(())
     }
 
     /// The job that holds idempotency key `key` of `user_id`. A guard whose job is gone or
     /// belongs to another owner (left by a writer that does not keep guards) is removed.
     async fn guarded_job(&self, user_id: Option<&str>, key: &str) -> Result<Option<Job>> {
         if !B::JOB_KEY_GUARDS {
-            let held = self
+            let (held, _) = self
                 .jobs_where(&[
                     ("idempotency_key", opt(Some(key))),
                     ("user_id", opt(user_id)),
@@ -507,22 +532,38 @@ impl<B: DocBackend> JobStore for Docs<B> {
         if let Some(u) = &query.user_id {
             eq.push(("user_id", opt(Some(u))));
         }
-        let rows: Vec<Job> = self
-            .jobs_where(&eq)
-            .await?
+        let (jobs, undecodable) = self.jobs_where(&eq).await?;
+        let rows: Vec<Job> = jobs
             .into_iter()
             .map(|(_, j)| j)
             .filter(|j| query.matches(j))
             .collect();
-        query.page(rows)
+        let mut page = query.page(rows)?;
+        // Named, not fatal to the list, to a caller who may see them.
+        page.unreadable = undecodable
+            .iter()
+            .filter(|d| visible_to(d.str("user_id"), query.user_id.as_deref()))
+            .map(|d| Unreadable {
+                id: d.str("id").unwrap_or(&d.id).to_owned(),
+                error: d
+                    .decode::<Job>("a job")
+                    .err()
+                    .map_or_else(String::new, |e| e.to_string()),
+            })
+            .collect();
+        Ok(page)
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
         let cutoff = self.0.now().await? - older_than_seconds;
         let mut removed = 0;
-        for (stored, job) in self.jobs_where(&[]).await? {
+        let mut sessions = std::collections::BTreeSet::new();
+        for (stored, job) in self.jobs_where(&[]).await?.0 {
             if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
                 continue;
+            }
+            if B::JOB_SESSION_GUARDS && job.is_serialized() {
+                sessions.insert(job.session_id.clone());
             }
             let mut writes =
                 vec![self.delete(self.collection(Table::Jobs), &stored.id, stored.unchanged())];
@@ -536,6 +577,9 @@ impl<B: DocBackend> JobStore for Docs<B> {
             if let Commit::Done = self.commit("cleanup jobs", writes).await? {
                 removed += 1;
             }
+        }
+        for session_id in sessions {
+            self.drop_idle_session_guard(&session_id).await?;
         }
         Ok(removed)
     }
@@ -582,7 +626,8 @@ impl<B: DocBackend> SessionGuards<B> {
         }
         let read = self.read.get(&job.session_id);
         debug_assert!(read.is_some(), "SessionGuards::read comes first");
-        let (pre, writes) = match read.and_then(Option::as_ref) {
+        // A new guard takes a new nonce (see `drop_idle_session_guard`).
+        let (pre, writes, nonce) = match read.and_then(Option::as_ref) {
             Some(stored) => (
                 stored.unchanged(),
                 stored
@@ -590,12 +635,15 @@ impl<B: DocBackend> SessionGuards<B> {
                     .get("writes")
                     .and_then(|w| w.as_i64())
                     .unwrap_or(0),
+                stored.fields.get("nonce").cloned(),
             ),
-            None => (Pre::Absent, 0),
+            None => (Pre::Absent, 0, None),
         };
+        let nonce = nonce.unwrap_or_else(|| json!(uuid::Uuid::new_v4().simple().to_string()));
         let fields = object(json!({
             "kind": "job_session",
             "session_id": job.session_id,
+            "nonce": nonce,
             "writes": writes + 1,
         }));
         Some(db.put(
@@ -732,5 +780,84 @@ mod tests {
             "{error}"
         );
         assert!(jobs.claim_job("w2", 60, None).await.unwrap().is_none());
+    }
+
+    /// A job document that does not decode is named by `list_jobs` (and skipped by the
+    /// sweep that reads through it), not fatal to either.
+    #[tokio::test]
+    async fn lists_and_sweeps_name_an_undecodable_job() {
+        let db = InMemoryDb::new();
+        let jobs = db.agno_db().job_store().unwrap();
+        let coll = db.collection(Table::Jobs);
+        // Both running under a worker that died long ago, with no attempt left.
+        for (id, attempt) in [("a-bad", json!("not a number")), ("b-good", json!(1))] {
+            let job = Job::new(id, "agent", "agent-1", id, json!({}));
+            jobs.enqueue_job(job, 0).await.unwrap();
+            let stored = db.get(coll, &db.doc_id(id)).await.unwrap().unwrap();
+            let mut fields = stored.fields.clone();
+            fields.extend(object(json!({
+                "status": "running", "locked_by": "gone", "locked_at": 1, "attempt": attempt,
+            })));
+            let write = db.put(coll, &stored.id, &fields, stored.unchanged());
+            db.commit("abandon", vec![write]).await.unwrap();
+        }
+
+        let page = jobs.list_jobs(JobQuery::default()).await.unwrap();
+        let ids: Vec<&str> = page.items.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["b-good"]);
+        assert_eq!(page.unreadable.len(), 1);
+        assert_eq!(page.unreadable[0].id, "a-bad");
+        assert!(
+            page.unreadable[0].error.contains("expected i64"),
+            "{page:?}"
+        );
+        let swept = jobs.sweep_exhausted_jobs(60, 10).await.unwrap();
+        let ids: Vec<&str> = swept.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["b-good"]);
+    }
+
+    /// The cleanup that removes a session's last finished tickets removes its guard too;
+    /// a session with a live ticket keeps it, and a guard made again takes a new nonce.
+    #[tokio::test]
+    async fn cleanup_drops_the_guards_of_idle_sessions() {
+        let db = InMemoryDb::new();
+        let jobs = db.agno_db().job_store().unwrap();
+        let guard = |session: &str| {
+            let db = db.clone();
+            let id = db.job_session_guard(session);
+            async move { db.get(db.collection(Table::Meta), &id).await.unwrap() }
+        };
+        let ticket = |id: &str, session: &str| {
+            Job::new(
+                id,
+                "agent",
+                "agent-1",
+                session,
+                json!({"serialize_session": true}),
+            )
+        };
+        for (id, session) in [("t1", "idle"), ("t2", "busy"), ("t3", "busy")] {
+            jobs.enqueue_job(ticket(id, session), 0).await.unwrap();
+        }
+        let first_nonce = guard("idle").await.unwrap().fields["nonce"].clone();
+        for _ in 0..2 {
+            let job = jobs.claim_job("w", 60, None).await.unwrap().unwrap();
+            jobs.complete_job(&job.id, "w", job.attempt, JobStatus::Completed, None)
+                .await
+                .unwrap();
+        }
+        assert_eq!(jobs.cleanup_jobs(0).await.unwrap(), 2);
+        assert!(
+            guard("idle").await.is_none(),
+            "the idle session's guard is gone"
+        );
+        assert!(guard("busy").await.is_some(), "t3 is still queued");
+        jobs.enqueue_job(ticket("t4", "idle"), 0).await.unwrap();
+        let again = guard("idle").await.unwrap();
+        assert_ne!(again.fields["nonce"], first_nonce);
+        assert_eq!(
+            jobs.get_job("t4", None).await.unwrap().unwrap().payload["session_seq"],
+            json!(1)
+        );
     }
 }

@@ -28,7 +28,7 @@ mod sessions;
 
 pub use agno_storage_core::{Table, TableNames};
 pub use backend::{
-    backoff, digest_id, matches_eq, opt, Commit, DocBackend, Fields, Guard, Pre, Stored,
+    backoff, digest_id, matches_eq, object, opt, Commit, DocBackend, Fields, Guard, Pre, Stored,
     CAS_ATTEMPTS,
 };
 pub use jobs::{claim_oldest_job, decode_or_fail_job, SessionGuards};
@@ -37,8 +37,6 @@ pub use memory::InMemoryDb;
 pub use migrate::{holds_agno_docs, migration_steps, stamp_new_database};
 pub use runs::{copy_runs_cas, next_indexes_after, run_counter_id, updated_run, write_run_cas};
 pub use sessions::delete_session_cas;
-
-use backend::object;
 
 use std::sync::Arc;
 

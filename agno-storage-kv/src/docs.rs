@@ -351,6 +351,9 @@ fn layout(segment: &str) -> Option<&'static TableLayout> {
     }
 }
 
+/// A stored document whose text does not parse: its id, its text and the error.
+pub(crate) type Unparsable = (String, String, agno_storage_core::Error);
+
 /// The collection of our bookkeeping documents.
 const META: &str = "storage_meta";
 
@@ -479,6 +482,20 @@ impl<S: Server> KvDocs<S> {
         collection: &str,
         ids: &[String],
     ) -> Result<Vec<Stored<Self>>> {
+        self.get_many_raw(collection, ids)
+            .await?
+            .into_iter()
+            .map(|item| item.map_err(|(_, _, e)| e))
+            .collect()
+    }
+
+    /// The documents `ids` of `collection` that exist, in one `MGET`; one whose text does
+    /// not parse is its id, its text and the error, in its place.
+    pub(crate) async fn get_many_raw(
+        &self,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<Vec<std::result::Result<Stored<Self>, Unparsable>>> {
         let keys: Vec<String> = ids
             .iter()
             .map(|id| self.store.key_of(collection, id).0)
@@ -486,7 +503,14 @@ impl<S: Server> KvDocs<S> {
         let mut out = Vec::with_capacity(ids.len());
         for (id, raw) in ids.iter().zip(self.store.mget(&keys).await?) {
             if let Some(raw) = raw {
-                out.push(self.stored(collection, id, raw)?);
+                out.push(match self.view(collection, id, &raw) {
+                    Ok(fields) => Ok(Stored {
+                        id: id.clone(),
+                        fields,
+                        version: raw,
+                    }),
+                    Err(e) => Err((id.clone(), raw, e)),
+                });
             }
         }
         Ok(out)
@@ -496,7 +520,7 @@ impl<S: Server> KvDocs<S> {
 /// Commits: plans of writes and their index moves, and the script that applies them.
 impl KvStore {
     /// The index entries of record `id` of `segment` holding `fields`.
-    fn entries(&self, segment: &str, id: &str, fields: &Fields) -> Vec<Entry> {
+    pub(crate) fn entries(&self, segment: &str, id: &str, fields: &Fields) -> Vec<Entry> {
         layout(segment).map_or_else(Vec::new, |l| l.entries(self, id, fields))
     }
 
@@ -596,6 +620,23 @@ impl KvStore {
             action,
             expect,
         })
+    }
+
+    /// A write of document `id` of `collection` over stored text `raw` that does not parse,
+    /// conditioned on that text: its index entries are taken to be those of `known` (what
+    /// is known of it, such as the set it was found through).
+    pub(crate) fn plan_over_unparsable(
+        &self,
+        collection: &str,
+        id: &str,
+        raw: String,
+        known: &Fields,
+        fields: &Fields,
+    ) -> Result<Planned> {
+        let mut planned = self.plan(collection, id, Expect::Any, Some(fields))?;
+        planned.old = Some(self.entries(collection, id, known));
+        planned.expect = Expect::Text(raw);
+        Ok(planned)
     }
 
     /// A commit's check of `key` that writes nothing.

@@ -17,7 +17,7 @@
 //! at most a second) for a durable queue. A SQL store's job queue stays the record of
 //! truth where losing an accepted job is not acceptable.
 
-use agno_storage_core::job::SessionOrder;
+use agno_storage_core::job::{undecodable_job_error, SessionOrder};
 use agno_storage_core::{Error, ErrorKind, Job, JobWakeups, Result};
 use agno_storage_doc::{decode_or_fail_job, Commit, DocBackend, Fields, SessionGuards};
 use serde_json::Value;
@@ -243,7 +243,14 @@ impl<S: Server> KvDocs<S> {
                 return Ok(None);
             }
             let mut candidates = Vec::new();
-            for stored in self.get_many(TABLE, &ids).await? {
+            for item in self.get_many_raw(TABLE, &ids).await? {
+                let stored = match item {
+                    Ok(stored) => stored,
+                    Err(unparsable) => {
+                        self.fail_unparsable_job(set, unparsable, now).await?;
+                        continue;
+                    }
+                };
                 let Some(job) = decode_or_fail_job(self, &stored, now).await? else {
                     continue;
                 };
@@ -292,6 +299,39 @@ impl<S: Server> KvDocs<S> {
                 offset += ids.len();
             }
         }
+    }
+}
+
+impl<S: Server> KvDocs<S> {
+    /// Fails in place a ticket of `set` whose stored text is not a JSON object (written by
+    /// another tool), if unchanged since it was read, keeping the text in its `error`: one
+    /// such key must not make every claim fail. Its entry in `set` goes with it.
+    async fn fail_unparsable_job(
+        &self,
+        set: &str,
+        (id, raw, e): crate::docs::Unparsable,
+        now: i64,
+    ) -> Result<()> {
+        let store = self.store();
+        let status = if set == store.jobs_set("running") {
+            "running"
+        } else {
+            "queued"
+        };
+        let known = agno_storage_doc::object(serde_json::json!({"id": id, "status": status}));
+        let failed = agno_storage_doc::object(serde_json::json!({
+            "id": id,
+            "status": "failed",
+            "error": format!("{}; the stored text was: {raw}", undecodable_job_error(&id, &e)),
+            "locked_by": null,
+            "locked_at": null,
+            "updated_at": now,
+            "completed_at": now,
+        }));
+        let write = store.plan_over_unparsable(TABLE, &id, raw, &known, &failed)?;
+        // A conflict means another writer changed it since: theirs stands.
+        store.commit(vec![write]).await?;
+        Ok(())
     }
 }
 

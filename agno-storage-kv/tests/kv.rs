@@ -619,6 +619,50 @@ fn an_undecodable_job_is_failed_by_the_claim() {
     });
 }
 
+/// A ticket whose stored text is not JSON at all (another tool wrote the key) is failed by
+/// the claim that meets it, keeping the text in its `error` and leaving the `queued` set;
+/// the claim returns the next ticket.
+#[test]
+fn a_ticket_that_is_not_json_is_failed_by_the_claim() {
+    each_server("text_job", |url, prefix, mut conn| async move {
+        let db = connect(&url, &prefix, true).await.agno_db();
+        let jobs = db.job_store().unwrap();
+        let mut bad = agno_storage_core::Job::new("a-bad", "agent", "agent-1", "s1", json!({}));
+        bad.created_at -= 10;
+        let good = agno_storage_core::Job::new("b-good", "agent", "agent-1", "s2", json!({}));
+        for outcome in jobs.enqueue_jobs(vec![bad, good], 0).await.unwrap() {
+            outcome.unwrap();
+        }
+        let key = format!("{prefix}:jobs:job:a-bad");
+        redis::cmd("SET")
+            .arg(&key)
+            .arg("not json {")
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+        let claimed = jobs.claim_job("w1", 60, None).await.unwrap().unwrap();
+        assert_eq!(claimed.id, "b-good");
+        let failed: serde_json::Value =
+            serde_json::from_str(&get(&mut conn, &key).await.unwrap()).unwrap();
+        assert_eq!(failed["status"], "failed");
+        let error = failed["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("job a-bad could not be decoded (")
+                && error.ends_with("the stored text was: not json {"),
+            "{error}"
+        );
+        let queued: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("{prefix}:jobs:queued"))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(queued.is_empty(), "{queued:?}");
+        assert!(jobs.claim_job("w2", 60, None).await.unwrap().is_none());
+    });
+}
+
 /// Every key under `prefix:` with its `DUMP` (type, value and encoding): two equal snapshots
 /// mean nothing under the prefix was written, created or deleted in between.
 async fn snapshot(
