@@ -101,18 +101,24 @@ pub(crate) fn number_placeholders(sql: &str) -> String {
     out
 }
 
+/// `InvalidInput` if `text`, bound as text, holds a NUL character.
+pub(crate) fn refuse_nul(text: &str) -> Result<()> {
+    if !text.contains('\0') {
+        return Ok(());
+    }
+    Err(Error::invalid_input(
+        "a text value contains a NUL character (U+0000), which PostgreSQL text \
+         cannot hold; nothing was written. Remove it (agno's PostgresDb refuses it \
+         too; only JSON values and knowledge contents have NUL stripped, as agno does).",
+    )
+    .with_backend(BACKEND))
+}
+
 fn bind(args: &mut PgArguments, v: SqlValue) -> Result<()> {
     let r = match v {
         SqlValue::Int(i) => args.add(i),
         SqlValue::Float(f) => args.add(f),
-        SqlValue::Text(Some(s)) if s.contains('\0') => {
-            return Err(Error::invalid_input(
-                "a text value contains a NUL character (U+0000), which PostgreSQL text \
-                 cannot hold; nothing was written. Remove it (agno's PostgresDb refuses it \
-                 too; only JSON values and knowledge contents have NUL stripped, as agno does).",
-            )
-            .with_backend(BACKEND))
-        }
+        SqlValue::Text(Some(s)) if s.contains('\0') => return refuse_nul(&s),
         SqlValue::Text(s) => args.add(s),
         SqlValue::Bool(b) => args.add(b),
         SqlValue::Json(j) => args.add(j.map(|v| sqlx::types::Json(strip_nul(v)))),
@@ -167,25 +173,31 @@ async fn decode_rows(rows: Vec<PgRow>) -> Result<Vec<Row>> {
         .iter()
         .map(|c| c.name().to_owned())
         .collect();
+    // Each column's decoder, chosen once for the result rather than per cell.
+    let kinds: Arc<[Cell]> = first
+        .columns()
+        .iter()
+        .map(|c| Cell::of(c.type_info().name()))
+        .collect();
+    let json_columns: Vec<usize> = (0..kinds.len())
+        .filter(|&i| kinds[i] == Cell::Json)
+        .collect();
     let json_bytes: usize = rows
         .iter()
-        .map(|row| {
-            row.columns()
-                .iter()
-                .filter(|c| matches!(c.type_info().name(), "JSON" | "JSONB"))
-                .filter_map(|c| row.try_get_raw(c.ordinal()).ok())
-                .filter_map(|raw| raw.as_bytes().ok().map(<[u8]>::len))
-                .sum::<usize>()
-        })
+        .flat_map(|row| json_columns.iter().map(move |&i| row.try_get_raw(i)))
+        .filter_map(|raw| raw.ok()?.as_bytes().ok().map(<[u8]>::len))
         .sum();
     if json_bytes <= PARALLEL_JSON_BYTES {
-        return rows.iter().map(|row| decode(row, &columns)).collect();
+        return rows
+            .iter()
+            .map(|row| decode(row, &columns, &kinds))
+            .collect();
     }
     let decode_all = move || {
         let (front, back) = rows.split_at(rows.len() / 2);
         let decode_part = |part: &[PgRow]| {
             part.iter()
-                .map(|row| decode(row, &columns))
+                .map(|row| decode(row, &columns, &kinds))
                 .collect::<Result<Vec<_>>>()
         };
         std::thread::scope(|scope| {
@@ -255,33 +267,65 @@ fn json_cell(row: &PgRow, i: usize) -> Result<SqlValue> {
     })
 }
 
-fn decode(row: &PgRow, columns: &Arc<[String]>) -> Result<Row> {
+/// How a column's cells are decoded, by its PostgreSQL type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cell {
+    Int8,
+    Int4,
+    Int2,
+    Bool,
+    Float8,
+    Float4,
+    Json,
+    Date,
+    Void,
+    Text,
+}
+
+impl Cell {
+    fn of(type_name: &str) -> Self {
+        match type_name {
+            "INT8" => Cell::Int8,
+            "INT4" => Cell::Int4,
+            "INT2" => Cell::Int2,
+            "BOOL" => Cell::Bool,
+            "FLOAT8" => Cell::Float8,
+            "FLOAT4" => Cell::Float4,
+            "JSON" | "JSONB" => Cell::Json,
+            "DATE" => Cell::Date,
+            "VOID" => Cell::Void,
+            _ => Cell::Text,
+        }
+    }
+}
+
+fn decode(row: &PgRow, columns: &Arc<[String]>, kinds: &[Cell]) -> Result<Row> {
     let columns = columns.clone();
     let mut values = Vec::with_capacity(columns.len());
-    for (i, c) in row.columns().iter().enumerate() {
-        let v = match c.type_info().name() {
-            "INT8" => SqlValue::Int(row.try_get::<Option<i64>, _>(i).map_err(map_err)?),
-            "INT4" => SqlValue::Int(
+    for (i, kind) in kinds.iter().enumerate() {
+        let v = match kind {
+            Cell::Int8 => SqlValue::Int(row.try_get::<Option<i64>, _>(i).map_err(map_err)?),
+            Cell::Int4 => SqlValue::Int(
                 row.try_get::<Option<i32>, _>(i)
                     .map_err(map_err)?
                     .map(i64::from),
             ),
-            "INT2" => SqlValue::Int(
+            Cell::Int2 => SqlValue::Int(
                 row.try_get::<Option<i16>, _>(i)
                     .map_err(map_err)?
                     .map(i64::from),
             ),
-            "BOOL" => SqlValue::Bool(row.try_get::<Option<bool>, _>(i).map_err(map_err)?),
-            "FLOAT8" => SqlValue::Float(row.try_get::<Option<f64>, _>(i).map_err(map_err)?),
-            "FLOAT4" => SqlValue::Float(
+            Cell::Bool => SqlValue::Bool(row.try_get::<Option<bool>, _>(i).map_err(map_err)?),
+            Cell::Float8 => SqlValue::Float(row.try_get::<Option<f64>, _>(i).map_err(map_err)?),
+            Cell::Float4 => SqlValue::Float(
                 row.try_get::<Option<f32>, _>(i)
                     .map_err(map_err)?
                     .map(f64::from),
             ),
-            "JSON" | "JSONB" => json_cell(row, i)?,
-            "DATE" => SqlValue::Date(row.try_get::<Option<NaiveDate>, _>(i).map_err(map_err)?),
-            "VOID" => SqlValue::Text(None),
-            _ => SqlValue::Text(row.try_get::<Option<String>, _>(i).map_err(map_err)?),
+            Cell::Json => json_cell(row, i)?,
+            Cell::Date => SqlValue::Date(row.try_get::<Option<NaiveDate>, _>(i).map_err(map_err)?),
+            Cell::Void => SqlValue::Text(None),
+            Cell::Text => SqlValue::Text(row.try_get::<Option<String>, _>(i).map_err(map_err)?),
         };
         values.push(v);
     }

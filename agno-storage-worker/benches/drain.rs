@@ -6,7 +6,8 @@
 //! and with a prefetch of 500 (`BENCH_PREFETCH=…`, the size of graphile-worker's batched
 //! local queue); the time runs until every result is written. Beside each, the bare batched
 //! loop on agno's layout (sqlx alone: one claim statement of up to 8, or 500, jobs and one
-//! completion statement, repeated), on the same number of jobs. `scripts/bench-worker.sh`
+//! completion statement, repeated), on the same number of jobs, and the same loop through
+//! our job store (`claim_jobs`, `complete_jobs`: the adapter's share without the worker's). `scripts/bench-worker.sh`
 //! installs graphile-worker from npm and runs this with it. With `GRAPHILE_BENCH=DIR` (a
 //! folder holding graphile-worker 0.18 in `node_modules` and
 //! `../shared/peers/graphile-worker-bench.js`), graphile-worker drains the same number of
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use agno_storage_core::{Job, JobStatus, JobStore};
+use agno_storage_core::{Job, JobCompletion, JobStatus, JobStore};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_worker::{JobContext, Outcome, Worker};
 use serde_json::json;
@@ -95,6 +96,29 @@ async fn ours(url: &str, n: usize, concurrency: usize, prefetch: usize) -> f64 {
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let stats = worker.shutdown(Duration::from_secs(10)).await;
     assert_eq!((stats.errors, stats.lease_lost), (0, 0), "{stats:?}");
+    verify_and_drop(&schema, &store, &pool, n).await;
+    rate
+}
+
+/// The loop of [`bare`] through our job store (`claim_jobs` of up to `batch`, then one
+/// `complete_jobs`): the adapter's share, without the worker's.
+async fn store_loop(url: &str, n: usize, batch: usize) -> f64 {
+    let (schema, store, pool) = fill(url, n).await;
+    let start = Instant::now();
+    let mut done = 0;
+    loop {
+        let jobs = store.claim_jobs("loop", 300, None, batch).await.unwrap();
+        if jobs.is_empty() {
+            break;
+        }
+        let completions = jobs
+            .iter()
+            .map(|j| JobCompletion::of(j, JobStatus::Completed, None))
+            .collect();
+        let results = store.complete_jobs("loop", completions).await.unwrap();
+        done += results.iter().filter(|r| r.is_ok()).count();
+    }
+    let rate = done as f64 / start.elapsed().as_secs_f64();
     verify_and_drop(&schema, &store, &pool, n).await;
     rate
 }
@@ -200,6 +224,7 @@ fn main() {
     let mut op = Vec::new();
     let mut b = Vec::new();
     let mut bp = Vec::new();
+    let mut sp = Vec::new();
     let mut g = Vec::new();
     let mut gb = Vec::new();
     for round in 0..rounds {
@@ -207,10 +232,11 @@ fn main() {
         b.push(rt.block_on(bare(&url, n, concurrency)));
         op.push(rt.block_on(ours(&url, n, concurrency, prefetch)));
         bp.push(rt.block_on(bare(&url, n, prefetch)));
+        sp.push(rt.block_on(store_loop(&url, n, prefetch)));
         let mut line = format!(
             "round {round}: ours {:.0}/s, bare loop of {concurrency} {:.0}/s, ours prefetching {prefetch} {:.0}/s, \
-             bare loop of {prefetch} {:.0}/s",
-            o[round], b[round], op[round], bp[round]
+             bare loop of {prefetch} {:.0}/s, our store's loop of {prefetch} {:.0}/s",
+            o[round], b[round], op[round], bp[round], sp[round]
         );
         if let Some(dir) = &peer {
             g.push(graphile(dir, &url, n, concurrency, false));
@@ -228,13 +254,14 @@ fn main() {
     };
     println!(
         "median jobs/s: ours {:.0}, prefetching {:.0}, bare loop of {concurrency} {:.0}, of {prefetch} {:.0}; \
-         ours / bare {:.2}, prefetching / bare {:.2} (medians of per-round ratios)",
+         ours / bare {:.2}, prefetching / bare {:.2}, our store's loop / bare {:.2} (medians of per-round ratios)",
         median(&o),
         median(&op),
         median(&b),
         median(&bp),
         ratio(&o, &b),
-        ratio(&op, &bp)
+        ratio(&op, &bp),
+        ratio(&sp, &bp)
     );
     if peer.is_some() {
         println!(

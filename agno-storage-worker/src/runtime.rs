@@ -405,9 +405,14 @@ fn run_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit) {
         };
         begin_events(&shared, &id, attempt).await;
         let handler = shared.handler.clone();
-        let outcome = match tokio::spawn(async move { handler.run(job, ctx).await }).await {
+        // A panic fails the attempt, on this task (no second spawn per job).
+        let run = std::panic::AssertUnwindSafe(handler.run(job, ctx));
+        let outcome = match futures::FutureExt::catch_unwind(run).await {
             Ok(outcome) => outcome,
-            Err(e) => Outcome::Failed(format!("the job's handler panicked: {e}")),
+            Err(panic) => Outcome::Failed(format!(
+                "the job's handler panicked: {}",
+                panic_message(panic.as_ref())
+            )),
         };
         end_events(&shared, &id, attempt, &outcome, last_try).await;
         let _ = results.send(Finished {
@@ -418,6 +423,15 @@ fn run_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit) {
         drop(permit);
         shared.wake.notify_one();
     });
+}
+
+/// The text a panic carried (`panic!("…")`'s message), if any.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 /// Begins the attempt on the event stream: it becomes the stream's writer, a retry drops

@@ -69,16 +69,21 @@ pub(crate) struct Claim<'a> {
 }
 
 impl Claim<'_> {
-    /// `SELECT id` of the candidates, locked where the dialect locks rows.
-    fn candidates(&self, table: &str, skip_locked: &str) -> String {
+    /// `SELECT id` of the candidates, locked where the dialect locks rows, and its
+    /// parameters: the predicate's, then the limit (a parameter, so claims of any size
+    /// share one prepared statement).
+    fn candidates(&self, table: &str, skip_locked: &str) -> (String, Vec<SqlValue>) {
         let filter = match &self.candidate_filter {
             Some(f) => format!(" AND {f}"),
             None => String::new(),
         };
-        format!(
-            "SELECT id FROM {table} c WHERE {}{filter} ORDER BY {} LIMIT {}{skip_locked}",
-            self.predicate.0, self.order, self.limit
-        )
+        let sql = format!(
+            "SELECT id FROM {table} c WHERE {}{filter} ORDER BY {} LIMIT ?{skip_locked}",
+            self.predicate.0, self.order
+        );
+        let mut params = self.predicate.1.clone();
+        params.push(SqlValue::int(self.limit as i64));
+        (sql, params)
     }
 }
 
@@ -404,12 +409,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
             return Ok(Vec::new());
         }
         let table = s.t(c.table);
-        let among = self.id_among(&c.candidates(&table, self.skip_locked()));
+        let (candidates, candidate_params) = c.candidates(&table, self.skip_locked());
+        let among = self.id_among(&candidates);
         let (set, mut params) = c.set;
         let (predicate, predicate_params) = c.predicate;
         let sql = format!("UPDATE {table} SET {set} WHERE {predicate} AND {among} RETURNING *");
-        params.extend(predicate_params.iter().cloned());
         params.extend(predicate_params);
+        params.extend(candidate_params);
         s.exec.query(&sql, params).await
     }
 

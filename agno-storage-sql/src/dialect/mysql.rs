@@ -312,10 +312,10 @@ impl Dialect for MySql {
             return Ok(Vec::new());
         }
         let table = s.t(c.table);
-        let candidates = c.candidates(&table, self.skip_locked());
+        let (candidates, candidate_params) = c.candidates(&table, self.skip_locked());
         let mut tx = s.exec.begin(None).await?;
         let ids = tx
-            .query(&candidates, c.predicate.1)
+            .query(&candidates, candidate_params)
             .await?
             .iter()
             .map(|r| r.str("id"))

@@ -2,7 +2,9 @@
 
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::migration::StepOutcome;
-use agno_storage_core::{async_trait, ErrorKind, Result, RunRecord};
+use std::collections::HashSet;
+
+use agno_storage_core::{async_trait, ErrorKind, JobCompletion, Result, RunRecord};
 use serde_json::Value;
 
 use super::{like_pattern, ColType, Dialect, RowVersioning, SessionLock};
@@ -27,6 +29,74 @@ impl Dialect for Postgres {
     /// yields more than `n` rows however the join is planned.
     fn id_among(&self, subquery: &str) -> String {
         format!("id = ANY(ARRAY({subquery}))")
+    }
+
+    /// One statement whatever the batch's size (so one prepared statement serves every
+    /// batch): the completions are four array parameters (ids, attempts, statuses, errors)
+    /// read by `unnest`, and the finished ids come back as one JSON array.
+    async fn finish_jobs(
+        &self,
+        s: &SqlStore,
+        worker_id: &str,
+        completions: &[JobCompletion],
+        now: i64,
+    ) -> Result<HashSet<String>> {
+        if completions.is_empty() {
+            return Ok(HashSet::new());
+        }
+        for c in completions {
+            // Bound as text on the other paths: refused alike, not stripped.
+            crate::postgres::refuse_nul(&c.id)?;
+            crate::postgres::refuse_nul(c.error.as_deref().unwrap_or_default())?;
+        }
+        let sql = format!(
+            "WITH done AS (UPDATE {} AS j SET status = v.status, error = v.error, locked_by = NULL, \
+             locked_at = NULL, completed_at = CASE WHEN v.status = 'paused' THEN NULL ELSE ? END, \
+             updated_at = ? \
+             FROM unnest(?::text[], ?::bigint[], ?::text[], ?::text[]) AS v(id, attempt, status, error) \
+             WHERE j.id = v.id AND j.attempt = v.attempt AND j.locked_by = ? AND j.status = 'running' \
+             RETURNING j.id) SELECT COALESCE(json_agg(id), '[]') AS ids FROM done",
+            s.t(Table::Jobs)
+        );
+        let params = vec![
+            SqlValue::int(now),
+            SqlValue::int(now),
+            SqlValue::text(array_literal(
+                completions.iter().map(|c| Some(c.id.as_str())),
+            )),
+            SqlValue::text(format!(
+                "{{{}}}",
+                completions
+                    .iter()
+                    .map(|c| c.attempt.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            SqlValue::text(array_literal(
+                completions.iter().map(|c| Some(c.status.as_str())),
+            )),
+            SqlValue::text(array_literal(
+                completions.iter().map(|c| c.error.as_deref()),
+            )),
+            SqlValue::text(worker_id),
+        ];
+        let rows = s.exec.query(&sql, params).await?;
+        let ids = match rows.first().map(|r| r.json("ids")).transpose()?.flatten() {
+            Some(Value::Array(ids)) => ids,
+            other => {
+                return Err(agno_storage_core::Error::new(
+                    ErrorKind::Serialization,
+                    format!("finishing jobs returned {other:?}, not an array of ids"),
+                ))
+            }
+        };
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| match id {
+                Value::String(id) => Some(id),
+                _ => None,
+            })
+            .collect())
     }
 
     /// 512 keeps any id of 4-byte characters under a B-tree entry's 2,704-byte limit.
@@ -220,6 +290,32 @@ fn session_lock_key(table: &str, session_id: &str) -> i64 {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(first)
+}
+
+/// A one-dimensional `text[]` literal of `items` (`NULL` for `None`), each element quoted
+/// with `"` and `\\` escaped, as PostgreSQL's array input reads it.
+fn array_literal<'a>(items: impl Iterator<Item = Option<&'a str>>) -> String {
+    let mut out = String::from("{");
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match item {
+            None => out.push_str("NULL"),
+            Some(text) => {
+                out.push('"');
+                for c in text.chars() {
+                    if c == '"' || c == '\\' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+                out.push('"');
+            }
+        }
+    }
+    out.push('}');
+    out
 }
 
 #[cfg(test)]

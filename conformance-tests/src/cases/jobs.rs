@@ -323,16 +323,24 @@ pub(crate) async fn batch_claims_and_completions_exactly_once(ctx: &Ctx) -> Case
     Ok(())
 }
 
+/// An error text with what array and list syntaxes quote.
+const BOOM: &str = "boom \"q\" \\ {a,b} NULL";
+
 /// `complete_jobs` fences each job on its own: a job reclaimed by another worker is that
 /// job's `LeaseLost` while the rest finish (a paused one without `completed_at`); a
-/// listing that names a job twice or a status no job finishes in is refused whole.
+/// listing that names a job twice or a status no job finishes in is refused whole. Ids and
+/// errors hold what array and list syntaxes quote (`"`, `\`, `,`, braces, `NULL`).
 pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> CaseResult {
     let db = ctx.db().await?;
     let store = db.jobs()?;
     let mut jobs: Vec<Job> = (0..3)
-        .map(|_| Job {
-            max_attempts: 2,
-            ..job()
+        .map(|_| {
+            let base = job();
+            Job {
+                id: format!("{} \"q\" \\,{{NULL}}", base.id),
+                max_attempts: 2,
+                ..base
+            }
         })
         .collect();
     jobs.sort_by(|a, b| a.id.cmp(&b.id));
@@ -353,7 +361,7 @@ pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> Cas
     let stale_job = held.iter().find(|h| h.id == stale).ok_or("held")?;
     let completions = vec![
         JobCompletion::of(stale_job, JobStatus::Completed, None),
-        JobCompletion::of(failing, JobStatus::Failed, Some("boom".into())),
+        JobCompletion::of(failing, JobStatus::Failed, Some(BOOM.into())),
         JobCompletion::of(pausing, JobStatus::Paused, None),
     ];
     let mut twice = completions.clone();
@@ -397,7 +405,7 @@ pub(crate) async fn batch_completion_refuses_a_stale_job_alone(ctx: &Ctx) -> Cas
             failed.error.as_deref(),
             failed.locked_by.is_none(),
         ),
-        (JobStatus::Failed, Some("boom"), true),
+        (JobStatus::Failed, Some(BOOM), true),
         "the failed job",
     )?;
     ensure(
