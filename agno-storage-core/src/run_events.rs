@@ -75,6 +75,16 @@ impl StreamStatus {
     pub fn ends_tails(self) -> bool {
         !matches!(self, StreamStatus::Pending | StreamStatus::Running)
     }
+
+    /// Whether [`RunEvents::reopen_run`] reopens a run in this status (`Error` only for
+    /// the redrive of a failed leg, `include_error`).
+    pub fn reopenable(self, include_error: bool) -> bool {
+        match self {
+            StreamStatus::Paused | StreamStatus::Pending => true,
+            StreamStatus::Error => include_error,
+            _ => false,
+        }
+    }
 }
 
 /// One event as a tail yields it.
@@ -179,6 +189,22 @@ pub trait RunEvents: Send + Sync {
     /// keeps its index counter, so indices stay increasing across attempts; false when
     /// refused by the fence.
     async fn reset_run_events(&self, run_id: &str, generation: Option<i64>) -> Result<bool>;
+
+    /// Reopens a paused run for a continuation leg (agno's `reopen_run`), atomically: when
+    /// its status is `Paused` or `Pending` (or `Error` too with `include_error`, the
+    /// redrive of a failed leg by the worker holding it) or the stream forgot it, the
+    /// status becomes `Pending` and the pause's end of stream is voided, so a tail attached
+    /// before the leg's first event stays open; the index counter is raised to at least
+    /// `floor + 1` when given (never lowered). False, changing nothing, when the status is
+    /// newer (`Running` or another terminal one). The application calls it after
+    /// `continue_job` queues a paused job, as agno's router does; the worker calls it
+    /// again when it starts a continuation leg.
+    async fn reopen_run(
+        &self,
+        run_id: &str,
+        include_error: bool,
+        floor: Option<i64>,
+    ) -> Result<bool>;
 
     /// The events after index `after` (all when `None`), then live ones until the run
     /// ends. Events arriving while the buffered ones are read are neither missed nor

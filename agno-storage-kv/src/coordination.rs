@@ -240,6 +240,34 @@ end
 return 1
 ";
 
+/// agno's `reopen_run` (a WATCH/MULTI there, one script here): refuse (0) unless the status
+/// is missing or one of ARGV[3..] (the reopenable ones), else set it `PENDING`, raise the
+/// counter to at least ARGV[2] + 1 when ARGV[2] is not empty, and append a `reopen` marker
+/// that voids the pause's sentinel for tails. KEYS: stream, status, counter. ARGV[1]: the
+/// expiry, then the stream's length, the floor, the reopenable statuses.
+const REOPEN: &str = r"
+local ttl = tonumber(ARGV[1])
+local current = redis.call('GET', KEYS[2])
+if current ~= false then
+  local reopenable = false
+  for i = 4, #ARGV do
+    if ARGV[i] == current then reopenable = true end
+  end
+  if not reopenable then return 0 end
+end
+redis.call('SET', KEYS[2], 'PENDING', 'EX', ttl)
+if ARGV[3] ~= '' then
+  local counter = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if tonumber(ARGV[3]) + 1 > counter then
+    redis.call('SET', KEYS[3], tonumber(ARGV[3]) + 1, 'EX', ttl)
+  end
+end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'reopen', '1')
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[3], ttl)
+return 1
+";
+
 /// The event an entry holds (`idx` and `sse`), if it is one (not a sentinel or marker).
 fn stream_event(fields: &[String]) -> Option<RunEvent> {
     let field = |name: &str| {
@@ -440,6 +468,35 @@ impl RunEvents for Coordination {
 
     async fn reset_run_events(&self, run_id: &str, generation: Option<i64>) -> Result<bool> {
         self.lifecycle(run_id, "reset", None, generation).await
+    }
+
+    async fn reopen_run(
+        &self,
+        run_id: &str,
+        include_error: bool,
+        floor: Option<i64>,
+    ) -> Result<bool> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| redis::Script::new(REOPEN));
+        let [stream, status, counter, _] = self.run_keys(run_id);
+        let mut args = vec![
+            EVENTS_TTL_SECONDS.to_string(),
+            EVENTS_MAXLEN.to_string(),
+            floor.map(|f| f.to_string()).unwrap_or_default(),
+        ];
+        args.extend(
+            [
+                StreamStatus::Paused,
+                StreamStatus::Pending,
+                StreamStatus::Error,
+            ]
+            .into_iter()
+            .filter(|s| s.reopenable(include_error))
+            .map(|s| s.as_str().to_owned()),
+        );
+        let keys = [stream.as_str(), status.as_str(), counter.as_str()];
+        let reopened: i64 = self.script("reopen_run", script, &keys, &args).await?;
+        Ok(reopened == 1)
     }
 
     async fn tail(&self, run_id: &str, after: Option<i64>) -> Result<Box<dyn EventTail>> {

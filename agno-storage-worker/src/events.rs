@@ -134,6 +134,25 @@ impl RunEvents for LocalRunEvents {
         Ok(self.fenced(run_id, generation, |run| run.events.clear()))
     }
 
+    async fn reopen_run(
+        &self,
+        run_id: &str,
+        include_error: bool,
+        floor: Option<i64>,
+    ) -> Result<bool> {
+        let mut runs = self.runs();
+        let run = runs.entry(run_id.to_owned()).or_default();
+        if run.status.is_some_and(|s| !s.reopenable(include_error)) {
+            return Ok(false);
+        }
+        run.status = Some(StreamStatus::Pending);
+        if let Some(floor) = floor {
+            run.next_index = run.next_index.max(floor + 1);
+        }
+        run.changed.notify_waiters();
+        Ok(true)
+    }
+
     async fn tail(&self, run_id: &str, after: Option<i64>) -> Result<Box<dyn EventTail>> {
         Ok(Box::new(LocalTail {
             events: self.clone(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agno_storage_core::run_events::{RunCancellations, RunEvents, StreamStatus};
 use agno_storage_core::{ErrorKind, Job, JobCompletion, JobStatus, JobStore};
+use serde_json::Value;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -396,6 +397,7 @@ fn run_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit) {
     tokio::spawn(async move {
         let (id, attempt, last_try) =
             (job.id.clone(), job.attempt, job.attempt >= job.max_attempts);
+        let continuation = is_continuation(&job);
         let ctx = JobContext {
             worker_id: shared.config.worker_id.clone(),
             cancelled: cancel,
@@ -403,7 +405,7 @@ fn run_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit) {
             attempt,
             events: shared.events.clone(),
         };
-        begin_events(&shared, &id, attempt).await;
+        begin_events(&shared, &id, attempt, continuation).await;
         let handler = shared.handler.clone();
         // A panic fails the attempt, on this task (no second spawn per job).
         let run = std::panic::AssertUnwindSafe(handler.run(job, ctx));
@@ -434,13 +436,30 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic without a message")
 }
 
-/// Begins the attempt on the event stream: it becomes the stream's writer, a retry drops
-/// the events of the attempt before it, and the run is marked running. Fails open.
-async fn begin_events(shared: &Shared, run_id: &str, attempt: i64) {
+/// Whether `job` is a continuation leg of a paused run (agno: `bool(payload.get("continue"))`,
+/// Python's truthiness).
+fn is_continuation(job: &Job) -> bool {
+    match job.payload.get("continue") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
+
+/// Begins the attempt on the event stream, as agno's worker does: it becomes the stream's
+/// writer; a retry drops the events of the attempt before it, while a continuation leg
+/// keeps the legs before it (valid history) and reopens the stream (voiding the pause's,
+/// or a failed leg's, end of stream); the run is marked running. Fails open.
+async fn begin_events(shared: &Shared, run_id: &str, attempt: i64, continuation: bool) {
     let Some(events) = &shared.events else { return };
     let begun = async {
         events.begin_attempt(run_id, attempt).await?;
-        if attempt > 1 {
+        if continuation {
+            events.reopen_run(run_id, true, None).await?;
+        } else if attempt > 1 {
             events.reset_run_events(run_id, Some(attempt)).await?;
         }
         events

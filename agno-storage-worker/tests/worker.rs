@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agno_storage_core::run_events::{RunEvents, StreamStatus};
-use agno_storage_core::{Job, JobQuery, JobStatus, JobStore};
+use agno_storage_core::{ContinueOutcome, Job, JobQuery, JobStatus, JobStore};
 use agno_storage_doc::InMemoryDb;
 use agno_storage_kv::Coordination;
 use agno_storage_kv::{KvDb, KvOptions};
@@ -510,6 +510,130 @@ async fn handlers_publish_events_that_a_tail_reads() {
             vec![(2, json!("2-0"))],
             "{name}"
         );
+    }
+}
+
+/// A paused run continued: `reopen_run` keeps a tail attached before the next leg open
+/// (the pause no longer ends it), the worker's continuation leg appends to the first leg's
+/// events instead of dropping them as a retry would, and `reopen_run` refuses newer
+/// statuses, takes a failed leg only for a redrive, and raises a forgotten run's counter to
+/// its floor. On the in-process stream and on Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continued_run_reopens_its_stream_and_keeps_its_history() {
+    let mut streams: Vec<(&str, Arc<dyn RunEvents>)> =
+        vec![("local", Arc::new(LocalRunEvents::new()))];
+    if let Some(url) = servers::url(Backend::Redis).await.unwrap() {
+        let prefix = format!("agno_worker_{}", &uuid()[..12]);
+        streams.push(("redis", Arc::new(Coordination::new(&url, &prefix).unwrap())));
+    }
+    for (name, events) in streams {
+        let store = InMemoryDb::new().agno_db().job_store().unwrap();
+        let run = job(0);
+        enqueue(&store, vec![run.clone()]).await;
+        let start = || {
+            Worker::builder(store.clone())
+                .events(events.clone())
+                .poll_interval(Duration::from_millis(50))
+                .handler(|job: Job, ctx: JobContext| async move {
+                    let leg = if job.payload.get("continue").is_some() {
+                        "leg2"
+                    } else {
+                        "leg1"
+                    };
+                    ctx.publish(json!({"event": "RunContent", "content": leg}))
+                        .await
+                        .unwrap();
+                    match leg {
+                        "leg1" => Outcome::Paused,
+                        _ => Outcome::Completed,
+                    }
+                })
+                .start()
+                .unwrap()
+        };
+        let worker = start();
+        assert!(
+            until(Duration::from_secs(10), || worker.stats().paused == 1).await,
+            "{name}"
+        );
+        worker.shutdown(Duration::from_secs(5)).await;
+        let read = |after: Option<i64>| {
+            let (events, id) = (events.clone(), run.id.clone());
+            async move {
+                let mut tail = events.tail(&id, after).await.unwrap();
+                let mut seen = Vec::new();
+                while let Some(e) = tail.next().await {
+                    let e = e.unwrap();
+                    seen.push((e.index, e.data().unwrap()["content"].clone()));
+                }
+                seen
+            }
+        };
+        assert_eq!(
+            read(None).await,
+            vec![(0, json!("leg1"))],
+            "{name}: the pause ends tails"
+        );
+
+        let continued = store
+            .continue_job(&run.id, None, json!({"approved": true}))
+            .await
+            .unwrap();
+        assert_eq!(continued.outcome, ContinueOutcome::Queued, "{name}");
+        assert!(
+            events.reopen_run(&run.id, false, None).await.unwrap(),
+            "{name}"
+        );
+        let early = tokio::spawn(read(Some(0)));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !early.is_finished(),
+            "{name}: a reopened run's tail waits for the next leg"
+        );
+        let worker = start();
+        assert!(
+            until(Duration::from_secs(10), || worker.stats().completed == 1).await,
+            "{name}"
+        );
+        worker.shutdown(Duration::from_secs(5)).await;
+        assert_eq!(early.await.unwrap(), vec![(1, json!("leg2"))], "{name}");
+        assert_eq!(
+            read(None).await,
+            vec![(0, json!("leg1")), (1, json!("leg2"))],
+            "{name}: the first leg's events are history, not dropped"
+        );
+
+        assert!(
+            !events.reopen_run(&run.id, true, None).await.unwrap(),
+            "{name}: completed"
+        );
+        events
+            .set_run_status(&run.id, StreamStatus::Error, None)
+            .await
+            .unwrap();
+        assert!(
+            !events.reopen_run(&run.id, false, None).await.unwrap(),
+            "{name}: error"
+        );
+        assert!(
+            events.reopen_run(&run.id, true, None).await.unwrap(),
+            "{name}: redrive"
+        );
+        assert_eq!(
+            events.get_run_status(&run.id).await.unwrap(),
+            Some(StreamStatus::Pending),
+            "{name}"
+        );
+        events.cleanup_run(&run.id).await.unwrap();
+        assert!(
+            events.reopen_run(&run.id, false, Some(41)).await.unwrap(),
+            "{name}: forgotten"
+        );
+        let next = events
+            .add_event(&run.id, &json!({"event": "RunContent"}), None)
+            .await
+            .unwrap();
+        assert_eq!(next, Some(42), "{name}: the counter starts past the floor");
     }
 }
 
