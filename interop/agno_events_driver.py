@@ -63,6 +63,9 @@ async def main():
             indices.append(await stream.add_event(run_id, event, generation=1))
         await stream.complete_run(run_id, RunStatus.completed, generation=1)
         print(json.dumps(indices))
+    elif command == "reopen":
+        floor = None if after < 0 else after
+        print(json.dumps(await stream.reopen_run(run_id, floor=floor)))
     elif command == "tail":
         seen = []
         async for index, sse in stream.tail(run_id, None if after < 0 else after):

@@ -298,3 +298,93 @@ fn agno_tails_our_events_and_we_tail_agnos() {
         });
     }
 }
+
+/// `reopen_run` on agno's layout both ways: agno reopens a run we paused (and seeds its
+/// counter from a floor after the keys expired), and agno's tail reads a run we paused and
+/// reopened through both legs, skipping our reopen marker as its own.
+#[test]
+fn agno_and_we_reopen_each_others_paused_runs() {
+    let Some(python) = agno_python() else { return };
+    for url in servers() {
+        runtime().block_on(async {
+            let prefix = common::run_stem();
+            let agno_prefix = format!("{prefix}:os:events:");
+            let events = Coordination::new(&url, &prefix).unwrap();
+            let leg = |run: &'static str, content: &'static str| {
+                let events = &events;
+                async move {
+                    events.begin_attempt(run, 1).await.unwrap();
+                    events
+                        .set_run_status(run, StreamStatus::Running, Some(1))
+                        .await
+                        .unwrap();
+                    events
+                        .add_event(
+                            run,
+                            &json!({"event": "RunContent", "content": content}),
+                            Some(1),
+                        )
+                        .await
+                        .unwrap();
+                }
+            };
+
+            // Paused by us, reopened by agno: pending, and our tail stays open.
+            leg("paused-run", "leg-1").await;
+            events
+                .complete_run("paused-run", StreamStatus::Paused, Some(1))
+                .await
+                .unwrap();
+            let reopened = agno_events(&python, &["reopen", &url, &agno_prefix, "paused-run"]);
+            assert_eq!(reopened, json!(true));
+            assert_eq!(
+                events.get_run_status("paused-run").await.unwrap(),
+                Some(StreamStatus::Pending)
+            );
+            // Refused by agno once the run is past the pause.
+            events
+                .complete_run("paused-run", StreamStatus::Completed, Some(1))
+                .await
+                .unwrap();
+            let refused = agno_events(&python, &["reopen", &url, &agno_prefix, "paused-run"]);
+            assert_eq!(refused, json!(false));
+
+            // Paused and reopened by us, tailed by agno through both legs.
+            leg("our-run", "leg-1").await;
+            events
+                .complete_run("our-run", StreamStatus::Paused, Some(1))
+                .await
+                .unwrap();
+            assert!(events.reopen_run("our-run", false, None).await.unwrap());
+            leg("our-run", "leg-2").await;
+            events
+                .complete_run("our-run", StreamStatus::Completed, Some(1))
+                .await
+                .unwrap();
+            let tailed = agno_events(&python, &["tail", &url, &agno_prefix, "our-run"]);
+            let contents: Vec<String> = tailed
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|pair| pair[1].as_str().unwrap().to_owned())
+                .collect();
+            assert_eq!(contents.len(), 2, "{tailed}");
+            assert!(
+                contents[0].contains("leg-1") && contents[1].contains("leg-2"),
+                "{tailed}"
+            );
+            let ours = drain(&mut events.tail("our-run", None).await.unwrap()).await;
+            assert_eq!(ours.len(), 2);
+
+            // A run agno forgot (expired keys), reopened by agno with a floor: our next
+            // event comes after it.
+            let seeded = agno_events(&python, &["reopen", &url, &agno_prefix, "gone-run", "41"]);
+            assert_eq!(seeded, json!(true));
+            let next = events
+                .add_event("gone-run", &json!({"event": "RunContent"}), None)
+                .await
+                .unwrap();
+            assert_eq!(next, Some(42));
+        });
+    }
+}
