@@ -2,7 +2,8 @@
 # The worker benchmarks, on demand: installs graphile-worker 0.18 from npm (once, into
 # ~/.cache/agno-storage/graphile-worker), then runs the drain bench (ours, the bare batched
 # loop and graphile-worker, default and batched, alternating) and the enqueue-to-start
-# latency bench against AGNO_TEST_POSTGRES_URL (started by scripts/services.sh if unset).
+# latency bench against AGNO_TEST_POSTGRES_URL (started by scripts/services.sh if unset),
+# then the SQLite and MySQL drain beside bare loops (MySQL from AGNO_TEST_MYSQL_URL).
 #   scripts/bench-worker.sh            # BENCH_JOBS=20000 BENCH_ROUNDS=3 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +20,4 @@ fi
 cp agno-storage-worker/benches/graphile-worker-bench.js "${peer}/"
 GRAPHILE_BENCH="${peer}" cargo bench -p agno-storage-worker --bench drain
 cargo bench -p agno-storage-worker --bench latency
+cargo bench -p agno-storage-worker --bench backends

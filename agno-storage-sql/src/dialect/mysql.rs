@@ -342,8 +342,9 @@ impl Dialect for MySql {
         Ok(rows)
     }
 
-    /// MySQL has no `UPDATE … FROM (VALUES …)`: the held rows are locked and read, and
-    /// each fenced one updated, in one transaction.
+    /// MySQL has no `UPDATE … FROM (VALUES …)`: the held rows are locked and read, then the
+    /// fenced ones updated with one `UPDATE … WHERE id IN (…)` per distinct (status, error)
+    /// (a worker's batch is mostly one), in one transaction.
     async fn finish_jobs(
         &self,
         s: &SqlStore,
@@ -368,24 +369,38 @@ impl Dialect for MySql {
             .iter()
             .map(|r| Ok((r.str("id")?, r.i64("attempt")?)))
             .collect::<Result<HashSet<_>>>()?;
-        let mut finished = HashSet::new();
+        // The held completions grouped by what they write, in first-seen order.
+        let mut groups: Vec<(JobStatus, Option<&str>, Vec<String>)> = Vec::new();
         for c in completions {
             if !held.contains(&(c.id.clone(), c.attempt)) {
                 continue;
             }
-            let completed_at = (c.status != JobStatus::Paused).then_some(now);
+            let error = c.error.as_deref();
+            match groups
+                .iter_mut()
+                .find(|(s, e, _)| *s == c.status && *e == error)
+            {
+                Some((_, _, ids)) => ids.push(c.id.clone()),
+                None => groups.push((c.status, error, vec![c.id.clone()])),
+            }
+        }
+        let mut finished = HashSet::new();
+        for (status, error, ids) in groups {
+            let (list, id_params) = in_list(&ids);
+            let completed_at = (status != JobStatus::Paused).then_some(now);
+            let mut params = vec![
+                SqlValue::text(status.as_str()),
+                SqlValue::opt_text(error),
+                SqlValue::Int(completed_at),
+                SqlValue::int(now),
+            ];
+            params.extend(id_params);
             tx.execute(
-                &format!("UPDATE {table} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE id = ?"),
-                vec![
-                    SqlValue::text(c.status.as_str()),
-                    SqlValue::Text(c.error.clone()),
-                    SqlValue::Int(completed_at),
-                    SqlValue::int(now),
-                    SqlValue::text(&c.id),
-                ],
+                &format!("UPDATE {table} SET status = ?, error = ?, locked_by = NULL, locked_at = NULL, completed_at = ?, updated_at = ? WHERE id IN {list}"),
+                params,
             )
             .await?;
-            finished.insert(c.id.clone());
+            finished.extend(ids);
         }
         tx.commit().await?;
         Ok(finished)
