@@ -13,11 +13,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agno_storage_core::{Job, JobCompletion, JobStatus, JobStore};
+use agno_storage_core::{Job, JobStore};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_worker::{JobContext, Outcome, Worker};
-use serde_json::json;
 
+mod common;
+use common::{completed, median};
+
+/// Our store's loop's batch and the worker's prefetch.
 const BATCH: usize = 500;
 
 #[derive(Clone, Copy, PartialEq)]
@@ -47,22 +50,7 @@ async fn fill(backend: Backend, mysql: &str, n: usize) -> (Arc<dyn JobStore>, St
         }
     };
     let store = db.agno_db().job_store().unwrap();
-    let jobs: Vec<Job> = (0..n)
-        .map(|i| {
-            Job::new(
-                format!("job-{i:06}"),
-                "agent",
-                "bench-agent",
-                format!("s{}", i % 100),
-                json!({"input": format!("message {i}"), "stream": false}),
-            )
-        })
-        .collect();
-    for chunk in jobs.chunks(500) {
-        for outcome in store.enqueue_jobs(chunk.to_vec(), 0).await.unwrap() {
-            assert!(outcome.unwrap().rejection.is_none());
-        }
-    }
+    common::enqueue(&store, n).await;
     (store, bare_url)
 }
 
@@ -87,17 +75,6 @@ async fn discard(url: &str) {
     }
 }
 
-async fn completed(store: &Arc<dyn JobStore>) -> usize {
-    store
-        .list_jobs(agno_storage_core::JobQuery {
-            status: Some(JobStatus::Completed),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .total as usize
-}
-
 async fn worker(backend: Backend, mysql: &str, n: usize) -> f64 {
     let (store, url) = fill(backend, mysql, n).await;
     let start = Instant::now();
@@ -120,21 +97,7 @@ async fn worker(backend: Backend, mysql: &str, n: usize) -> f64 {
 
 async fn store_loop(backend: Backend, mysql: &str, n: usize) -> f64 {
     let (store, url) = fill(backend, mysql, n).await;
-    let start = Instant::now();
-    loop {
-        let jobs = store.claim_jobs("loop", 300, None, BATCH).await.unwrap();
-        if jobs.is_empty() {
-            break;
-        }
-        let completions = jobs
-            .iter()
-            .map(|j| JobCompletion::of(j, JobStatus::Completed, None))
-            .collect();
-        for result in store.complete_jobs("loop", completions).await.unwrap() {
-            result.unwrap();
-        }
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let rate = common::store_loop(&store, BATCH).await;
     assert_eq!(completed(&store).await, n);
     discard(&url).await;
     rate
@@ -228,12 +191,6 @@ async fn bare(backend: Backend, mysql: &str, n: usize) -> f64 {
     assert_eq!(completed(&store).await, n);
     discard(&url).await;
     rate
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use agno_storage_core::{Job, JobCompletion, JobStatus, JobStore};
+use agno_storage_core::{Job, JobStore};
 use agno_storage_sql::{SqlDb, TableNames};
 use agno_storage_worker::{JobContext, Outcome, Worker};
-use serde_json::json;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+
+mod common;
+use common::median;
 
 /// A fresh schema of agno's layout holding `n` queued no-op jobs, analyzed: its name, our
 /// job store on it and a bare pool.
@@ -36,22 +38,7 @@ async fn fill(url: &str, n: usize) -> (String, Arc<dyn JobStore>, PgPool) {
         .unwrap()
         .agno_db();
     let store = db.job_store().unwrap();
-    let jobs: Vec<Job> = (0..n)
-        .map(|i| {
-            Job::new(
-                format!("job-{i:06}"),
-                "agent",
-                "bench-agent",
-                format!("s{}", i % 100),
-                json!({"input": format!("message {i}"), "stream": false}),
-            )
-        })
-        .collect();
-    for chunk in jobs.chunks(500) {
-        for outcome in store.enqueue_jobs(chunk.to_vec(), 0).await.unwrap() {
-            assert!(outcome.unwrap().rejection.is_none());
-        }
-    }
+    common::enqueue(&store, n).await;
     let pool = PgPoolOptions::new().connect(url).await.unwrap();
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "ANALYZE \"{schema}\".agno_jobs"
@@ -64,14 +51,7 @@ async fn fill(url: &str, n: usize) -> (String, Arc<dyn JobStore>, PgPool) {
 
 /// Checks every job completed, then drops the schema.
 async fn verify_and_drop(schema: &str, store: &Arc<dyn JobStore>, pool: &PgPool, n: usize) {
-    let completed = store
-        .list_jobs(agno_storage_core::JobQuery {
-            status: Some(JobStatus::Completed),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .total as usize;
+    let completed = common::completed(store).await;
     assert_eq!(completed, n);
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA \"{schema}\" CASCADE"
@@ -100,25 +80,10 @@ async fn ours(url: &str, n: usize, concurrency: usize, prefetch: usize) -> f64 {
     rate
 }
 
-/// The loop of [`bare`] through our job store (`claim_jobs` of up to `batch`, then one
-/// `complete_jobs`): the adapter's share, without the worker's.
+/// [`common::store_loop`] on a fresh schema of `n` jobs.
 async fn store_loop(url: &str, n: usize, batch: usize) -> f64 {
     let (schema, store, pool) = fill(url, n).await;
-    let start = Instant::now();
-    let mut done = 0;
-    loop {
-        let jobs = store.claim_jobs("loop", 300, None, batch).await.unwrap();
-        if jobs.is_empty() {
-            break;
-        }
-        let completions = jobs
-            .iter()
-            .map(|j| JobCompletion::of(j, JobStatus::Completed, None))
-            .collect();
-        let results = store.complete_jobs("loop", completions).await.unwrap();
-        done += results.iter().filter(|r| r.is_ok()).count();
-    }
-    let rate = done as f64 / start.elapsed().as_secs_f64();
+    let rate = common::store_loop(&store, batch).await;
     verify_and_drop(&schema, &store, &pool, n).await;
     rate
 }
@@ -191,12 +156,6 @@ fn graphile(dir: &str, url: &str, n: usize, concurrency: usize, batched: bool) -
             )
         });
     line["jobs_per_s"].as_f64().expect("jobs_per_s")
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() {

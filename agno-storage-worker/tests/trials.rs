@@ -200,12 +200,8 @@ fn child_main(spec: &str) -> ExitCode {
         return scheduler_child(&locator, worker_id);
     }
     runtime().block_on(async move {
-        let db = match locator.open().await {
-            Ok(db) => db,
-            Err(e) => {
-                eprintln!("child {worker_id}: open: {e}");
-                return ExitCode::FAILURE;
-            }
+        let Some(db) = open_child_db(&locator, &worker_id).await else {
+            return ExitCode::FAILURE;
         };
         let Ok(jobs) = db.job_store() else {
             return ExitCode::FAILURE;
@@ -225,13 +221,9 @@ fn child_main(spec: &str) -> ExitCode {
         let Ok(worker) = worker else {
             return ExitCode::FAILURE;
         };
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
+        if !ready_until_terminated().await {
             return ExitCode::FAILURE;
-        };
-        println!("READY");
-        term.recv().await;
+        }
         let stats = worker.shutdown(Duration::from_secs(10)).await;
         println!(
             "STOPPED released={} errors={}",
@@ -241,15 +233,34 @@ fn child_main(spec: &str) -> ExitCode {
     })
 }
 
+/// The child's database, or `None` after saying why it could not be opened.
+async fn open_child_db(locator: &Locator, worker_id: &str) -> Option<AgnoDb> {
+    match locator.open().await {
+        Ok(db) => Some(db),
+        Err(e) => {
+            eprintln!("child {worker_id}: open: {e}");
+            None
+        }
+    }
+}
+
+/// Tells the parent the child is ready, then waits for `SIGTERM`; false when the signal
+/// cannot be listened for.
+async fn ready_until_terminated() -> bool {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        return false;
+    };
+    println!("READY");
+    term.recv().await;
+    true
+}
+
 /// A scheduler child: one scheduler until killed or told to stop.
 fn scheduler_child(locator: &Locator, worker_id: String) -> ExitCode {
     runtime().block_on(async move {
-        let db = match locator.open().await {
-            Ok(db) => db,
-            Err(e) => {
-                eprintln!("child {worker_id}: open: {e}");
-                return ExitCode::FAILURE;
-            }
+        let Some(db) = open_child_db(locator, &worker_id).await else {
+            return ExitCode::FAILURE;
         };
         let scheduler = Scheduler::builder(&db).map(|b| {
             b.worker_id(worker_id)
@@ -260,13 +271,9 @@ fn scheduler_child(locator: &Locator, worker_id: String) -> ExitCode {
         let Ok(Ok(scheduler)) = scheduler else {
             return ExitCode::FAILURE;
         };
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
+        if !ready_until_terminated().await {
             return ExitCode::FAILURE;
-        };
-        println!("READY");
-        term.recv().await;
+        }
         let stats = scheduler.shutdown().await;
         println!("STOPPED fired={} errors={}", stats.fired, stats.errors);
         ExitCode::SUCCESS
