@@ -423,6 +423,11 @@ fn run_job(shared: &Arc<Shared>, job: Job, permit: OwnedSemaphorePermit) {
             outcome,
         });
         drop(permit);
+        // The freed slot takes the next prefetched job at once, not when the claimer is
+        // back from a claim in flight; the claimer is woken to refill.
+        if !shared.stop.is_cancelled() {
+            dispatch(&shared);
+        }
         shared.wake.notify_one();
     });
 }
