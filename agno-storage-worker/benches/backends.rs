@@ -11,11 +11,10 @@
 //! `UPDATE … IN`). MySQL needs `AGNO_TEST_MYSQL_URL`; without it only SQLite is measured.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use agno_storage_core::{Job, JobStore};
+use agno_storage_core::JobStore;
 use agno_storage_sql::{SqlDb, TableNames};
-use agno_storage_worker::{JobContext, Outcome, Worker};
 
 mod common;
 use common::{completed, median};
@@ -77,19 +76,7 @@ async fn discard(url: &str) {
 
 async fn worker(backend: Backend, mysql: &str, n: usize) -> f64 {
     let (store, url) = fill(backend, mysql, n).await;
-    let start = Instant::now();
-    let worker = Worker::builder(store.clone())
-        .concurrency(8)
-        .prefetch(BATCH)
-        .handler(|_job: Job, _ctx: JobContext| async { Outcome::Completed })
-        .start()
-        .unwrap();
-    while (worker.stats().completed as usize) < n {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    let stats = worker.shutdown(Duration::from_secs(10)).await;
-    assert_eq!((stats.errors, stats.lease_lost), (0, 0), "{stats:?}");
+    let rate = common::worker_drain(&store, n, 8, BATCH).await;
     assert_eq!(completed(&store).await, n);
     discard(&url).await;
     rate
@@ -101,6 +88,23 @@ async fn store_loop(backend: Backend, mysql: &str, n: usize) -> f64 {
     assert_eq!(completed(&store).await, n);
     discard(&url).await;
     rate
+}
+
+/// `sql`'s statement with `now` twice, then `ids`.
+fn with_ids<'q, DB: sqlx::Database>(
+    sql: String,
+    now: i64,
+    ids: &'q [(String,)],
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).bind(now);
+    for (id,) in ids {
+        q = q.bind(id);
+    }
+    q
 }
 
 /// `?, ?, …` for `n` parameters.
@@ -143,13 +147,8 @@ async fn bare(backend: Backend, mysql: &str, n: usize) -> f64 {
                 if ids.is_empty() {
                     break;
                 }
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(finish(ids.len())))
-                    .bind(now)
-                    .bind(now);
-                for (id,) in &ids {
-                    q = q.bind(id);
-                }
-                done += q.execute(&pool).await.unwrap().rows_affected() as usize;
+                let finished = with_ids(finish(ids.len()), now, &ids).execute(&pool);
+                done += finished.await.unwrap().rows_affected() as usize;
             }
         }
         Backend::MySql => {
@@ -171,19 +170,10 @@ async fn bare(backend: Backend, mysql: &str, n: usize) -> f64 {
                     "UPDATE agno_jobs SET {claim_set} WHERE id IN ({})",
                     marks(ids.len())
                 );
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).bind(now);
-                for (id,) in &ids {
-                    q = q.bind(id);
-                }
-                q.execute(&mut *tx).await.unwrap();
+                with_ids(sql, now, &ids).execute(&mut *tx).await.unwrap();
                 tx.commit().await.unwrap();
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(finish(ids.len())))
-                    .bind(now)
-                    .bind(now);
-                for (id,) in &ids {
-                    q = q.bind(id);
-                }
-                done += q.execute(&pool).await.unwrap().rows_affected() as usize;
+                let finished = with_ids(finish(ids.len()), now, &ids).execute(&pool);
+                done += finished.await.unwrap().rows_affected() as usize;
             }
         }
     }

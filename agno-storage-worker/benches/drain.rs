@@ -14,13 +14,12 @@
 //! jobs on the same server, default and batched (`BATCHED=1`), the contenders alternating
 //! for `BENCH_ROUNDS` rounds (default 3). Needs `AGNO_TEST_POSTGRES_URL`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use std::sync::Arc;
 
-use agno_storage_core::{Job, JobStore};
+use agno_storage_core::JobStore;
 use agno_storage_sql::{SqlDb, TableNames};
-use agno_storage_worker::{JobContext, Outcome, Worker};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 mod common;
@@ -63,19 +62,7 @@ async fn verify_and_drop(schema: &str, store: &Arc<dyn JobStore>, pool: &PgPool,
 
 async fn ours(url: &str, n: usize, concurrency: usize, prefetch: usize) -> f64 {
     let (schema, store, pool) = fill(url, n).await;
-    let start = Instant::now();
-    let worker = Worker::builder(store.clone())
-        .concurrency(concurrency)
-        .prefetch(prefetch)
-        .handler(|_job: Job, _ctx: JobContext| async { Outcome::Completed })
-        .start()
-        .unwrap();
-    while (worker.stats().completed as usize) < n {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    let stats = worker.shutdown(Duration::from_secs(10)).await;
-    assert_eq!((stats.errors, stats.lease_lost), (0, 0), "{stats:?}");
+    let rate = common::worker_drain(&store, n, concurrency, prefetch).await;
     verify_and_drop(&schema, &store, &pool, n).await;
     rate
 }

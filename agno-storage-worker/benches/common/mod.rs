@@ -1,9 +1,10 @@
 //! What the drain benches share: the jobs they drain, our store's own loop, medians.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agno_storage_core::{Job, JobCompletion, JobStatus, JobStore};
+use agno_storage_worker::{JobContext, Outcome, Worker};
 use serde_json::json;
 
 /// Enqueues `n` no-op jobs over 100 sessions, 500 per call.
@@ -24,6 +25,30 @@ pub async fn enqueue(store: &Arc<dyn JobStore>, n: usize) {
             assert!(outcome.unwrap().rejection.is_none());
         }
     }
+}
+
+/// One [`Worker`] of `concurrency` slots prefetching `prefetch` drains `n` no-op jobs;
+/// jobs per second until every result is written.
+pub async fn worker_drain(
+    store: &Arc<dyn JobStore>,
+    n: usize,
+    concurrency: usize,
+    prefetch: usize,
+) -> f64 {
+    let start = Instant::now();
+    let worker = Worker::builder(store.clone())
+        .concurrency(concurrency)
+        .prefetch(prefetch)
+        .handler(|_job: Job, _ctx: JobContext| async { Outcome::Completed })
+        .start()
+        .unwrap();
+    while (worker.stats().completed as usize) < n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let stats = worker.shutdown(Duration::from_secs(10)).await;
+    assert_eq!((stats.errors, stats.lease_lost), (0, 0), "{stats:?}");
+    rate
 }
 
 /// Our store's own loop, the adapter's share without the worker's: `claim_jobs` of up to
