@@ -1,8 +1,8 @@
 //! Worker trials in separate processes: at-least-once execution, effects exactly once.
 //!
 //! Per backend (SQLite, PostgreSQL, MySQL, Redis, and DynamoDB for the document engine),
-//! the parent enqueues jobs and starts [`CHILDREN`] worker processes (this binary again,
-//! with [`CHILD_ENV`] set) over one fresh database, then:
+//! the parent starts [`CHILDREN`] worker processes (this binary again, with [`CHILD_ENV`]
+//! set) over one fresh database, enqueues jobs, then:
 //!
 //! 1. **Kills**: while they drain, it `SIGKILL`s a child every few hundred milliseconds
 //!    ([`KILLS`] times), each one that the store shows holding leased jobs at that moment
@@ -445,15 +445,8 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
             all.push(job);
         }
     }
-    // Tickets of one session in order (their sequence is taken at enqueue).
-    for job in all.clone() {
-        let outcome = jobs.enqueue_job(job, 0).await.map_err(err)?;
-        if outcome.rejection.is_some() {
-            return Err(format!("an enqueue was rejected: {outcome:?}"));
-        }
-    }
-    let ids: Vec<String> = all.iter().map(|j| j.id.clone()).collect();
-
+    // The children start on an empty queue, so none has drained much before the kills
+    // begin however slowly the others start.
     let mut children = Children {
         locator: locator.clone(),
         prefix: "trial-w",
@@ -463,13 +456,23 @@ async fn trial(locator: &Locator) -> std::result::Result<(), String> {
     for _ in 0..CHILDREN {
         children.spawn()?;
     }
+    // Tickets of one session in order (their sequence is taken at enqueue).
+    for job in all.clone() {
+        let outcome = jobs.enqueue_job(job, 0).await.map_err(err)?;
+        if outcome.rejection.is_some() {
+            return Err(format!("an enqueue was rejected: {outcome:?}"));
+        }
+    }
+    let ids: Vec<String> = all.iter().map(|j| j.id.clone()).collect();
 
     // 1. Kills during the drain: each lands on a child that holds a leased job (running or
-    // prefetched) at that moment, so a fast drain cannot leave the kills idle.
+    // prefetched) at that moment, so a fast drain cannot leave the kills idle. Until the
+    // first kill the store is looked at every 20 ms, then a kill every few hundred.
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut kills = 0;
     loop {
-        tokio::time::sleep(Duration::from_millis(fastrand::u64(150..400))).await;
+        let pause = if kills == 0 { 20..21 } else { 150..400 };
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(pause))).await;
         if kills < KILLS && children.kill_a_holder(&lease_holders(&db).await?)? {
             children.spawn()?;
             kills += 1;
