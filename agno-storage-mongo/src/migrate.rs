@@ -27,6 +27,7 @@ use agno_storage_core::migration::{
     SchemaVersion, SchemaVersionStore, StepOutcome, TableRef, TableType,
 };
 use agno_storage_core::{async_trait, now_epoch_seconds, Error, ErrorKind, Result};
+use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 
 use crate::doc::{db_err, is_duplicate_key};
@@ -34,6 +35,37 @@ use crate::schema::{self, UQ_USER_NAME};
 use crate::MongoDb;
 
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
+
+/// The schedule names stored more than once for one owner in `collection`, as the SQL
+/// migration names them: `owner: 'name' xN`, by name.
+async fn duplicate_schedule_names(db: &MongoDb, collection: &str) -> Result<Vec<String>> {
+    let pipeline = vec![
+        doc! {"$group": {"_id": {"user_id": "$user_id", "name": "$name"}, "n": {"$sum": 1}}},
+        doc! {"$match": {"n": {"$gt": 1}}},
+        doc! {"$sort": {"_id.name": 1}},
+    ];
+    let groups: Vec<Document> = db
+        .coll(collection)
+        .aggregate(pipeline)
+        .await
+        .map_err(db_err("list duplicate schedule names"))?
+        .try_collect()
+        .await
+        .map_err(db_err("list duplicate schedule names"))?;
+    Ok(groups
+        .iter()
+        .map(|g| {
+            let key = g.get_document("_id").ok();
+            let field = |f: &str| key.and_then(|k| k.get_str(f).ok());
+            let n = g.get("n").and_then(crate::runs::as_i64).unwrap_or(0);
+            format!(
+                "{}: '{}' x{n}",
+                field("user_id").unwrap_or("(unowned)"),
+                field("name").unwrap_or_default()
+            )
+        })
+        .collect())
+}
 /// A lock record without `lease_until` (from a version without heartbeats) is taken over
 /// once its `locked_at` is this old, as that version broke stale locks.
 const LEGACY_STALE_LOCK_SECONDS: i64 = 15 * 60;
@@ -101,11 +133,14 @@ impl MigrationStep for RepairScheduleIndexesStep {
             .iter()
             .any(|(_, name, _)| name == UQ_USER_NAME);
         if !has_unique {
+            let listed = duplicate_schedule_names(db, &table.name).await?;
             return Err(Error::new(
                 ErrorKind::Conflict,
                 format!(
                     "Cannot create the unique (user_id, name) backstop on {}: duplicate schedule names exist within one \
-                     owner bucket. Resolve the duplicates, then re-run the migration.",
+                     owner bucket ({}). Rename or delete the duplicates, then re-run the migration; {} was not stamped.",
+                    table.name,
+                    listed.join(", "),
                     table.name
                 ),
             )

@@ -1,8 +1,8 @@
 //! Runs (`agno_runs`): one document per run, agno's `build_single_run_row` shape.
 //!
-//! A run appended without a `run_index` gets one past the session's highest, assigned
-//! atomically through a per-session counter document (`$max` + `$inc` in one
-//! `findOneAndUpdate`), seeded from the runs already stored.
+//! A run appended without a `run_index` gets one past the session's highest, taken
+//! atomically from a per-session counter document (`$inc`), seeded from the runs already
+//! stored when it is created; an append costs the same however long the session is.
 
 use agno_storage_core::legacy::legacy_runs_list;
 use agno_storage_core::{
@@ -28,8 +28,48 @@ pub(crate) fn encode_run(run: &RunRecord) -> Result<Document> {
 
 impl MongoDb {
     /// The next free `run_index` of `session_id`, taken atomically.
+    ///
+    /// One `$inc` of the session's counter, then one point lookup on the
+    /// `(session_id, run_index)` index: neither costs more as the session grows. The
+    /// counter is seeded from the runs stored when it is created, and again when the
+    /// lookup finds the taken index already used by a writer that does not move the
+    /// counter (agno passes its own `run_index`), so no index taken here collides with a
+    /// stored one.
     async fn next_run_index(&self, session_id: &str) -> Result<i64> {
-        // Seed: runs written by others (agno itself, the migration) do not move the counter.
+        let meta = self.coll(&self.inner.names.meta);
+        let id = counter_id(session_id);
+        for _ in 0..8 {
+            let counter = meta
+                .find_one_and_update(doc! {"_id": &id}, doc! {"$inc": {"next": 1_i64}})
+                .return_document(ReturnDocument::After)
+                .await
+                .map_err(db_err("next run index"))?;
+            let Some(next) = counter.and_then(|d| d.get("next").and_then(as_i64)) else {
+                self.seed_run_counter(session_id).await?;
+                continue;
+            };
+            let index = next - 1;
+            let used = self
+                .coll(&self.inner.names.runs)
+                .find_one(doc! {"session_id": session_id, "run_index": index})
+                .projection(doc! {"_id": 1})
+                .await
+                .map_err(db_err("next run index"))?
+                .is_some();
+            if !used {
+                return Ok(index);
+            }
+            self.seed_run_counter(session_id).await?;
+        }
+        Err(Error::new(
+            agno_storage_core::ErrorKind::Conflict,
+            format!("could not take the next run_index of session {session_id}: other writers kept taking it; retry the write"),
+        ))
+    }
+
+    /// Creates the run counter of `session_id`, or raises it, to one past the highest
+    /// `run_index` stored (a sorted read: only when the counter is created or overtaken).
+    async fn seed_run_counter(&self, session_id: &str) -> Result<()> {
         let highest = self
             .coll(&self.inner.names.runs)
             .find_one(doc! {"session_id": session_id, "run_index": {"$type": "number"}})
@@ -39,38 +79,22 @@ impl MongoDb {
             .map_err(db_err("next run index"))?
             .and_then(|d| d.get("run_index").and_then(as_i64))
             .unwrap_or(-1);
-        // Create the counter first (racing creators: the loser sees a duplicate key, which
-        // is fine), then take the next index with a plain atomic update, so no upsert race
-        // can skip or repeat an index.
-        let meta = self.coll(&self.inner.names.meta);
-        let id = counter_id(session_id);
-        for _ in 0..8 {
-            match meta
-                .update_one(doc! {"_id": &id}, doc! {"$setOnInsert": {"next": 0_i64}})
-                .upsert(true)
-                .await
-                .map_err(db_err("next run index"))
-            {
-                Ok(_) => {}
-                Err(e) if e.kind() == agno_storage_core::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-            let counter = meta
-                .find_one_and_update(
-                    doc! {"_id": &id},
-                    vec![doc! {"$set": {"next": {"$add": [{"$max": [{"$ifNull": ["$next", 0]}, highest + 1]}, 1]}}}],
-                )
-                .return_document(ReturnDocument::After)
-                .await
-                .map_err(db_err("next run index"))?;
-            if let Some(next) = counter.and_then(|d| d.get("next").and_then(as_i64)) {
-                return Ok(next - 1);
-            }
+        let raised = self
+            .coll(&self.inner.names.meta)
+            .update_one(
+                doc! {"_id": counter_id(session_id)},
+                vec![
+                    doc! {"$set": {"next": {"$max": [{"$ifNull": ["$next", 0_i64]}, highest + 1]}}},
+                ],
+            )
+            .upsert(true)
+            .await
+            .map_err(db_err("next run index"));
+        match raised {
+            // Racing creators: the loser's upsert sees a duplicate key; the counter exists.
+            Err(e) if e.kind() != agno_storage_core::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
         }
-        Err(Error::new(
-            agno_storage_core::ErrorKind::Conflict,
-            format!("could not take the next run_index of session {session_id}: its counter kept disappearing; retry the write"),
-        ))
     }
 
     /// The owner of session `session_id`; `None` when there is no such session.
@@ -142,19 +166,23 @@ impl RunStore for MongoDb {
         let owner = self.session_owner(&run.session_id).await?;
         run.check_session(owner.as_ref().map(Option::as_deref))?;
         let now = now_epoch_seconds();
-        for _ in 0..3 {
+        for attempt in 0..3 {
             if let Some(updated) = self.update_run(&run, now).await? {
                 return Ok(updated);
             }
-            let exists = self
-                .coll(&self.inner.names.runs)
-                .find_one(doc! {"run_id": &run.run_id})
-                .projection(doc! {"_id": 1})
-                .await
-                .map_err(db_err("upsert run"))?
-                .is_some();
-            if exists {
-                return Err(owned_by_another_user("run", &run.run_id));
+            // A new run is inserted at once; only after a duplicate key (the run exists
+            // but `update_run` could not write it) is it worth asking whose it is.
+            if attempt > 0 {
+                let exists = self
+                    .coll(&self.inner.names.runs)
+                    .find_one(doc! {"run_id": &run.run_id})
+                    .projection(doc! {"_id": 1})
+                    .await
+                    .map_err(db_err("upsert run"))?
+                    .is_some();
+                if exists {
+                    return Err(owned_by_another_user("run", &run.run_id));
+                }
             }
             if run.run_index.is_none() {
                 run.run_index = Some(self.next_run_index(&run.session_id).await?);

@@ -1,6 +1,7 @@
 //! MongoDB-only behaviour the shared suite cannot see: agno's v3.0.0 index repairs, the
-//! migration of a database agno 2.9.0 left behind, the migration lock's lease, and a job
-//! document that does not decode failed by the claim that meets it.
+//! migration of a database agno 2.9.0 left behind, the migration lock's lease, a job
+//! document that does not decode failed by the claim that meets it, and run indexes taken
+//! by a writer that passes its own.
 //!
 //! Uses `AGNO_TEST_MONGODB_URL`; skipped without it, except under `CI=true`.
 
@@ -130,9 +131,9 @@ fn duplicate_schedule_names_abort_unstamped() {
             .await
             .expect_err("duplicates abort");
         assert!(
-            failure
-                .to_string()
-                .contains("duplicate schedule names exist within one owner bucket"),
+            failure.to_string().contains(
+                "duplicate schedule names exist within one owner bucket ((unowned): 'report' x2)"
+            ),
             "{failure}"
         );
         assert_eq!(
@@ -403,5 +404,59 @@ fn an_undecodable_job_is_failed_by_the_claim() {
             "{error}"
         );
         assert!(jobs.claim_job("w2", 60, None).await.unwrap().is_none());
+    });
+}
+
+/// A writer that passes its own `run_index` (agno does, and never moves our counter) can
+/// take the index our counter would hand out next: the next append skips every stored
+/// index instead of writing a second run at it, and no run is lost.
+#[test]
+fn an_index_a_foreign_writer_took_is_never_taken_again() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let db = fresh(&url, "run_counter").await;
+        let store = MongoDb::open(db.clone(), TableNames::default())
+            .await
+            .unwrap()
+            .agno_db();
+        let sessions = store.sessions().unwrap();
+        let runs = store.runs().unwrap();
+        let session = Session::new("s1", SessionType::Agent, "a").with_user("u");
+        sessions.upsert_session(session).await.unwrap();
+        let run = |id: &str, index: Option<i64>| {
+            let mut run = RunRecord::from_run_data(
+                "s1",
+                Some("u".into()),
+                serde_json::json!({"run_id": id, "agent_id": "a"}),
+            )
+            .unwrap();
+            run.run_index = index;
+            run
+        };
+        let first = runs.upsert_run(run("ours-0", None)).await.unwrap();
+        assert_eq!(first.run_index, Some(0));
+        // agno's positions: it counts the runs it has read and writes that index.
+        for (id, index) in [("theirs-1", 1), ("theirs-2", 2)] {
+            runs.upsert_run(run(id, Some(index))).await.unwrap();
+        }
+        let third = runs.upsert_run(run("ours-3", None)).await.unwrap();
+        assert_eq!(third.run_index, Some(3));
+        let fourth = runs.upsert_run(run("ours-4", None)).await.unwrap();
+        assert_eq!(fourth.run_index, Some(4));
+        let stored: Vec<i64> = db
+            .collection::<Document>("agno_runs")
+            .distinct("run_index", doc! {"session_id": "s1"})
+            .await
+            .unwrap()
+            .iter()
+            .filter_map(|b| b.as_i64().or(b.as_i32().map(i64::from)))
+            .collect();
+        let count = db
+            .collection::<Document>("agno_runs")
+            .count_documents(doc! {"session_id": "s1"})
+            .await
+            .unwrap();
+        assert_eq!((stored.len(), count), (5, 5), "indexes {stored:?}");
+        db.drop().await.unwrap();
     });
 }
