@@ -359,7 +359,10 @@ const WRITES_IN_FLIGHT: usize = 16;
 /// for memory; [`WRITES_IN_FLIGHT`] for the rest.
 fn writes_in_flight(dst: &BackendUrl) -> usize {
     match dst {
-        BackendUrl::JsonDir { .. } | BackendUrl::Gcs { .. } | BackendUrl::Memory => 1,
+        BackendUrl::JsonDir { .. }
+        | BackendUrl::Gcs { .. }
+        | BackendUrl::S3 { .. }
+        | BackendUrl::Memory => 1,
         _ => WRITES_IN_FLIGHT,
     }
 }

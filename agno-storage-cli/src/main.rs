@@ -41,6 +41,8 @@ Backend URLs:
                          server databases (the URL goes to the driver as given)
   file://DIR             JSON files in a local directory
   gs://BUCKET/PREFIX     JSON files in a Google Cloud Storage bucket
+  s3://BUCKET/PREFIX     JSON files in an Amazon S3 bucket (AWS_* from the environment;
+                         AWS_ENDPOINT for an S3-compatible server)
   surrealdb://[USER:PASS@]HOST:PORT/NS/DB   SurrealDB server over WebSocket (NS/DB default agno)
   surrealkv://PATH       SurrealDB embedded in a SurrealKV file
   surrealdb+mem://       SurrealDB embedded in memory";

@@ -12,7 +12,7 @@ use crate::Error;
 /// The URL forms [`parse`] accepts, as listed in its errors.
 pub const SUPPORTED: &str = "sqlite://PATH, memory://, postgres://…, mysql://…, mongodb://…, \
      redis://…, valkey://…, dynamodb://…, firestore://…, surrealdb://…, surrealkv://PATH, \
-     surrealdb+mem://, file://DIR, gs://BUCKET/PREFIX";
+     surrealdb+mem://, file://DIR, gs://BUCKET/PREFIX, s3://BUCKET/PREFIX";
 
 /// A parsed backend URL: one variant per backend with the parts its adapter needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +79,14 @@ pub enum BackendUrl {
         /// Object prefix without leading or trailing `/`; empty for the bucket root.
         prefix: String,
     },
+    /// `s3://BUCKET/PREFIX`: JSON files in an Amazon S3 (or S3-compatible) bucket, with
+    /// credentials, region and endpoint from the environment (`AWS_*`).
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// Object prefix without leading or trailing `/`; empty for the bucket root.
+        prefix: String,
+    },
 }
 
 impl BackendUrl {
@@ -97,6 +105,7 @@ impl BackendUrl {
             BackendUrl::SurrealDb { .. } => "surrealdb",
             BackendUrl::JsonDir { .. } => "json (local directory)",
             BackendUrl::Gcs { .. } => "json (Google Cloud Storage)",
+            BackendUrl::S3 { .. } => "json (Amazon S3)",
         }
     }
 
@@ -115,6 +124,7 @@ impl BackendUrl {
             BackendUrl::SurrealDb { .. } => Some("surreal"),
             BackendUrl::JsonDir { .. } => Some("json"),
             BackendUrl::Gcs { .. } => Some("gcs"),
+            BackendUrl::S3 { .. } => Some("s3"),
         }
     }
 }
@@ -128,6 +138,8 @@ impl fmt::Display for BackendUrl {
             BackendUrl::JsonDir { dir } => write!(f, "file://{}", dir.display()),
             BackendUrl::Gcs { bucket, prefix } if prefix.is_empty() => write!(f, "gs://{bucket}"),
             BackendUrl::Gcs { bucket, prefix } => write!(f, "gs://{bucket}/{prefix}"),
+            BackendUrl::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            BackendUrl::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
             BackendUrl::Postgres { url }
             | BackendUrl::MySql { url }
             | BackendUrl::MongoDb { url }
@@ -261,7 +273,14 @@ pub fn parse(input: &str) -> Result<BackendUrl, Error> {
                 dir: PathBuf::from(rest),
             })
         }
-        ("gs", _) => parse_gcs(rest),
+        ("gs", _) => {
+            let (bucket, prefix) = parse_bucket(rest, &GCS)?;
+            Ok(BackendUrl::Gcs { bucket, prefix })
+        }
+        ("s3", _) => {
+            let (bucket, prefix) = parse_bucket(rest, &S3)?;
+            Ok(BackendUrl::S3 { bucket, prefix })
+        }
         ("", _) => Err(Error::new(format!(
             "backend URL has no scheme before `://`; expected one of {SUPPORTED}"
         ))),
@@ -269,33 +288,66 @@ pub fn parse(input: &str) -> Result<BackendUrl, Error> {
     }
 }
 
-/// `BUCKET/PREFIX` of a `gs://` URL.
-fn parse_gcs(rest: &str) -> Result<BackendUrl, Error> {
+/// What a bucket URL scheme accepts.
+struct BucketRules {
+    scheme: &'static str,
+    service: &'static str,
+    /// Where the credentials come from, for the error of a URL that carries some.
+    credentials: &'static str,
+    /// Bucket name lengths, and the punctuation allowed besides lowercase letters and digits.
+    lengths: std::ops::RangeInclusive<usize>,
+    punctuation: &'static [char],
+}
+
+const GCS: BucketRules = BucketRules {
+    scheme: "gs",
+    service: "GCS",
+    credentials: "GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`",
+    lengths: 3..=222,
+    punctuation: &['-', '_', '.'],
+};
+
+const S3: BucketRules = BucketRules {
+    scheme: "s3",
+    service: "S3",
+    credentials:
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_ENDPOINT for an S3-compatible server)",
+    lengths: 3..=63,
+    punctuation: &['-', '.'],
+};
+
+/// `(bucket, prefix)` of a bucket URL's `BUCKET/PREFIX`, the prefix without leading or
+/// trailing `/`.
+fn parse_bucket(rest: &str, rules: &BucketRules) -> Result<(String, String), Error> {
+    let BucketRules {
+        scheme, service, ..
+    } = rules;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.contains('@') {
-        return Err(Error::new(
-            "gs:// URLs take no credentials (found `…@` before the bucket); authenticate with \
-             GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`",
-        ));
-    }
-    if bucket.is_empty() {
-        return Err(Error::new(
-            "gs:// needs a bucket: gs://BUCKET or gs://BUCKET/PREFIX",
-        ));
-    }
-    let valid = (3..=222).contains(&bucket.len())
-        && bucket
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
-    if !valid {
         return Err(Error::new(format!(
-            "invalid GCS bucket name `{bucket}`: use 3-222 lowercase letters, digits, '-', '_' or '.'"
+            "{scheme}:// URLs take no credentials (found `…@` before the bucket); authenticate with {}",
+            rules.credentials
         )));
     }
-    Ok(BackendUrl::Gcs {
-        bucket: bucket.to_owned(),
-        prefix: prefix.trim_matches('/').to_owned(),
-    })
+    if bucket.is_empty() {
+        return Err(Error::new(format!(
+            "{scheme}:// needs a bucket: {scheme}://BUCKET or {scheme}://BUCKET/PREFIX"
+        )));
+    }
+    let valid = rules.lengths.contains(&bucket.len())
+        && bucket.chars().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || rules.punctuation.contains(&c)
+        });
+    if !valid {
+        let allowed: Vec<String> = rules.punctuation.iter().map(|c| format!("'{c}'")).collect();
+        return Err(Error::new(format!(
+            "invalid {service} bucket name `{bucket}`: use {}-{} lowercase letters, digits, {}",
+            rules.lengths.start(),
+            rules.lengths.end(),
+            allowed.join(", ")
+        )));
+    }
+    Ok((bucket.to_owned(), prefix.trim_matches('/').to_owned()))
 }
 
 /// Opens the database behind `url` with the adapters compiled into this build, creating
@@ -390,6 +442,13 @@ pub async fn open_with_mode(url: &BackendUrl, mode: OpenMode) -> Result<AgnoDb, 
         #[cfg(feature = "gcs")]
         BackendUrl::Gcs { bucket, prefix } => {
             let db = agno_storage_json::JsonDb::open_gcs_with_mode(bucket, prefix, mode)
+                .await
+                .map_err(|e| open_error(url, mode, e))?;
+            Ok(db.agno_db())
+        }
+        #[cfg(feature = "s3")]
+        BackendUrl::S3 { bucket, prefix } => {
+            let db = agno_storage_json::JsonDb::open_s3_with_mode(bucket, prefix, mode)
                 .await
                 .map_err(|e| open_error(url, mode, e))?;
             Ok(db.agno_db())
@@ -886,6 +945,17 @@ mod tests {
         assert!(err("gs://").contains("needs a bucket"));
         assert!(err("gs:///prefix").contains("needs a bucket"));
         assert!(err("gs://My Bucket/x").contains("invalid GCS bucket name"));
+        assert_eq!(
+            ok("s3://my-bucket/agno/prod/"),
+            BackendUrl::S3 {
+                bucket: "my-bucket".into(),
+                prefix: "agno/prod".into()
+            }
+        );
+        assert_eq!(ok("s3://my-bucket").to_string(), "s3://my-bucket");
+        assert!(err("s3://").contains("s3:// needs a bucket"));
+        assert!(err("s3://key:secret@bucket/p").contains("AWS_ACCESS_KEY_ID"));
+        assert!(err("s3://my_bucket/x").contains("invalid S3 bucket name"));
     }
 
     #[test]
@@ -954,6 +1024,7 @@ mod tests {
                 ),
                 ("file://./d", "json", cfg!(feature = "json")),
                 ("gs://bucket/p", "gcs", cfg!(feature = "gcs")),
+                ("s3://bucket/p", "s3", cfg!(feature = "s3")),
             ];
             let cases: Vec<(&str, &str)> = all
                 .iter()
@@ -1073,7 +1144,7 @@ mod tests {
                 match parse(&input) {
                     Ok(parsed) => {
                         let shown = parsed.to_string();
-                        let is_path = matches!(parsed, BackendUrl::Sqlite { .. } | BackendUrl::JsonDir { .. } | BackendUrl::Gcs { .. });
+                        let is_path = matches!(parsed, BackendUrl::Sqlite { .. } | BackendUrl::JsonDir { .. } | BackendUrl::Gcs { .. } | BackendUrl::S3 { .. });
                         prop_assert!(is_path || !shown.contains(secret), "{}", shown);
                     }
                     Err(e) => prop_assert!(!e.to_string().contains(secret), "{}", e),

@@ -296,6 +296,49 @@ fn copy_round_trips_through_every_server_backend() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `demo` data goes SQLite → `s3://BUCKET/PREFIX` (the moto server the test script starts,
+/// reached through the `AWS_*` variables a user sets) → SQLite, every domain whole.
+#[test]
+#[cfg_attr(not(feature = "s3"), ignore = "needs the s3 feature (--features full)")]
+fn copy_round_trips_through_s3() {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let Ok(endpoint) = std::env::var("AGNO_TEST_S3_URL") else {
+        assert!(
+            !ci,
+            "AGNO_TEST_S3_URL is not set and CI=true: the test script starts moto"
+        );
+        eprintln!("skipping: AGNO_TEST_S3_URL is not set");
+        return;
+    };
+    let bucket = std::env::var("AGNO_TEST_S3_BUCKET").unwrap_or_else(|_| "agno-test".into());
+    let s3 = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agno-storage"))
+            .args(args)
+            .env("AWS_ENDPOINT", &endpoint)
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("the agno-storage binary runs")
+    };
+    let dir = temp_dir();
+    let origin = format!("sqlite://{}", dir.join("origin.db").display());
+    let output = agno_storage(&["demo", &origin]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let expected = copied_counts(&agno_storage(&["copy", &origin, "memory://"]));
+    let url = format!(
+        "s3://{bucket}/cli-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    assert_eq!(copied_counts(&s3(&["copy", &origin, &url])), expected);
+    let back = format!("sqlite://{}", dir.join("back.db").display());
+    assert_eq!(copied_counts(&s3(&["copy", &url, &back])), expected);
+    let status = s3(&["status", &url]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A fresh empty directory under the system temp dir.
 fn temp_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("agno-cli-{}", uuid::Uuid::new_v4().simple()));

@@ -127,7 +127,8 @@ impl Error {
             format!(
                 "Table {table} has an invalid schema: {detail}. If this database was created by an older \
                  version of Agno, apply the pending migrations with the migration manager \
-                 (`MigrationManager::new(db).up()`) or run `agno-storage migrate <URL>`."
+                 (`MigrationManager::new(db).up()`) or run `agno-storage migrate <URL>`; where an \
+                 AgentOS serves this database, `POST /databases/all/migrate` on it does the same."
             ),
         )
     }

@@ -110,6 +110,7 @@ async fn a_v2_table_asks_for_the_migration(db: AgnoDb, table: &str) {
         message.contains("MigrationManager::new(db).up()"),
         "{message}"
     );
+    assert!(message.contains("POST /databases/all/migrate"), "{message}");
     MigrationManager::new(db.migrations().unwrap())
         .up()
         .await
