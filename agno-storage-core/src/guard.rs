@@ -348,6 +348,11 @@ impl<S: MetricsStore + ?Sized> MetricsStore for Checked<S> {
         self.rules.opt_id("user_id", query.user_id.as_deref())?;
         self.inner.get_metrics(query).await
     }
+
+    async fn delete_user_metrics(&self, user_id: &str) -> Result<u64> {
+        self.rules.id("user_id", user_id)?;
+        self.inner.delete_user_metrics(user_id).await
+    }
 }
 
 #[async_trait]
@@ -882,6 +887,11 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
         self.inner.cleanup_jobs(older_than_seconds).await
+    }
+
+    async fn delete_user_jobs(&self, user_id: &str) -> Result<u64> {
+        self.rules.id("user_id", user_id)?;
+        self.inner.delete_user_jobs(user_id).await
     }
 }
 

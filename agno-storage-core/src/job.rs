@@ -956,6 +956,12 @@ pub trait JobStore: Send + Sync {
     /// Deletes completed, failed and cancelled jobs finished at least `older_than_seconds` ago.
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64>;
 
+    /// Deletes every job `user_id` owns, whatever its status (with what the backend keeps
+    /// beside it: idempotency and session guards), and returns how many; never a job of
+    /// another owner or an unowned one. A worker running one of them then finds it gone: its
+    /// fenced completion records nothing.
+    async fn delete_user_jobs(&self, user_id: &str) -> Result<u64>;
+
     /// Submits jobs as [`JobStore::enqueue_job`] would one after another: one result per
     /// job, in order (a taken id is that job's `AlreadyExists`; the others still go in).
     /// Backends with a multi-row insert override it; the default calls `enqueue_job`.

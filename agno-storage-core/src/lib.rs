@@ -35,6 +35,7 @@ mod run_json;
 pub mod schedule;
 pub mod session;
 mod tables;
+pub mod user_data;
 pub mod user_memory;
 
 pub use capabilities::Capabilities;
@@ -64,4 +65,5 @@ pub use run_json::RunJson;
 pub use schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 pub use session::{Session, SessionQuery, SessionRead, SessionStore, SessionType};
 pub use tables::{Table, TableNames};
+pub use user_data::{erase_user, export_user, DomainCounts, UserDomain, UserRecord};
 pub use user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};

@@ -132,6 +132,9 @@ pub trait MetricsStore: Send + Sync {
 
     /// Rows matching `query`; the shared bucket comes back with `user_id = None`.
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage>;
+
+    /// Deletes every row of `user_id` (never the shared bucket's) and returns how many.
+    async fn delete_user_metrics(&self, user_id: &str) -> Result<u64>;
 }
 
 /// agno's `is_legacy_metric`: a row written before per-user buckets (agno 2.x), recognised

@@ -556,12 +556,43 @@ impl<B: DocBackend> JobStore for Docs<B> {
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
         let cutoff = self.0.now().await? - older_than_seconds;
+        let doomed = self
+            .jobs_where(&[])
+            .await?
+            .0
+            .into_iter()
+            .filter(|(_, job)| {
+                job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)
+            });
+        self.remove_jobs(doomed, "cleanup jobs").await
+    }
+
+    async fn delete_user_jobs(&self, user_id: &str) -> Result<u64> {
+        let (decoded, undecodable) = self.jobs_where(&[("user_id", opt(Some(user_id)))]).await?;
+        let mut removed = self.remove_jobs(decoded, "delete user jobs").await?;
+        // Stored under the user but not decodable: deleted as they are.
+        let coll = self.collection(Table::Jobs);
+        for stored in undecodable {
+            let write = self.delete(coll, &stored.id, stored.unchanged());
+            if let Commit::Done = self.commit("delete user jobs", vec![write]).await? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+impl<B: DocBackend> Docs<B> {
+    /// Deletes `jobs` (each only if unchanged since it was read) with their idempotency-key
+    /// guards, then the guards of the sessions whose last tickets went; how many went.
+    async fn remove_jobs(
+        &self,
+        jobs: impl IntoIterator<Item = (Stored<B>, Job)>,
+        operation: &'static str,
+    ) -> Result<u64> {
         let mut removed = 0;
         let mut sessions = std::collections::BTreeSet::new();
-        for (stored, job) in self.jobs_where(&[]).await?.0 {
-            if !(job.status.is_terminal() && job.completed_at.is_some_and(|t| t <= cutoff)) {
-                continue;
-            }
+        for (stored, job) in jobs {
             if B::JOB_SESSION_GUARDS && job.is_serialized() {
                 sessions.insert(job.session_id.clone());
             }
@@ -574,7 +605,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                     Pre::Any,
                 ));
             }
-            if let Commit::Done = self.commit("cleanup jobs", writes).await? {
+            if let Commit::Done = self.commit(operation, writes).await? {
                 removed += 1;
             }
         }

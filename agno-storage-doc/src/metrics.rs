@@ -68,4 +68,16 @@ impl<B: DocBackend> MetricsStore for Docs<B> {
         }
         Ok(visible_metrics(candidates, &query))
     }
+
+    async fn delete_user_metrics(&self, user_id: &str) -> Result<u64> {
+        let coll = self.collection(Table::Metrics);
+        let mut deleted = 0;
+        for stored in self.query(coll, &[("user_id", opt(Some(user_id)))]).await? {
+            let write = self.delete(coll, &stored.id, stored.unchanged());
+            if let Commit::Done = self.commit("delete user metrics", vec![write]).await? {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
 }

@@ -580,4 +580,13 @@ impl JobStore for MongoDb {
             .map_err(db_err("cleanup jobs"))?
             .deleted_count)
     }
+
+    async fn delete_user_jobs(&self, user_id: &str) -> Result<u64> {
+        Ok(self
+            .coll(&self.inner.names.jobs)
+            .delete_many(doc! {"user_id": user_id})
+            .await
+            .map_err(db_err("delete user jobs"))?
+            .deleted_count)
+    }
 }

@@ -49,6 +49,15 @@ impl MetricsStore for MongoDb {
         Ok(stored)
     }
 
+    async fn delete_user_metrics(&self, user_id: &str) -> Result<u64> {
+        Ok(self
+            .coll(&self.inner.names.metrics)
+            .delete_many(doc! {"user_id": user_id})
+            .await
+            .map_err(db_err("delete user metrics"))?
+            .deleted_count)
+    }
+
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
         let coll = self.coll(&self.inner.names.metrics);
         let mut owner = Document::new();

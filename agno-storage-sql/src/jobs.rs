@@ -802,4 +802,10 @@ impl JobStore for SqlStore {
             )
             .await
     }
+
+    async fn delete_user_jobs(&self, user_id: &str) -> Result<u64> {
+        self.check(Table::Jobs)?;
+        let sql = format!("DELETE FROM {} WHERE user_id = ?", self.t(Table::Jobs));
+        self.exec.execute(&sql, vec![SqlValue::text(user_id)]).await
+    }
 }

@@ -124,6 +124,12 @@ impl MetricsStore for SqlStore {
             .collect()
     }
 
+    async fn delete_user_metrics(&self, user_id: &str) -> Result<u64> {
+        self.check(Table::Metrics)?;
+        let sql = format!("DELETE FROM {} WHERE user_id = ?", self.t(Table::Metrics));
+        self.exec.execute(&sql, vec![SqlValue::text(user_id)]).await
+    }
+
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
         self.check(Table::Metrics)?;
         let table = self.t(Table::Metrics);

@@ -15,6 +15,7 @@ mod runs;
 mod schedules;
 mod scoping;
 mod sessions;
+mod users;
 
 macro_rules! case {
     ($module:ident :: $f:ident, [$($req:literal),*]) => {
@@ -135,6 +136,10 @@ pub(crate) fn all() -> Vec<Case> {
         case!(jobs::continue_and_sweep_as_agno, ["jobs"]),
         case!(jobs::running_job_cancelled_from_anywhere, ["jobs"]),
         case!(jobs::stress_exactly_once_with_killed_workers, ["jobs"]),
+        case!(
+            users::erase_removes_one_user_and_only_that_user,
+            ["sessions"]
+        ),
         case!(
             migrations::up_twice_is_idempotent,
             ["migrations", "legacy_runs", "runs"]

@@ -414,7 +414,7 @@ pub(crate) async fn schedules_are_user_scoped(ctx: &Ctx) -> CaseResult {
     Ok(())
 }
 
-fn learning(id: &str, user: Option<&str>) -> Learning {
+pub(crate) fn learning(id: &str, user: Option<&str>) -> Learning {
     Learning {
         learning_id: id.to_owned(),
         learning_type: "user_profile".into(),
