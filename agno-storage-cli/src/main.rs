@@ -22,6 +22,7 @@ mod migrate;
 mod schedules;
 mod status;
 mod target;
+mod user;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -113,6 +114,40 @@ enum Command {
     Schedules {
         #[command(subcommand)]
         command: SchedulesCommand,
+    },
+    /// Export or erase one user's data across every domain.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Every record the user owns (sessions, runs, memories, eval runs, knowledge,
+    /// schedules and their runs, learnings, jobs, metrics rows), as JSON lines
+    /// `{"domain", "record"}` in agno's encodings.
+    #[command(after_help = URL_HELP)]
+    Export {
+        /// Backend URL.
+        url: String,
+        /// The user's id.
+        user_id: String,
+        /// Write the lines to this file instead of stdout.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
+    /// Delete every record the user owns and their metrics rows; other users' records and
+    /// the shared ones are left as they are. Safe to run again.
+    #[command(after_help = URL_HELP)]
+    Erase {
+        /// Backend URL.
+        url: String,
+        /// The user's id.
+        user_id: String,
+        /// Confirm: the records are deleted for good.
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -324,6 +359,16 @@ async fn dispatch(command: Command) -> Result<String, Error> {
             let url = target::parse(&url)?;
             schedules::list(&url, user.as_deref(), enabled, (limit, page), json).await
         }
+        Command::User { command } => match command {
+            UserCommand::Export {
+                url,
+                user_id,
+                output,
+            } => user::export(&target::parse(&url)?, &user_id, output.as_deref()).await,
+            UserCommand::Erase { url, user_id, yes } => {
+                user::erase(&target::parse(&url)?, &user_id, yes).await
+            }
+        },
     }
 }
 

@@ -339,6 +339,59 @@ fn copy_round_trips_through_s3() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `user export` writes the demo user's records as JSON lines, one domain per line's
+/// `domain`, all theirs; `user erase` refuses without `--yes`, then deletes as many as were
+/// exported; the other user keeps every record, and a second erase deletes nothing.
+#[test]
+fn user_export_then_erase() {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}", dir.join("agno.db").display());
+    assert!(agno_storage(&["demo", &url]).status.success());
+    let export = |user: &str, file: &str| -> Vec<serde_json::Value> {
+        let path = dir.join(file);
+        let path = path.display().to_string();
+        let output = agno_storage(&["user", "export", &url, user, "-o", &path]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        std::fs::read_to_string(&path)
+            .expect("the export file")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    };
+    let alice = export("alice@example.com", "alice.jsonl");
+    let domains: std::collections::BTreeSet<&str> =
+        alice.iter().filter_map(|l| l["domain"].as_str()).collect();
+    for domain in ["sessions", "runs", "memories", "schedules", "jobs", "metrics"] {
+        assert!(domains.contains(domain), "{domain} missing from {domains:?}");
+    }
+    for line in &alice {
+        assert_eq!(line["record"]["user_id"], "alice@example.com", "{line}");
+    }
+    let bob = export("bob@example.com", "bob-before.jsonl");
+    assert!(!bob.is_empty());
+
+    let refused = agno_storage(&["user", "erase", &url, "alice@example.com"]);
+    assert!(!refused.status.success());
+    assert!(one_error_line(&refused).contains("--yes"));
+    assert_eq!(export("alice@example.com", "again.jsonl").len(), alice.len());
+
+    let erased = agno_storage(&["user", "erase", &url, "alice@example.com", "--yes"]);
+    assert!(erased.status.success(), "{}", stderr(&erased));
+    assert!(
+        stdout(&erased).starts_with(&format!(
+            "Erased user \"alice@example.com\" from {url}: {} record(s)",
+            alice.len()
+        )),
+        "{}",
+        stdout(&erased)
+    );
+    assert!(export("alice@example.com", "after.jsonl").is_empty());
+    assert_eq!(export("bob@example.com", "bob-after.jsonl"), bob);
+    let again = agno_storage(&["user", "erase", &url, "alice@example.com", "--yes"]);
+    assert!(stdout(&again).contains(": 0 record(s)"), "{}", stdout(&again));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A fresh empty directory under the system temp dir.
 fn temp_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("agno-cli-{}", uuid::Uuid::new_v4().simple()));
