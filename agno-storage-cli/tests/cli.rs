@@ -361,8 +361,18 @@ fn user_export_then_erase() {
     let alice = export("alice@example.com", "alice.jsonl");
     let domains: std::collections::BTreeSet<&str> =
         alice.iter().filter_map(|l| l["domain"].as_str()).collect();
-    for domain in ["sessions", "runs", "memories", "schedules", "jobs", "metrics"] {
-        assert!(domains.contains(domain), "{domain} missing from {domains:?}");
+    for domain in [
+        "sessions",
+        "runs",
+        "memories",
+        "schedules",
+        "jobs",
+        "metrics",
+    ] {
+        assert!(
+            domains.contains(domain),
+            "{domain} missing from {domains:?}"
+        );
     }
     for line in &alice {
         assert_eq!(line["record"]["user_id"], "alice@example.com", "{line}");
@@ -373,7 +383,10 @@ fn user_export_then_erase() {
     let refused = agno_storage(&["user", "erase", &url, "alice@example.com"]);
     assert!(!refused.status.success());
     assert!(one_error_line(&refused).contains("--yes"));
-    assert_eq!(export("alice@example.com", "again.jsonl").len(), alice.len());
+    assert_eq!(
+        export("alice@example.com", "again.jsonl").len(),
+        alice.len()
+    );
 
     let erased = agno_storage(&["user", "erase", &url, "alice@example.com", "--yes"]);
     assert!(erased.status.success(), "{}", stderr(&erased));
@@ -388,7 +401,85 @@ fn user_export_then_erase() {
     assert!(export("alice@example.com", "after.jsonl").is_empty());
     assert_eq!(export("bob@example.com", "bob-after.jsonl"), bob);
     let again = agno_storage(&["user", "erase", &url, "alice@example.com", "--yes"]);
-    assert!(stdout(&again).contains(": 0 record(s)"), "{}", stdout(&again));
+    assert!(
+        stdout(&again).contains(": 0 record(s)"),
+        "{}",
+        stdout(&again)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The lines `user export` writes for `user` in `url`.
+fn exported_lines(url: &str, user: &str, dir: &std::path::Path) -> Vec<String> {
+    let path = dir.join(format!("export-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let path = path.display().to_string();
+    let output = agno_storage(&["user", "export", url, user, "-o", &path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let lines = std::fs::read_to_string(&path).expect("the export file");
+    let _ = std::fs::remove_file(&path);
+    lines.lines().map(str::to_owned).collect()
+}
+
+/// Crash trial: `user erase` is SIGKILLed at random points of its run over a SQLite file
+/// holding a few hundred of the user's records; whatever the kill left, running it again
+/// finishes the erase: nothing of the user is left and the other user's export is
+/// byte-identical. At least one kill must land part-way (some records gone, some left).
+#[test]
+fn an_erase_killed_part_way_is_finished_by_running_it_again() {
+    const USER: &str = "alice@example.com";
+    let dir = temp_dir();
+    let base = dir.join("base.db");
+    let base_url = format!("sqlite://{}", base.display());
+    for _ in 0..40 {
+        assert!(agno_storage(&["demo", &base_url]).status.success());
+    }
+    let full = exported_lines(&base_url, USER, &dir).len();
+    let bob = exported_lines(&base_url, "bob@example.com", &dir);
+    let copy_of_base = |name: &str| {
+        let path = dir.join(name);
+        std::fs::copy(&base, &path).expect("copy the database");
+        format!("sqlite://{}", path.display())
+    };
+    // How long one erase takes, start to exit.
+    let timed = copy_of_base("timed.db");
+    let started = std::time::Instant::now();
+    assert!(agno_storage(&["user", "erase", &timed, USER, "--yes"])
+        .status
+        .success());
+    let whole = started.elapsed().as_micros().max(1);
+    let mut part_way = 0;
+    for trial in 0..12 {
+        let url = copy_of_base(&format!("trial-{trial}.db"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agno-storage"))
+            .args(["user", "erase", &url, USER, "--yes"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("the agno-storage binary runs");
+        let at = uuid::Uuid::new_v4().as_u128() % whole;
+        std::thread::sleep(std::time::Duration::from_micros(at as u64));
+        let _ = child.kill();
+        let _ = child.wait();
+        let left = exported_lines(&url, USER, &dir).len();
+        if left > 0 && left < full {
+            part_way += 1;
+        }
+        let rerun = agno_storage(&["user", "erase", &url, USER, "--yes"]);
+        assert!(rerun.status.success(), "trial {trial}: {}", stderr(&rerun));
+        assert!(
+            exported_lines(&url, USER, &dir).is_empty(),
+            "trial {trial}: the re-run left records of {USER}"
+        );
+        assert_eq!(
+            exported_lines(&url, "bob@example.com", &dir),
+            bob,
+            "trial {trial}"
+        );
+    }
+    eprintln!("{part_way} of 12 kills landed part-way through an erase of {full} records");
+    assert!(
+        part_way > 0,
+        "no kill of 12 landed part-way through an erase of {full} records ({whole} µs)"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
