@@ -56,6 +56,10 @@ Backend URLs:
     after_help = URL_HELP
 )]
 struct Cli {
+    /// Log every store call on stderr (its backend, domain, operation, rows and time):
+    /// `-v` store calls, `-vv` also the drivers' own logs. `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -272,6 +276,7 @@ impl From<agno_storage_core::Error> for Error {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_tracing(cli.verbose);
     match run(cli.command) {
         Ok(report) => print_report(&report),
         Err(error) => {
@@ -285,6 +290,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Sends `tracing` output to stderr: what `RUST_LOG` selects, else per `-v` (store calls'
+/// spans as they close, then also every crate's debug events); nothing without either.
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    use tracing_subscriber::EnvFilter;
+    let filter = match (std::env::var("RUST_LOG"), verbose) {
+        (Ok(directives), _) => EnvFilter::new(directives),
+        (Err(_), 0) => return,
+        (Err(_), 1) => EnvFilter::new("agno_storage_core=debug"),
+        (Err(_), _) => EnvFilter::new("debug"),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .with_writer(io::stderr)
+        .try_init();
 }
 
 /// Runs one subcommand on a fresh multi-thread runtime (so the SQLite executor runs its

@@ -15,16 +15,28 @@
 //!
 //! Data fields are not identifiers and keep agno's behaviour per backend (e.g. agno's
 //! PostgreSQL adapter strips NUL inside JSON text).
+//!
+//! Every call also runs in a `tracing` span named `agno_storage` at `debug` level, with
+//! `backend`, `domain` (`sessions`, `runs`, … `jobs`), `operation` (the trait method),
+//! `duration_us`, `rows` (what the result says it touched: a count, a page's items, 1 for a
+//! record written or found, 0 for none) and, when it fails, `error` (the [`ErrorKind`]). A
+//! conflict or a lost lease also emits a `warn` event. No argument is recorded: no run
+//! content, no payloads, no secrets and no user ids.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use crate::capabilities::Capabilities;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::eval::{EvalQuery, EvalRun, EvalStore};
-use crate::job::{EnqueueOutcome, Job, JobCompletion, JobQuery, JobStatus, JobStore};
+use crate::job::{
+    Continued, EnqueueOutcome, Job, JobCompletion, JobQuery, JobStatus, JobStore, QueueStats,
+};
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
 use crate::learning::{Learning, LearningQuery, LearningStore};
 use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
@@ -125,6 +137,61 @@ fn admit<T>(
     }
 }
 
+/// How many rows a call's result says it touched, for its span's `rows`; `None` where the
+/// result does not say.
+trait Touched {
+    fn touched(&self) -> Option<u64>;
+}
+
+impl Touched for bool {
+    fn touched(&self) -> Option<u64> {
+        Some(u64::from(*self))
+    }
+}
+
+impl Touched for u64 {
+    fn touched(&self) -> Option<u64> {
+        Some(*self)
+    }
+}
+
+impl<T> Touched for Option<T> {
+    fn touched(&self) -> Option<u64> {
+        Some(u64::from(self.is_some()))
+    }
+}
+
+impl<T> Touched for Vec<T> {
+    fn touched(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
+impl<T> Touched for Page<T> {
+    fn touched(&self) -> Option<u64> {
+        Some(self.items.len() as u64)
+    }
+}
+
+impl Touched for MetricsPage {
+    fn touched(&self) -> Option<u64> {
+        Some(self.rows.len() as u64)
+    }
+}
+
+macro_rules! touches {
+    ($rows:expr => $($ty:ty),*) => {
+        $(impl Touched for $ty {
+            fn touched(&self) -> Option<u64> {
+                $rows
+            }
+        })*
+    };
+}
+
+touches!(Some(1) => Session, RunRecord, UserMemory, EvalRun, KnowledgeContent, Schedule, ScheduleRun, Learning, Job, EnqueueOutcome);
+touches!(None => QueueStats, Continued);
+
 /// A store wrapped in the input rules: every call checks its arguments, then forwards.
 pub struct Checked<S: ?Sized> {
     rules: Rules,
@@ -135,6 +202,41 @@ impl<S: ?Sized> Checked<S> {
     /// `inner`, checked by `rules`.
     pub fn new(rules: Rules, inner: Arc<S>) -> Self {
         Checked { rules, inner }
+    }
+
+    /// Runs one store call in a `tracing` span (see the module docs for its fields).
+    async fn traced<T: Touched>(
+        &self,
+        domain: &'static str,
+        operation: &'static str,
+        call: impl Future<Output = Result<T>> + Send,
+    ) -> Result<T> {
+        let span = tracing::debug_span!(
+            "agno_storage",
+            backend = self.rules.backend,
+            domain,
+            operation,
+            rows = tracing::field::Empty,
+            duration_us = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = call.instrument(span.clone()).await;
+        span.record("duration_us", started.elapsed().as_micros() as u64);
+        match &result {
+            Ok(value) => {
+                if let Some(rows) = value.touched() {
+                    span.record("rows", rows);
+                }
+            }
+            Err(e) => {
+                span.record("error", e.kind().as_str());
+                if matches!(e.kind(), ErrorKind::Conflict | ErrorKind::LeaseLost) {
+                    tracing::warn!(parent: &span, kind = e.kind().as_str(), "{domain}.{operation} lost a race");
+                }
+            }
+        }
+        result
     }
 
     /// The rules of a submitted job: its identifiers and its payload's nesting.
@@ -157,49 +259,58 @@ fn opt_values(values: impl IntoIterator<Item = Option<Value>>) -> Vec<Value> {
 #[async_trait]
 impl<S: SessionStore + ?Sized> SessionStore for Checked<S> {
     async fn upsert_session(&self, session: Session) -> Result<Session> {
-        let r = self.rules;
-        let session = admit(
-            session,
-            |s| {
-                r.id("session_id", &s.session_id)?;
-                r.opt_id("user_id", s.user_id.as_deref())?;
-                r.opt_id("agent_id", s.agent_id.as_deref())?;
-                r.opt_id("team_id", s.team_id.as_deref())?;
-                r.opt_id("workflow_id", s.workflow_id.as_deref())?;
-                r.opt_json("session_data", s.session_data.as_ref())?;
-                r.opt_json("agent_data", s.agent_data.as_ref())?;
-                r.opt_json("team_data", s.team_data.as_ref())?;
-                r.opt_json("workflow_data", s.workflow_data.as_ref())?;
-                r.opt_json("metadata", s.metadata.as_ref())?;
-                r.opt_json("summary", s.summary.as_ref())
-            },
-            |s| {
-                opt_values([
-                    s.session_data,
-                    s.agent_data,
-                    s.team_data,
-                    s.workflow_data,
-                    s.metadata,
-                    s.summary,
-                ])
-            },
-        )?;
-        self.inner.upsert_session(session).await
+        self.traced("sessions", "upsert_session", async move {
+            let r = self.rules;
+            let session = admit(
+                session,
+                |s| {
+                    r.id("session_id", &s.session_id)?;
+                    r.opt_id("user_id", s.user_id.as_deref())?;
+                    r.opt_id("agent_id", s.agent_id.as_deref())?;
+                    r.opt_id("team_id", s.team_id.as_deref())?;
+                    r.opt_id("workflow_id", s.workflow_id.as_deref())?;
+                    r.opt_json("session_data", s.session_data.as_ref())?;
+                    r.opt_json("agent_data", s.agent_data.as_ref())?;
+                    r.opt_json("team_data", s.team_data.as_ref())?;
+                    r.opt_json("workflow_data", s.workflow_data.as_ref())?;
+                    r.opt_json("metadata", s.metadata.as_ref())?;
+                    r.opt_json("summary", s.summary.as_ref())
+                },
+                |s| {
+                    opt_values([
+                        s.session_data,
+                        s.agent_data,
+                        s.team_data,
+                        s.workflow_data,
+                        s.metadata,
+                        s.summary,
+                    ])
+                },
+            )?;
+            self.inner.upsert_session(session).await
+        })
+        .await
     }
 
     async fn get_session(&self, session_id: &str, read: SessionRead) -> Result<Option<Session>> {
-        self.rules.id("session_id", session_id)?;
-        self.rules.opt_id("user_id", read.user_id.as_deref())?;
-        self.inner.get_session(session_id, read).await
+        self.traced("sessions", "get_session", async move {
+            self.rules.id("session_id", session_id)?;
+            self.rules.opt_id("user_id", read.user_id.as_deref())?;
+            self.inner.get_session(session_id, read).await
+        })
+        .await
     }
 
     async fn get_sessions(&self, query: SessionQuery) -> Result<Page<Session>> {
-        self.rules.opt_id("user_id", query.user_id.as_deref())?;
-        self.rules
-            .opt_id("component_id", query.component_id.as_deref())?;
-        self.rules
-            .opt_text("session_name", query.session_name.as_deref())?;
-        self.inner.get_sessions(query).await
+        self.traced("sessions", "get_sessions", async move {
+            self.rules.opt_id("user_id", query.user_id.as_deref())?;
+            self.rules
+                .opt_id("component_id", query.component_id.as_deref())?;
+            self.rules
+                .opt_text("session_name", query.session_name.as_deref())?;
+            self.inner.get_sessions(query).await
+        })
+        .await
     }
 
     async fn rename_session(
@@ -208,75 +319,96 @@ impl<S: SessionStore + ?Sized> SessionStore for Checked<S> {
         session_name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Session>> {
-        self.rules.id("session_id", session_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner
-            .rename_session(session_id, session_name, user_id)
-            .await
+        self.traced("sessions", "rename_session", async move {
+            self.rules.id("session_id", session_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner
+                .rename_session(session_id, session_name, user_id)
+                .await
+        })
+        .await
     }
 
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.rules.ids("session_id", session_ids)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.delete_sessions(session_ids, user_id).await
+        self.traced("sessions", "delete_sessions", async move {
+            self.rules.ids("session_id", session_ids)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.delete_sessions(session_ids, user_id).await
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl<S: RunStore + ?Sized> RunStore for Checked<S> {
     async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
-        let r = self.rules;
-        let run = admit(
-            run,
-            |run| {
-                r.id("run_id", &run.run_id)?;
-                r.id("session_id", &run.session_id)?;
-                r.opt_id("user_id", run.user_id.as_deref())?;
-                r.opt_id("agent_id", run.agent_id.as_deref())?;
-                r.opt_id("team_id", run.team_id.as_deref())?;
-                r.opt_id("workflow_id", run.workflow_id.as_deref())?;
-                r.opt_id("parent_run_id", run.parent_run_id.as_deref())?;
-                r.opt_text("status", run.status.as_deref())?;
-                r.json("run_data", &run.run_data)
-            },
-            |run| vec![run.run_data],
-        )?;
-        self.inner.upsert_run(run).await
+        self.traced("runs", "upsert_run", async move {
+            let r = self.rules;
+            let run = admit(
+                run,
+                |run| {
+                    r.id("run_id", &run.run_id)?;
+                    r.id("session_id", &run.session_id)?;
+                    r.opt_id("user_id", run.user_id.as_deref())?;
+                    r.opt_id("agent_id", run.agent_id.as_deref())?;
+                    r.opt_id("team_id", run.team_id.as_deref())?;
+                    r.opt_id("workflow_id", run.workflow_id.as_deref())?;
+                    r.opt_id("parent_run_id", run.parent_run_id.as_deref())?;
+                    r.opt_text("status", run.status.as_deref())?;
+                    r.json("run_data", &run.run_data)
+                },
+                |run| vec![run.run_data],
+            )?;
+            self.inner.upsert_run(run).await
+        })
+        .await
     }
 
     async fn get_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<RunRecord>> {
-        self.rules.id("run_id", run_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_run(run_id, user_id).await
+        self.traced("runs", "get_run", async move {
+            self.rules.id("run_id", run_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_run(run_id, user_id).await
+        })
+        .await
     }
 
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
-        let r = self.rules;
-        r.opt_id("session_id", query.session_id.as_deref())?;
-        r.opt_id("user_id", query.user_id.as_deref())?;
-        r.opt_id("agent_id", query.agent_id.as_deref())?;
-        r.opt_id("team_id", query.team_id.as_deref())?;
-        r.opt_id("workflow_id", query.workflow_id.as_deref())?;
-        r.opt_text("status", query.status.as_deref())?;
-        self.inner.get_runs(query).await
+        self.traced("runs", "get_runs", async move {
+            let r = self.rules;
+            r.opt_id("session_id", query.session_id.as_deref())?;
+            r.opt_id("user_id", query.user_id.as_deref())?;
+            r.opt_id("agent_id", query.agent_id.as_deref())?;
+            r.opt_id("team_id", query.team_id.as_deref())?;
+            r.opt_id("workflow_id", query.workflow_id.as_deref())?;
+            r.opt_text("status", query.status.as_deref())?;
+            self.inner.get_runs(query).await
+        })
+        .await
     }
 
     async fn delete_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.rules.ids("run_id", run_ids)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.delete_runs(run_ids, user_id).await
+        self.traced("runs", "delete_runs", async move {
+            self.rules.ids("run_id", run_ids)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.delete_runs(run_ids, user_id).await
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl<S: MemoryStore + ?Sized> MemoryStore for Checked<S> {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
-        let r = self.rules;
-        r.id("memory_id", &memory.memory_id)?;
-        r.opt_id("user_id", memory.user_id.as_deref())?;
-        r.opt_id("agent_id", memory.agent_id.as_deref())?;
-        r.opt_id("team_id", memory.team_id.as_deref())?;
-        self.inner.upsert_memory(memory).await
+        self.traced("memories", "upsert_memory", async move {
+            let r = self.rules;
+            r.id("memory_id", &memory.memory_id)?;
+            r.opt_id("user_id", memory.user_id.as_deref())?;
+            r.opt_id("agent_id", memory.agent_id.as_deref())?;
+            r.opt_id("team_id", memory.team_id.as_deref())?;
+            self.inner.upsert_memory(memory).await
+        })
+        .await
     }
 
     async fn get_memory(
@@ -284,24 +416,33 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Checked<S> {
         memory_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<UserMemory>> {
-        self.rules.id("memory_id", memory_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_memory(memory_id, user_id).await
+        self.traced("memories", "get_memory", async move {
+            self.rules.id("memory_id", memory_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_memory(memory_id, user_id).await
+        })
+        .await
     }
 
     async fn get_memories(&self, query: MemoryQuery) -> Result<Page<UserMemory>> {
-        let r = self.rules;
-        r.opt_id("user_id", query.user_id.as_deref())?;
-        r.opt_id("agent_id", query.agent_id.as_deref())?;
-        r.opt_id("team_id", query.team_id.as_deref())?;
-        query.topics.iter().try_for_each(|t| r.text("topics", t))?;
-        r.opt_text("search_content", query.search_content.as_deref())?;
-        self.inner.get_memories(query).await
+        self.traced("memories", "get_memories", async move {
+            let r = self.rules;
+            r.opt_id("user_id", query.user_id.as_deref())?;
+            r.opt_id("agent_id", query.agent_id.as_deref())?;
+            r.opt_id("team_id", query.team_id.as_deref())?;
+            query.topics.iter().try_for_each(|t| r.text("topics", t))?;
+            r.opt_text("search_content", query.search_content.as_deref())?;
+            self.inner.get_memories(query).await
+        })
+        .await
     }
 
     async fn get_memory_topics(&self, user_id: Option<&str>) -> Result<Vec<String>> {
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_memory_topics(user_id).await
+        self.traced("memories", "get_memory_topics", async move {
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_memory_topics(user_id).await
+        })
+        .await
     }
 
     async fn get_memory_stats(
@@ -309,87 +450,111 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Checked<S> {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<MemoryStats>> {
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_memory_stats(user_id, pagination).await
+        self.traced("memories", "get_memory_stats", async move {
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_memory_stats(user_id, pagination).await
+        })
+        .await
     }
 
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.rules.ids("memory_id", memory_ids)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.delete_memories(memory_ids, user_id).await
+        self.traced("memories", "delete_memories", async move {
+            self.rules.ids("memory_id", memory_ids)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.delete_memories(memory_ids, user_id).await
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl<S: MetricsStore + ?Sized> MetricsStore for Checked<S> {
     async fn upsert_metrics(&self, records: Vec<MetricsRecord>) -> Result<Vec<MetricsRecord>> {
-        let r = self.rules;
-        let records = admit(
-            records,
-            |records| {
-                records.iter().try_for_each(|m| {
-                    r.id("id", &m.id)?;
-                    r.opt_id("user_id", m.user_id.as_deref())?;
-                    r.json("token_metrics", &m.token_metrics)?;
-                    r.json("model_metrics", &m.model_metrics)
-                })
-            },
-            |records| {
-                records
-                    .into_iter()
-                    .flat_map(|m| [m.token_metrics, m.model_metrics])
-                    .collect()
-            },
-        )?;
-        self.inner.upsert_metrics(records).await
+        self.traced("metrics", "upsert_metrics", async move {
+            let r = self.rules;
+            let records = admit(
+                records,
+                |records| {
+                    records.iter().try_for_each(|m| {
+                        r.id("id", &m.id)?;
+                        r.opt_id("user_id", m.user_id.as_deref())?;
+                        r.json("token_metrics", &m.token_metrics)?;
+                        r.json("model_metrics", &m.model_metrics)
+                    })
+                },
+                |records| {
+                    records
+                        .into_iter()
+                        .flat_map(|m| [m.token_metrics, m.model_metrics])
+                        .collect()
+                },
+            )?;
+            self.inner.upsert_metrics(records).await
+        })
+        .await
     }
 
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
-        self.rules.opt_id("user_id", query.user_id.as_deref())?;
-        self.inner.get_metrics(query).await
+        self.traced("metrics", "get_metrics", async move {
+            self.rules.opt_id("user_id", query.user_id.as_deref())?;
+            self.inner.get_metrics(query).await
+        })
+        .await
     }
 
     async fn delete_user_metrics(&self, user_id: &str) -> Result<u64> {
-        self.rules.id("user_id", user_id)?;
-        self.inner.delete_user_metrics(user_id).await
+        self.traced("metrics", "delete_user_metrics", async move {
+            self.rules.id("user_id", user_id)?;
+            self.inner.delete_user_metrics(user_id).await
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl<S: EvalStore + ?Sized> EvalStore for Checked<S> {
     async fn create_eval_run(&self, run: EvalRun) -> Result<EvalRun> {
-        let r = self.rules;
-        let run = admit(
-            run,
-            |e| {
-                r.id("run_id", &e.run_id)?;
-                r.opt_id("user_id", e.user_id.as_deref())?;
-                r.opt_id("agent_id", e.agent_id.as_deref())?;
-                r.opt_id("team_id", e.team_id.as_deref())?;
-                r.opt_id("workflow_id", e.workflow_id.as_deref())?;
-                r.opt_id("model_id", e.model_id.as_deref())?;
-                r.json("eval_data", &e.eval_data)?;
-                r.opt_json("eval_input", e.eval_input.as_ref())
-            },
-            |e| opt_values([Some(e.eval_data), e.eval_input]),
-        )?;
-        self.inner.create_eval_run(run).await
+        self.traced("evals", "create_eval_run", async move {
+            let r = self.rules;
+            let run = admit(
+                run,
+                |e| {
+                    r.id("run_id", &e.run_id)?;
+                    r.opt_id("user_id", e.user_id.as_deref())?;
+                    r.opt_id("agent_id", e.agent_id.as_deref())?;
+                    r.opt_id("team_id", e.team_id.as_deref())?;
+                    r.opt_id("workflow_id", e.workflow_id.as_deref())?;
+                    r.opt_id("model_id", e.model_id.as_deref())?;
+                    r.json("eval_data", &e.eval_data)?;
+                    r.opt_json("eval_input", e.eval_input.as_ref())
+                },
+                |e| opt_values([Some(e.eval_data), e.eval_input]),
+            )?;
+            self.inner.create_eval_run(run).await
+        })
+        .await
     }
 
     async fn get_eval_run(&self, run_id: &str, user_id: Option<&str>) -> Result<Option<EvalRun>> {
-        self.rules.id("run_id", run_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_eval_run(run_id, user_id).await
+        self.traced("evals", "get_eval_run", async move {
+            self.rules.id("run_id", run_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_eval_run(run_id, user_id).await
+        })
+        .await
     }
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
-        let r = self.rules;
-        r.opt_id("user_id", query.user_id.as_deref())?;
-        r.opt_id("agent_id", query.agent_id.as_deref())?;
-        r.opt_id("team_id", query.team_id.as_deref())?;
-        r.opt_id("workflow_id", query.workflow_id.as_deref())?;
-        r.opt_id("model_id", query.model_id.as_deref())?;
-        self.inner.get_eval_runs(query).await
+        self.traced("evals", "get_eval_runs", async move {
+            let r = self.rules;
+            r.opt_id("user_id", query.user_id.as_deref())?;
+            r.opt_id("agent_id", query.agent_id.as_deref())?;
+            r.opt_id("team_id", query.team_id.as_deref())?;
+            r.opt_id("workflow_id", query.workflow_id.as_deref())?;
+            r.opt_id("model_id", query.model_id.as_deref())?;
+            self.inner.get_eval_runs(query).await
+        })
+        .await
     }
 
     async fn rename_eval_run(
@@ -398,15 +563,21 @@ impl<S: EvalStore + ?Sized> EvalStore for Checked<S> {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<EvalRun>> {
-        self.rules.id("run_id", run_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.rename_eval_run(run_id, name, user_id).await
+        self.traced("evals", "rename_eval_run", async move {
+            self.rules.id("run_id", run_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.rename_eval_run(run_id, name, user_id).await
+        })
+        .await
     }
 
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.rules.ids("run_id", run_ids)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.delete_eval_runs(run_ids, user_id).await
+        self.traced("evals", "delete_eval_runs", async move {
+            self.rules.ids("run_id", run_ids)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.delete_eval_runs(run_ids, user_id).await
+        })
+        .await
     }
 }
 
@@ -416,19 +587,22 @@ impl<S: KnowledgeStore + ?Sized> KnowledgeStore for Checked<S> {
         &self,
         content: KnowledgeContent,
     ) -> Result<KnowledgeContent> {
-        let r = self.rules;
-        let content = admit(
-            content,
-            |k| {
-                r.id("id", &k.id)?;
-                r.opt_id("user_id", k.user_id.as_deref())?;
-                r.opt_id("linked_to", k.linked_to.as_deref())?;
-                r.opt_id("external_id", k.external_id.as_deref())?;
-                r.opt_json("metadata", k.metadata.as_ref())
-            },
-            |k| opt_values([k.metadata]),
-        )?;
-        self.inner.upsert_knowledge_content(content).await
+        self.traced("knowledge", "upsert_knowledge_content", async move {
+            let r = self.rules;
+            let content = admit(
+                content,
+                |k| {
+                    r.id("id", &k.id)?;
+                    r.opt_id("user_id", k.user_id.as_deref())?;
+                    r.opt_id("linked_to", k.linked_to.as_deref())?;
+                    r.opt_id("external_id", k.external_id.as_deref())?;
+                    r.opt_json("metadata", k.metadata.as_ref())
+                },
+                |k| opt_values([k.metadata]),
+            )?;
+            self.inner.upsert_knowledge_content(content).await
+        })
+        .await
     }
 
     async fn get_knowledge_content(
@@ -436,50 +610,65 @@ impl<S: KnowledgeStore + ?Sized> KnowledgeStore for Checked<S> {
         id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<KnowledgeContent>> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_knowledge_content(id, user_id).await
+        self.traced("knowledge", "get_knowledge_content", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_knowledge_content(id, user_id).await
+        })
+        .await
     }
 
     async fn get_knowledge_contents(
         &self,
         query: KnowledgeQuery,
     ) -> Result<Page<KnowledgeContent>> {
-        self.rules.opt_id("user_id", query.user_id.as_deref())?;
-        self.rules.opt_id("linked_to", query.linked_to.as_deref())?;
-        self.inner.get_knowledge_contents(query).await
+        self.traced("knowledge", "get_knowledge_contents", async move {
+            self.rules.opt_id("user_id", query.user_id.as_deref())?;
+            self.rules.opt_id("linked_to", query.linked_to.as_deref())?;
+            self.inner.get_knowledge_contents(query).await
+        })
+        .await
     }
 
     async fn delete_knowledge_content(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.delete_knowledge_content(id, user_id).await
+        self.traced("knowledge", "delete_knowledge_content", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.delete_knowledge_content(id, user_id).await
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
     async fn create_schedule(&self, schedule: Schedule) -> Result<Schedule> {
-        let r = self.rules;
-        let schedule = admit(
-            schedule,
-            |s| {
-                r.id("id", &s.id)?;
-                r.id("name", &s.name)?;
-                r.opt_id("user_id", s.user_id.as_deref())?;
-                r.opt_id("managed_by", s.managed_by.as_deref())?;
-                r.opt_id("target_id", s.target_id.as_deref())?;
-                r.opt_json("payload", s.payload.as_ref())
-            },
-            |s| opt_values([s.payload]),
-        )?;
-        self.inner.create_schedule(schedule).await
+        self.traced("schedules", "create_schedule", async move {
+            let r = self.rules;
+            let schedule = admit(
+                schedule,
+                |s| {
+                    r.id("id", &s.id)?;
+                    r.id("name", &s.name)?;
+                    r.opt_id("user_id", s.user_id.as_deref())?;
+                    r.opt_id("managed_by", s.managed_by.as_deref())?;
+                    r.opt_id("target_id", s.target_id.as_deref())?;
+                    r.opt_json("payload", s.payload.as_ref())
+                },
+                |s| opt_values([s.payload]),
+            )?;
+            self.inner.create_schedule(schedule).await
+        })
+        .await
     }
 
     async fn get_schedule(&self, id: &str, user_id: Option<&str>) -> Result<Option<Schedule>> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_schedule(id, user_id).await
+        self.traced("schedules", "get_schedule", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_schedule(id, user_id).await
+        })
+        .await
     }
 
     async fn get_schedule_by_name(
@@ -487,9 +676,12 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Schedule>> {
-        self.rules.id("name", name)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_schedule_by_name(name, user_id).await
+        self.traced("schedules", "get_schedule_by_name", async move {
+            self.rules.id("name", name)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_schedule_by_name(name, user_id).await
+        })
+        .await
     }
 
     async fn get_schedules(
@@ -498,8 +690,11 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<Schedule>> {
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_schedules(enabled, user_id, pagination).await
+        self.traced("schedules", "get_schedules", async move {
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_schedules(enabled, user_id, pagination).await
+        })
+        .await
     }
 
     async fn update_schedule(
@@ -508,28 +703,34 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         user_id: Option<&str>,
         update: ScheduleUpdate,
     ) -> Result<Option<Schedule>> {
-        let r = self.rules;
-        r.id("id", id)?;
-        r.opt_id("user_id", user_id)?;
-        let update = admit(
-            update,
-            |u| {
-                u.columns()
-                    .iter()
-                    .try_for_each(|(column, value)| match value {
-                        Value::String(text) if column == "name" => r.id("name", text),
-                        _ => r.json(column, value),
-                    })
-            },
-            |u| u.into_columns().into_iter().map(|(_, v)| v).collect(),
-        )?;
-        self.inner.update_schedule(id, user_id, update).await
+        self.traced("schedules", "update_schedule", async move {
+            let r = self.rules;
+            r.id("id", id)?;
+            r.opt_id("user_id", user_id)?;
+            let update = admit(
+                update,
+                |u| {
+                    u.columns()
+                        .iter()
+                        .try_for_each(|(column, value)| match value {
+                            Value::String(text) if column == "name" => r.id("name", text),
+                            _ => r.json(column, value),
+                        })
+                },
+                |u| u.into_columns().into_iter().map(|(_, v)| v).collect(),
+            )?;
+            self.inner.update_schedule(id, user_id, update).await
+        })
+        .await
     }
 
     async fn delete_schedule(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.delete_schedule(id, user_id).await
+        self.traced("schedules", "delete_schedule", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.delete_schedule(id, user_id).await
+        })
+        .await
     }
 
     async fn claim_due_schedule(
@@ -537,10 +738,13 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         worker_id: &str,
         lock_grace_seconds: i64,
     ) -> Result<Option<Schedule>> {
-        self.rules.id("worker_id", worker_id)?;
-        self.inner
-            .claim_due_schedule(worker_id, lock_grace_seconds)
-            .await
+        self.traced("schedules", "claim_due_schedule", async move {
+            self.rules.id("worker_id", worker_id)?;
+            self.inner
+                .claim_due_schedule(worker_id, lock_grace_seconds)
+                .await
+        })
+        .await
     }
 
     async fn release_schedule(
@@ -550,16 +754,22 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         locked_at: Option<i64>,
         next_run_at: Option<i64>,
     ) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.id("worker_id", worker_id)?;
-        self.inner
-            .release_schedule(id, worker_id, locked_at, next_run_at)
-            .await
+        self.traced("schedules", "release_schedule", async move {
+            self.rules.id("id", id)?;
+            self.rules.id("worker_id", worker_id)?;
+            self.inner
+                .release_schedule(id, worker_id, locked_at, next_run_at)
+                .await
+        })
+        .await
     }
 
     async fn create_schedule_run(&self, run: ScheduleRun) -> Result<ScheduleRun> {
-        let run = self.admit_schedule_run(run)?;
-        self.inner.create_schedule_run(run).await
+        self.traced("schedules", "create_schedule_run", async move {
+            let run = self.admit_schedule_run(run)?;
+            self.inner.create_schedule_run(run).await
+        })
+        .await
     }
 
     async fn update_schedule_run(
@@ -567,9 +777,12 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         run: ScheduleRun,
         user_id: Option<&str>,
     ) -> Result<Option<ScheduleRun>> {
-        self.rules.opt_id("user_id", user_id)?;
-        let run = self.admit_schedule_run(run)?;
-        self.inner.update_schedule_run(run, user_id).await
+        self.traced("schedules", "update_schedule_run", async move {
+            self.rules.opt_id("user_id", user_id)?;
+            let run = self.admit_schedule_run(run)?;
+            self.inner.update_schedule_run(run, user_id).await
+        })
+        .await
     }
 
     async fn get_schedule_run(
@@ -577,9 +790,12 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<ScheduleRun>> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_schedule_run(id, user_id).await
+        self.traced("schedules", "get_schedule_run", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_schedule_run(id, user_id).await
+        })
+        .await
     }
 
     async fn get_schedule_runs(
@@ -588,11 +804,14 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<ScheduleRun>> {
-        self.rules.id("schedule_id", schedule_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner
-            .get_schedule_runs(schedule_id, user_id, pagination)
-            .await
+        self.traced("schedules", "get_schedule_runs", async move {
+            self.rules.id("schedule_id", schedule_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner
+                .get_schedule_runs(schedule_id, user_id, pagination)
+                .await
+        })
+        .await
     }
 }
 
@@ -619,26 +838,29 @@ impl<S: ?Sized> Checked<S> {
 #[async_trait]
 impl<S: LearningStore + ?Sized> LearningStore for Checked<S> {
     async fn upsert_learning(&self, learning: Learning) -> Result<Learning> {
-        let r = self.rules;
-        let learning = admit(
-            learning,
-            |l| {
-                r.id("learning_id", &l.learning_id)?;
-                r.id("learning_type", &l.learning_type)?;
-                r.opt_id("namespace", l.namespace.as_deref())?;
-                r.opt_id("user_id", l.user_id.as_deref())?;
-                r.opt_id("agent_id", l.agent_id.as_deref())?;
-                r.opt_id("team_id", l.team_id.as_deref())?;
-                r.opt_id("workflow_id", l.workflow_id.as_deref())?;
-                r.opt_id("session_id", l.session_id.as_deref())?;
-                r.opt_id("entity_id", l.entity_id.as_deref())?;
-                r.opt_id("entity_type", l.entity_type.as_deref())?;
-                r.json("content", &l.content)?;
-                r.opt_json("metadata", l.metadata.as_ref())
-            },
-            |l| opt_values([Some(l.content), l.metadata]),
-        )?;
-        self.inner.upsert_learning(learning).await
+        self.traced("learnings", "upsert_learning", async move {
+            let r = self.rules;
+            let learning = admit(
+                learning,
+                |l| {
+                    r.id("learning_id", &l.learning_id)?;
+                    r.id("learning_type", &l.learning_type)?;
+                    r.opt_id("namespace", l.namespace.as_deref())?;
+                    r.opt_id("user_id", l.user_id.as_deref())?;
+                    r.opt_id("agent_id", l.agent_id.as_deref())?;
+                    r.opt_id("team_id", l.team_id.as_deref())?;
+                    r.opt_id("workflow_id", l.workflow_id.as_deref())?;
+                    r.opt_id("session_id", l.session_id.as_deref())?;
+                    r.opt_id("entity_id", l.entity_id.as_deref())?;
+                    r.opt_id("entity_type", l.entity_type.as_deref())?;
+                    r.json("content", &l.content)?;
+                    r.opt_json("metadata", l.metadata.as_ref())
+                },
+                |l| opt_values([Some(l.content), l.metadata]),
+            )?;
+            self.inner.upsert_learning(learning).await
+        })
+        .await
     }
 
     async fn get_learning(
@@ -646,36 +868,48 @@ impl<S: LearningStore + ?Sized> LearningStore for Checked<S> {
         learning_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Learning>> {
-        self.rules.id("learning_id", learning_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_learning(learning_id, user_id).await
+        self.traced("learnings", "get_learning", async move {
+            self.rules.id("learning_id", learning_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_learning(learning_id, user_id).await
+        })
+        .await
     }
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {
-        let r = self.rules;
-        r.opt_id("learning_type", query.learning_type.as_deref())?;
-        r.opt_id("user_id", query.user_id.as_deref())?;
-        r.opt_id("agent_id", query.agent_id.as_deref())?;
-        r.opt_id("team_id", query.team_id.as_deref())?;
-        r.opt_id("session_id", query.session_id.as_deref())?;
-        r.opt_id("namespace", query.namespace.as_deref())?;
-        r.opt_id("entity_id", query.entity_id.as_deref())?;
-        r.opt_id("entity_type", query.entity_type.as_deref())?;
-        self.inner.list_learnings(query).await
+        self.traced("learnings", "list_learnings", async move {
+            let r = self.rules;
+            r.opt_id("learning_type", query.learning_type.as_deref())?;
+            r.opt_id("user_id", query.user_id.as_deref())?;
+            r.opt_id("agent_id", query.agent_id.as_deref())?;
+            r.opt_id("team_id", query.team_id.as_deref())?;
+            r.opt_id("session_id", query.session_id.as_deref())?;
+            r.opt_id("namespace", query.namespace.as_deref())?;
+            r.opt_id("entity_id", query.entity_id.as_deref())?;
+            r.opt_id("entity_type", query.entity_type.as_deref())?;
+            self.inner.list_learnings(query).await
+        })
+        .await
     }
 
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.rules.id("learning_id", learning_id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.delete_learning(learning_id, user_id).await
+        self.traced("learnings", "delete_learning", async move {
+            self.rules.id("learning_id", learning_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.delete_learning(learning_id, user_id).await
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl<S: JobStore + ?Sized> JobStore for Checked<S> {
     async fn enqueue_job(&self, job: Job, max_depth: u64) -> Result<EnqueueOutcome> {
-        let job = admit(job, |j| self.job(j), |j| vec![j.payload])?;
-        self.inner.enqueue_job(job, max_depth).await
+        self.traced("jobs", "enqueue_job", async move {
+            let job = admit(job, |j| self.job(j), |j| vec![j.payload])?;
+            self.inner.enqueue_job(job, max_depth).await
+        })
+        .await
     }
 
     async fn enqueue_jobs(
@@ -683,17 +917,20 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         jobs: Vec<Job>,
         max_depth: u64,
     ) -> Result<Vec<Result<EnqueueOutcome>>> {
-        let jobs = admit(
-            jobs,
-            |jobs| {
-                jobs.iter().enumerate().try_for_each(|(i, j)| {
-                    self.job(j)
-                        .map_err(|e| e.within(format_args!("job {i} ({})", j.id)))
-                })
-            },
-            |jobs| jobs.into_iter().map(|j| j.payload).collect(),
-        )?;
-        self.inner.enqueue_jobs(jobs, max_depth).await
+        self.traced("jobs", "enqueue_jobs", async move {
+            let jobs = admit(
+                jobs,
+                |jobs| {
+                    jobs.iter().enumerate().try_for_each(|(i, j)| {
+                        self.job(j)
+                            .map_err(|e| e.within(format_args!("job {i} ({})", j.id)))
+                    })
+                },
+                |jobs| jobs.into_iter().map(|j| j.payload).collect(),
+            )?;
+            self.inner.enqueue_jobs(jobs, max_depth).await
+        })
+        .await
     }
 
     async fn claim_jobs(
@@ -703,11 +940,14 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         deployment_id: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Job>> {
-        self.rules.id("worker_id", worker_id)?;
-        self.rules.opt_id("deployment_id", deployment_id)?;
-        self.inner
-            .claim_jobs(worker_id, lock_grace_seconds, deployment_id, limit)
-            .await
+        self.traced("jobs", "claim_jobs", async move {
+            self.rules.id("worker_id", worker_id)?;
+            self.rules.opt_id("deployment_id", deployment_id)?;
+            self.inner
+                .claim_jobs(worker_id, lock_grace_seconds, deployment_id, limit)
+                .await
+        })
+        .await
     }
 
     async fn complete_jobs(
@@ -715,11 +955,14 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         worker_id: &str,
         completions: Vec<JobCompletion>,
     ) -> Result<Vec<Result<()>>> {
-        self.rules.id("worker_id", worker_id)?;
-        completions
-            .iter()
-            .try_for_each(|c| self.rules.id("id", &c.id))?;
-        self.inner.complete_jobs(worker_id, completions).await
+        self.traced("jobs", "complete_jobs", async move {
+            self.rules.id("worker_id", worker_id)?;
+            completions
+                .iter()
+                .try_for_each(|c| self.rules.id("id", &c.id))?;
+            self.inner.complete_jobs(worker_id, completions).await
+        })
+        .await
     }
 
     async fn claim_job(
@@ -728,17 +971,23 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         lock_grace_seconds: i64,
         deployment_id: Option<&str>,
     ) -> Result<Option<Job>> {
-        self.rules.id("worker_id", worker_id)?;
-        self.rules.opt_id("deployment_id", deployment_id)?;
-        self.inner
-            .claim_job(worker_id, lock_grace_seconds, deployment_id)
-            .await
+        self.traced("jobs", "claim_job", async move {
+            self.rules.id("worker_id", worker_id)?;
+            self.rules.opt_id("deployment_id", deployment_id)?;
+            self.inner
+                .claim_job(worker_id, lock_grace_seconds, deployment_id)
+                .await
+        })
+        .await
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
-        self.rules.id("worker_id", worker_id)?;
-        self.rules.ids("id", ids)?;
-        self.inner.heartbeat_jobs(worker_id, ids).await
+        self.traced("jobs", "heartbeat_jobs", async move {
+            self.rules.id("worker_id", worker_id)?;
+            self.rules.ids("id", ids)?;
+            self.inner.heartbeat_jobs(worker_id, ids).await
+        })
+        .await
     }
 
     async fn complete_job(
@@ -749,11 +998,14 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<Job> {
-        self.rules.id("id", id)?;
-        self.rules.id("worker_id", worker_id)?;
-        self.inner
-            .complete_job(id, worker_id, attempt, status, error)
-            .await
+        self.traced("jobs", "complete_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.id("worker_id", worker_id)?;
+            self.inner
+                .complete_job(id, worker_id, attempt, status, error)
+                .await
+        })
+        .await
     }
 
     async fn retry_or_fail_job(
@@ -764,23 +1016,32 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         error: Option<String>,
         retry_delay_seconds: i64,
     ) -> Result<Job> {
-        self.rules.id("id", id)?;
-        self.rules.id("worker_id", worker_id)?;
-        self.inner
-            .retry_or_fail_job(id, worker_id, attempt, error, retry_delay_seconds)
-            .await
+        self.traced("jobs", "retry_or_fail_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.id("worker_id", worker_id)?;
+            self.inner
+                .retry_or_fail_job(id, worker_id, attempt, error, retry_delay_seconds)
+                .await
+        })
+        .await
     }
 
     async fn release_job(&self, id: &str, worker_id: &str, attempt: i64) -> Result<Job> {
-        self.rules.id("id", id)?;
-        self.rules.id("worker_id", worker_id)?;
-        self.inner.release_job(id, worker_id, attempt).await
+        self.traced("jobs", "release_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.id("worker_id", worker_id)?;
+            self.inner.release_job(id, worker_id, attempt).await
+        })
+        .await
     }
 
     async fn requeue_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.requeue_job(id, user_id).await
+        self.traced("jobs", "requeue_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.requeue_job(id, user_id).await
+        })
+        .await
     }
 
     async fn settle_paused_job(
@@ -789,16 +1050,25 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.inner.settle_paused_job(id, status, error).await
+        self.traced("jobs", "settle_paused_job", async move {
+            self.rules.id("id", id)?;
+            self.inner.settle_paused_job(id, status, error).await
+        })
+        .await
     }
 
     async fn count_queued_jobs(&self) -> Result<u64> {
-        self.inner.count_queued_jobs().await
+        self.traced("jobs", "count_queued_jobs", async move {
+            self.inner.count_queued_jobs().await
+        })
+        .await
     }
 
     async fn queue_stats(&self) -> Result<crate::job::QueueStats> {
-        self.inner.queue_stats().await
+        self.traced("jobs", "queue_stats", async move {
+            self.inner.queue_stats().await
+        })
+        .await
     }
 
     async fn continue_job(
@@ -807,10 +1077,13 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         user_id: Option<&str>,
         continue_payload: Value,
     ) -> Result<crate::job::Continued> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.rules.json("continue_payload", &continue_payload)?;
-        self.inner.continue_job(id, user_id, continue_payload).await
+        self.traced("jobs", "continue_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.rules.json("continue_payload", &continue_payload)?;
+            self.inner.continue_job(id, user_id, continue_payload).await
+        })
+        .await
     }
 
     async fn sweep_exhausted_jobs(
@@ -818,9 +1091,12 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         lock_grace_seconds: i64,
         limit: usize,
     ) -> Result<Vec<Job>> {
-        self.inner
-            .sweep_exhausted_jobs(lock_grace_seconds, limit)
-            .await
+        self.traced("jobs", "sweep_exhausted_jobs", async move {
+            self.inner
+                .sweep_exhausted_jobs(lock_grace_seconds, limit)
+                .await
+        })
+        .await
     }
 
     async fn acquire_sweep(
@@ -829,11 +1105,14 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         worker_id: &str,
         lock_grace_seconds: i64,
     ) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.id("worker_id", worker_id)?;
-        self.inner
-            .acquire_sweep(id, worker_id, lock_grace_seconds)
-            .await
+        self.traced("jobs", "acquire_sweep", async move {
+            self.rules.id("id", id)?;
+            self.rules.id("worker_id", worker_id)?;
+            self.inner
+                .acquire_sweep(id, worker_id, lock_grace_seconds)
+                .await
+        })
+        .await
     }
 
     async fn settle_swept_job(
@@ -843,55 +1122,82 @@ impl<S: JobStore + ?Sized> JobStore for Checked<S> {
         status: JobStatus,
         error: Option<String>,
     ) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.id("worker_id", worker_id)?;
-        crate::job::check_finish_status(status)?;
-        self.inner
-            .settle_swept_job(id, worker_id, status, error)
-            .await
+        self.traced("jobs", "settle_swept_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.id("worker_id", worker_id)?;
+            crate::job::check_finish_status(status)?;
+            self.inner
+                .settle_swept_job(id, worker_id, status, error)
+                .await
+        })
+        .await
     }
 
     async fn cancel_running_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.cancel_running_job(id, user_id).await
+        self.traced("jobs", "cancel_running_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.cancel_running_job(id, user_id).await
+        })
+        .await
     }
 
     async fn job_wakeups(&self) -> Result<Option<Box<dyn crate::job::JobWakeups>>> {
-        self.inner.job_wakeups().await
+        self.traced("jobs", "job_wakeups", async move {
+            self.inner.job_wakeups().await
+        })
+        .await
     }
 
     async fn session_blocker(&self, id: &str) -> Result<Option<String>> {
-        self.rules.id("id", id)?;
-        self.inner.session_blocker(id).await
+        self.traced("jobs", "session_blocker", async move {
+            self.rules.id("id", id)?;
+            self.inner.session_blocker(id).await
+        })
+        .await
     }
 
     async fn cancel_job(&self, id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.cancel_job(id, user_id).await
+        self.traced("jobs", "cancel_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.cancel_job(id, user_id).await
+        })
+        .await
     }
 
     async fn get_job(&self, id: &str, user_id: Option<&str>) -> Result<Option<Job>> {
-        self.rules.id("id", id)?;
-        self.rules.opt_id("user_id", user_id)?;
-        self.inner.get_job(id, user_id).await
+        self.traced("jobs", "get_job", async move {
+            self.rules.id("id", id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner.get_job(id, user_id).await
+        })
+        .await
     }
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
-        self.rules
-            .opt_id("session_id", query.session_id.as_deref())?;
-        self.rules.opt_id("user_id", query.user_id.as_deref())?;
-        self.inner.list_jobs(query).await
+        self.traced("jobs", "list_jobs", async move {
+            self.rules
+                .opt_id("session_id", query.session_id.as_deref())?;
+            self.rules.opt_id("user_id", query.user_id.as_deref())?;
+            self.inner.list_jobs(query).await
+        })
+        .await
     }
 
     async fn cleanup_jobs(&self, older_than_seconds: i64) -> Result<u64> {
-        self.inner.cleanup_jobs(older_than_seconds).await
+        self.traced("jobs", "cleanup_jobs", async move {
+            self.inner.cleanup_jobs(older_than_seconds).await
+        })
+        .await
     }
 
     async fn delete_user_jobs(&self, user_id: &str) -> Result<u64> {
-        self.rules.id("user_id", user_id)?;
-        self.inner.delete_user_jobs(user_id).await
+        self.traced("jobs", "delete_user_jobs", async move {
+            self.rules.id("user_id", user_id)?;
+            self.inner.delete_user_jobs(user_id).await
+        })
+        .await
     }
 }
 

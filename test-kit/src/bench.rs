@@ -133,7 +133,12 @@ const READS: usize = 5;
 
 /// Creates the bench session in `db`, appends `n` runs one call at a time, then reads the
 /// session back ([`READS`] times, the median counts). Fails if any call fails or the session does not come back with `n` runs.
+///
+/// The store assigns each `run_index`; with `BENCH_RUN_INDEX=given` the bench passes
+/// `run_index = i` itself, as agno's callers do (and as the agno side of the bench always
+/// does), so the two sides do the same work.
 pub async fn append_runs(db: &AgnoDb, n: usize) -> Result<AppendFigures> {
+    let given = std::env::var("BENCH_RUN_INDEX").is_ok_and(|v| v == "given");
     db.sessions()?
         .upsert_session(Session::new(SESSION_ID, SessionType::Agent, AGENT_ID).with_user(USER_ID))
         .await?;
@@ -142,7 +147,10 @@ pub async fn append_runs(db: &AgnoDb, n: usize) -> Result<AppendFigures> {
     let start = Instant::now();
     for i in 0..n {
         let t = Instant::now();
-        let run = RunRecord::from_run_data(SESSION_ID, Some(USER_ID.into()), run_data(i))?;
+        let mut run = RunRecord::from_run_data(SESSION_ID, Some(USER_ID.into()), run_data(i))?;
+        if given {
+            run.run_index = Some(i as i64);
+        }
         runs.upsert_run(run).await?;
         laps.push(t.elapsed().as_secs_f64());
     }
