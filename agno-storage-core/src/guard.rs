@@ -38,9 +38,9 @@ use crate::job::{
     Continued, EnqueueOutcome, Job, JobCompletion, JobQuery, JobStatus, JobStore, QueueStats,
 };
 use crate::knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
-use crate::learning::{Learning, LearningQuery, LearningStore};
+use crate::learning::{Learning, LearningQuery, LearningStore, LearningUserStats};
 use crate::metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
-use crate::pagination::{Page, Pagination};
+use crate::pagination::{Page, Pagination, Sort};
 use crate::run::{RunQuery, RunRecord, RunStore};
 use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
@@ -167,6 +167,12 @@ impl<T> Touched for Vec<T> {
     }
 }
 
+impl<K, V> Touched for std::collections::HashMap<K, V> {
+    fn touched(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
 impl<T> Touched for Page<T> {
     fn touched(&self) -> Option<u64> {
         Some(self.items.len() as u64)
@@ -239,6 +245,87 @@ impl<S: ?Sized> Checked<S> {
         result
     }
 
+    /// A session to write, if it passes the rules (dropped without recursion if not).
+    fn admit_session(&self, session: Session) -> Result<Session> {
+        let r = self.rules;
+        admit(
+            session,
+            |s| {
+                r.id("session_id", &s.session_id)?;
+                r.opt_id("user_id", s.user_id.as_deref())?;
+                r.opt_id("agent_id", s.agent_id.as_deref())?;
+                r.opt_id("team_id", s.team_id.as_deref())?;
+                r.opt_id("workflow_id", s.workflow_id.as_deref())?;
+                r.opt_json("session_data", s.session_data.as_ref())?;
+                r.opt_json("agent_data", s.agent_data.as_ref())?;
+                r.opt_json("team_data", s.team_data.as_ref())?;
+                r.opt_json("workflow_data", s.workflow_data.as_ref())?;
+                r.opt_json("metadata", s.metadata.as_ref())?;
+                r.opt_json("summary", s.summary.as_ref())
+            },
+            |s| {
+                opt_values([
+                    s.session_data,
+                    s.agent_data,
+                    s.team_data,
+                    s.workflow_data,
+                    s.metadata,
+                    s.summary,
+                ])
+            },
+        )
+    }
+
+    /// A memory to write, if it passes the rules.
+    fn admit_memory(&self, memory: UserMemory) -> Result<UserMemory> {
+        let r = self.rules;
+        r.id("memory_id", &memory.memory_id)?;
+        r.opt_id("user_id", memory.user_id.as_deref())?;
+        r.opt_id("agent_id", memory.agent_id.as_deref())?;
+        r.opt_id("team_id", memory.team_id.as_deref())?;
+        Ok(memory)
+    }
+
+    /// Checks each record with `admit` and hands the admitted ones to `write` in one call;
+    /// one result per record, in order, a refused record's error in its place.
+    async fn admit_each<T, Fut>(
+        &self,
+        records: Vec<T>,
+        admit: impl Fn(&Self, T) -> Result<T>,
+        write: impl FnOnce(Vec<T>) -> Fut,
+    ) -> Result<Vec<Result<T>>>
+    where
+        Fut: Future<Output = Result<Vec<Result<T>>>>,
+    {
+        let mut refused = Vec::with_capacity(records.len());
+        let mut admitted = Vec::new();
+        for record in records {
+            match admit(self, record) {
+                Ok(record) => {
+                    admitted.push(record);
+                    refused.push(None);
+                }
+                Err(e) => refused.push(Some(e)),
+            }
+        }
+        let expected = admitted.len();
+        let mut written = write(admitted).await?.into_iter();
+        let mut out = Vec::with_capacity(refused.len());
+        for slot in refused {
+            out.push(match slot {
+                Some(e) => Err(e),
+                None => written.next().unwrap_or_else(|| {
+                    Err(Error::new(
+                        ErrorKind::Unexpected,
+                        format!("the store returned fewer results than the {expected} records it was given"),
+                    )
+                    .with_backend(self.rules.backend))
+                }),
+            });
+        }
+        Ok(out)
+    }
+
     /// The rules of a submitted job: its identifiers and its payload's nesting.
     fn job(&self, j: &Job) -> Result<()> {
         let r = self.rules;
@@ -260,33 +347,7 @@ fn opt_values(values: impl IntoIterator<Item = Option<Value>>) -> Vec<Value> {
 impl<S: SessionStore + ?Sized> SessionStore for Checked<S> {
     async fn upsert_session(&self, session: Session) -> Result<Session> {
         self.traced("sessions", "upsert_session", async move {
-            let r = self.rules;
-            let session = admit(
-                session,
-                |s| {
-                    r.id("session_id", &s.session_id)?;
-                    r.opt_id("user_id", s.user_id.as_deref())?;
-                    r.opt_id("agent_id", s.agent_id.as_deref())?;
-                    r.opt_id("team_id", s.team_id.as_deref())?;
-                    r.opt_id("workflow_id", s.workflow_id.as_deref())?;
-                    r.opt_json("session_data", s.session_data.as_ref())?;
-                    r.opt_json("agent_data", s.agent_data.as_ref())?;
-                    r.opt_json("team_data", s.team_data.as_ref())?;
-                    r.opt_json("workflow_data", s.workflow_data.as_ref())?;
-                    r.opt_json("metadata", s.metadata.as_ref())?;
-                    r.opt_json("summary", s.summary.as_ref())
-                },
-                |s| {
-                    opt_values([
-                        s.session_data,
-                        s.agent_data,
-                        s.team_data,
-                        s.workflow_data,
-                        s.metadata,
-                        s.summary,
-                    ])
-                },
-            )?;
+            let session = self.admit_session(session)?;
             self.inner.upsert_session(session).await
         })
         .await
@@ -334,6 +395,16 @@ impl<S: SessionStore + ?Sized> SessionStore for Checked<S> {
             self.rules.ids("session_id", session_ids)?;
             self.rules.opt_id("user_id", user_id)?;
             self.inner.delete_sessions(session_ids, user_id).await
+        })
+        .await
+    }
+
+    async fn upsert_sessions(&self, sessions: Vec<Session>) -> Result<Vec<Result<Session>>> {
+        self.traced("sessions", "upsert_sessions", async move {
+            self.admit_each(sessions, Self::admit_session, |ok| {
+                self.inner.upsert_sessions(ok)
+            })
+            .await
         })
         .await
     }
@@ -401,11 +472,7 @@ impl<S: RunStore + ?Sized> RunStore for Checked<S> {
 impl<S: MemoryStore + ?Sized> MemoryStore for Checked<S> {
     async fn upsert_memory(&self, memory: UserMemory) -> Result<UserMemory> {
         self.traced("memories", "upsert_memory", async move {
-            let r = self.rules;
-            r.id("memory_id", &memory.memory_id)?;
-            r.opt_id("user_id", memory.user_id.as_deref())?;
-            r.opt_id("agent_id", memory.agent_id.as_deref())?;
-            r.opt_id("team_id", memory.team_id.as_deref())?;
+            let memory = self.admit_memory(memory)?;
             self.inner.upsert_memory(memory).await
         })
         .await
@@ -464,6 +531,21 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Checked<S> {
             self.inner.delete_memories(memory_ids, user_id).await
         })
         .await
+    }
+
+    async fn upsert_memories(&self, memories: Vec<UserMemory>) -> Result<Vec<Result<UserMemory>>> {
+        self.traced("memories", "upsert_memories", async move {
+            self.admit_each(memories, Self::admit_memory, |ok| {
+                self.inner.upsert_memories(ok)
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn clear_memories(&self) -> Result<u64> {
+        self.traced("memories", "clear_memories", self.inner.clear_memories())
+            .await
     }
 }
 
@@ -813,6 +895,21 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         })
         .await
     }
+
+    async fn get_latest_schedule_runs(
+        &self,
+        schedule_ids: &[String],
+        user_id: Option<&str>,
+    ) -> Result<std::collections::HashMap<String, ScheduleRun>> {
+        self.traced("schedules", "get_latest_schedule_runs", async move {
+            self.rules.ids("schedule_id", schedule_ids)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner
+                .get_latest_schedule_runs(schedule_ids, user_id)
+                .await
+        })
+        .await
+    }
 }
 
 impl<S: ?Sized> Checked<S> {
@@ -897,6 +994,38 @@ impl<S: LearningStore + ?Sized> LearningStore for Checked<S> {
             self.rules.id("learning_id", learning_id)?;
             self.rules.opt_id("user_id", user_id)?;
             self.inner.delete_learning(learning_id, user_id).await
+        })
+        .await
+    }
+
+    async fn delete_user_learnings(
+        &self,
+        user_id: &str,
+        learning_type: Option<&str>,
+    ) -> Result<u64> {
+        self.traced("learnings", "delete_user_learnings", async move {
+            self.rules.id("user_id", user_id)?;
+            self.rules.opt_id("learning_type", learning_type)?;
+            self.inner
+                .delete_user_learnings(user_id, learning_type)
+                .await
+        })
+        .await
+    }
+
+    async fn get_learnings_user_stats(
+        &self,
+        learning_type: Option<&str>,
+        user_id: Option<&str>,
+        sort: Sort,
+        pagination: Pagination,
+    ) -> Result<Page<LearningUserStats>> {
+        self.traced("learnings", "get_learnings_user_stats", async move {
+            self.rules.opt_id("learning_type", learning_type)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner
+                .get_learnings_user_stats(learning_type, user_id, sort, pagination)
+                .await
         })
         .await
     }

@@ -179,6 +179,94 @@ pub trait LearningStore: Send + Sync {
 
     /// Deletes the learning if owned by `user_id` (any when `None`).
     async fn delete_learning(&self, learning_id: &str, user_id: Option<&str>) -> Result<bool>;
+
+    /// Deletes every learning `user_id` owns (only those of `learning_type` when given) and
+    /// returns how many, as agno's `delete_user_learnings`; unowned rows are never touched.
+    ///
+    /// Provided over [`LearningStore::list_learnings`] and
+    /// [`LearningStore::delete_learning`]; a backend with a bulk delete may override it.
+    async fn delete_user_learnings(
+        &self,
+        user_id: &str,
+        learning_type: Option<&str>,
+    ) -> Result<u64> {
+        let query = LearningQuery {
+            user_id: Some(user_id.to_owned()),
+            learning_type: learning_type.map(str::to_owned),
+            include_global: false,
+            ..Default::default()
+        };
+        let owned: Vec<String> = self
+            .list_learnings(query)
+            .await?
+            .items
+            .into_iter()
+            .filter(|l| l.user_id.as_deref() == Some(user_id))
+            .map(|l| l.learning_id)
+            .collect();
+        let mut deleted = 0;
+        for id in owned {
+            deleted += u64::from(self.delete_learning(&id, Some(user_id)).await?);
+        }
+        Ok(deleted)
+    }
+
+    /// Per owner (of `learning_type` when given; one owner when `user_id` is given), the
+    /// latest `updated_at` of their learnings, as agno's `get_learnings_user_stats`: unowned
+    /// rows are left out; sorted by `last_learning_updated_at` (the default, descending) or
+    /// `user_id`; `total` counts the owners.
+    ///
+    /// Provided over [`LearningStore::list_learnings`] (it reads every matching learning); a
+    /// backend that can group on the server may override it.
+    async fn get_learnings_user_stats(
+        &self,
+        learning_type: Option<&str>,
+        user_id: Option<&str>,
+        sort: Sort,
+        pagination: Pagination,
+    ) -> Result<Page<LearningUserStats>> {
+        pagination.validate()?;
+        crate::validate_sort(&sort, LearningUserStats::SORTABLE)?;
+        let query = LearningQuery {
+            user_id: user_id.map(str::to_owned),
+            learning_type: learning_type.map(str::to_owned),
+            include_global: false,
+            ..Default::default()
+        };
+        let mut latest: std::collections::BTreeMap<String, Option<i64>> = Default::default();
+        for learning in self.list_learnings(query).await?.items {
+            if let Some(owner) = learning.user_id {
+                let at = latest.entry(owner).or_default();
+                *at = (*at).max(learning.updated_at);
+            }
+        }
+        let rows = latest
+            .into_iter()
+            .map(|(user_id, last_learning_updated_at)| LearningUserStats {
+                user_id,
+                last_learning_updated_at,
+            })
+            .collect();
+        let sort = match sort.sort_by {
+            Some(_) => sort,
+            None => Sort::by("last_learning_updated_at", sort.sort_order),
+        };
+        Page::sorted(rows, &sort, LearningUserStats::SORTABLE, &pagination)
+    }
+}
+
+/// One owner's learnings at a glance ([`LearningStore::get_learnings_user_stats`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LearningUserStats {
+    /// The owner.
+    pub user_id: String,
+    /// The latest `updated_at` among their learnings.
+    pub last_learning_updated_at: Option<i64>,
+}
+
+impl LearningUserStats {
+    /// The columns [`LearningStore::get_learnings_user_stats`] sorts by.
+    pub const SORTABLE: &'static [&'static str] = &["user_id", "last_learning_updated_at"];
 }
 
 /// What [`rekey_user_entity_learnings`] did.

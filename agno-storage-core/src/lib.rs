@@ -47,7 +47,7 @@ pub use job::{
     JobStatus, JobStore, JobWakeups, QueueStats,
 };
 pub use knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
-pub use learning::{Learning, LearningQuery, LearningStore};
+pub use learning::{Learning, LearningQuery, LearningStore, LearningUserStats};
 pub use legacy::LegacyRunsStore;
 pub use metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
 pub use migration::{

@@ -436,6 +436,34 @@ pub trait ScheduleStore: Send + Sync {
         user_id: Option<&str>,
         pagination: Pagination,
     ) -> Result<Page<ScheduleRun>>;
+
+    /// The latest run of each schedule among `schedule_ids` that has one (visible to
+    /// `user_id`, any when `None`), by schedule id: latest by `triggered_at`, then
+    /// `created_at`, then `id`, as agno's `get_latest_schedule_runs` (a run not triggered
+    /// yet comes last).
+    ///
+    /// Provided over [`ScheduleStore::get_schedule_runs`] (every run of each schedule is
+    /// read); a backend that can pick the latest on the server may override it.
+    async fn get_latest_schedule_runs(
+        &self,
+        schedule_ids: &[String],
+        user_id: Option<&str>,
+    ) -> Result<std::collections::HashMap<String, ScheduleRun>> {
+        let mut latest = std::collections::HashMap::new();
+        for id in schedule_ids {
+            let runs = self
+                .get_schedule_runs(id, user_id, Pagination::default())
+                .await?
+                .items;
+            let newest = runs.into_iter().max_by(|a, b| {
+                (a.triggered_at, a.created_at, &a.id).cmp(&(b.triggered_at, b.created_at, &b.id))
+            });
+            if let Some(run) = newest {
+                latest.insert(id.clone(), run);
+            }
+        }
+        Ok(latest)
+    }
 }
 
 #[cfg(test)]

@@ -289,4 +289,17 @@ pub trait SessionStore: Send + Sync {
     /// Deletes the sessions among `session_ids` that `user_id` may see (all when `None`),
     /// and the runs of exactly those sessions. Returns how many sessions were deleted.
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64>;
+
+    /// Writes each session as [`SessionStore::upsert_session`] does, owner check included,
+    /// and returns one result per session in order: a session another user owns is refused
+    /// alone (`PermissionDenied`, nothing of it written) and the others are written.
+    ///
+    /// Provided as one call per session; a backend with a bulk write may override it.
+    async fn upsert_sessions(&self, sessions: Vec<Session>) -> Result<Vec<Result<Session>>> {
+        let mut written = Vec::with_capacity(sessions.len());
+        for session in sessions {
+            written.push(self.upsert_session(session).await);
+        }
+        Ok(written)
+    }
 }

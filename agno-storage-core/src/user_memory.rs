@@ -187,4 +187,48 @@ pub trait MemoryStore: Send + Sync {
 
     /// Deletes the memories among `memory_ids` owned by `user_id` (any when `None`).
     async fn delete_memories(&self, memory_ids: &[String], user_id: Option<&str>) -> Result<u64>;
+
+    /// Writes each memory as [`MemoryStore::upsert_memory`] does, owner check included, and
+    /// returns one result per memory in order: a row another user owns is refused alone
+    /// (`PermissionDenied`) and the others are written. agno's bulk paths skipped that
+    /// check on several backends.
+    ///
+    /// Provided as one call per memory; a backend with a bulk write may override it.
+    async fn upsert_memories(&self, memories: Vec<UserMemory>) -> Result<Vec<Result<UserMemory>>> {
+        let mut written = Vec::with_capacity(memories.len());
+        for memory in memories {
+            written.push(self.upsert_memory(memory).await);
+        }
+        Ok(written)
+    }
+
+    /// Deletes every memory of every user, as agno's `clear_memories`; returns how many.
+    ///
+    /// Provided over [`MemoryStore::get_memories`] and [`MemoryStore::delete_memories`],
+    /// a page at a time (rows that do not decode are deleted by id too).
+    async fn clear_memories(&self) -> Result<u64> {
+        let mut deleted = 0;
+        loop {
+            let query = MemoryQuery {
+                pagination: Pagination::limit(500),
+                ..Default::default()
+            };
+            let page = self.get_memories(query).await?;
+            let ids: Vec<String> = page
+                .items
+                .into_iter()
+                .map(|m| m.memory_id)
+                .chain(page.unreadable.into_iter().map(|u| u.id))
+                .collect();
+            if ids.is_empty() {
+                return Ok(deleted);
+            }
+            let gone = self.delete_memories(&ids, None).await?;
+            if gone == 0 {
+                // Listed but not deletable: stop rather than loop over them forever.
+                return Ok(deleted);
+            }
+            deleted += gone;
+        }
+    }
 }

@@ -15,6 +15,7 @@ mod runs;
 mod schedules;
 mod scoping;
 mod sessions;
+mod surface;
 mod users;
 
 macro_rules! case {
@@ -140,6 +141,16 @@ pub(crate) fn all() -> Vec<Case> {
             users::erase_removes_one_user_and_only_that_user,
             ["sessions"]
         ),
+        case!(
+            surface::bulk_upserts_check_the_owner_per_row,
+            ["sessions", "memories"]
+        ),
+        case!(surface::clear_memories_deletes_every_memory, ["memories"]),
+        case!(
+            surface::learnings_per_owner_stats_and_deletes,
+            ["learnings"]
+        ),
+        case!(surface::latest_run_of_each_schedule, ["schedules"]),
         case!(
             migrations::up_twice_is_idempotent,
             ["migrations", "legacy_runs", "runs"]

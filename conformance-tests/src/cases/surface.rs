@@ -1,0 +1,249 @@
+//! agno 3.1.10's bulk and per-owner store calls beyond the single-record ones: bulk session
+//! and memory upserts, `clear_memories`, per-owner learning deletes and stats, and the
+//! latest run of each schedule.
+
+use agno_storage_core::{
+    ErrorKind, LearningQuery, MemoryQuery, Pagination, ScheduleRun, SessionRead, SessionType, Sort,
+    SortOrder, UserMemory,
+};
+use serde_json::json;
+
+use super::scoping::learning;
+use super::{session, uid};
+use crate::{ensure, ensure_eq, CaseResult, Ctx};
+
+/// `upsert_sessions` and `upsert_memories` check the owner of every row: a row another user
+/// owns, or one breaking the input rules, is refused alone and leaves the stored row as it
+/// was; the others are written, results in order. (agno's bulk paths skipped the check.)
+pub(crate) async fn bulk_upserts_check_the_owner_per_row(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let sessions = db.sessions()?;
+    let alices = session(SessionType::Agent, Some("alice"));
+    sessions.upsert_session(alices.clone()).await?;
+    let mut hijack = alices.clone();
+    hijack.user_id = Some("bob".into());
+    hijack.session_data = Some(json!({"session_name": "taken"}));
+    let mine = session(SessionType::Agent, Some("bob"));
+    let mut bad = session(SessionType::Agent, Some("bob"));
+    bad.session_id = "bad\0id".into();
+    let results = sessions
+        .upsert_sessions(vec![mine.clone(), hijack, bad])
+        .await?;
+    ensure_eq(results.len(), 3, "one result per session")?;
+    ensure(
+        results[0].is_ok(),
+        format!("bob's own session: {:?}", results[0]),
+    )?;
+    let kinds: Vec<Option<ErrorKind>> = results
+        .iter()
+        .map(|r| r.as_ref().err().map(|e| e.kind()))
+        .collect();
+    ensure_eq(
+        kinds,
+        vec![
+            None,
+            Some(ErrorKind::PermissionDenied),
+            Some(ErrorKind::InvalidInput),
+        ],
+        "per-row outcomes",
+    )?;
+    let kept = sessions
+        .get_session(&alices.session_id, SessionRead::for_user("alice"))
+        .await?
+        .ok_or("alice's session is gone")?;
+    ensure_eq(
+        kept.session_data,
+        alices.session_data,
+        "alice's session data",
+    )?;
+    ensure(
+        sessions
+            .get_session(&mine.session_id, SessionRead::for_user("bob"))
+            .await?
+            .is_some(),
+        "bob's session was not written",
+    )?;
+
+    let memories = db.memories()?;
+    let theirs = UserMemory::new(uid("m"), Some("alice".into()), "alice likes tea");
+    memories.upsert_memory(theirs.clone()).await?;
+    let mut taken = theirs.clone();
+    taken.user_id = Some("bob".into());
+    taken.memory = "bob was here".into();
+    let own = UserMemory::new(uid("m"), Some("bob".into()), "bob likes coffee");
+    let results = memories.upsert_memories(vec![taken, own.clone()]).await?;
+    let kinds: Vec<Option<ErrorKind>> = results
+        .iter()
+        .map(|r| r.as_ref().err().map(|e| e.kind()))
+        .collect();
+    ensure_eq(
+        kinds,
+        vec![Some(ErrorKind::PermissionDenied), None],
+        "memory outcomes",
+    )?;
+    let kept = memories
+        .get_memory(&theirs.memory_id, Some("alice"))
+        .await?
+        .ok_or("alice's memory is gone")?;
+    ensure_eq(kept.memory.as_str(), "alice likes tea", "alice's memory")?;
+    ensure(
+        memories
+            .get_memory(&own.memory_id, Some("bob"))
+            .await?
+            .is_some(),
+        "bob's memory was not written",
+    )
+}
+
+/// `clear_memories` deletes every user's memories and the shared ones, and says how many.
+pub(crate) async fn clear_memories_deletes_every_memory(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let memories = db.memories()?;
+    for user in [Some("alice"), Some("bob"), None] {
+        let memory = UserMemory::new(uid("m"), user.map(str::to_owned), "a fact");
+        memories.upsert_memory(memory).await?;
+    }
+    ensure_eq(memories.clear_memories().await?, 3, "memories cleared")?;
+    ensure_eq(
+        memories.get_memories(MemoryQuery::default()).await?.total,
+        0,
+        "memories left",
+    )?;
+    ensure_eq(memories.clear_memories().await?, 0, "a second clear")
+}
+
+/// `delete_user_learnings` deletes one owner's learnings (of one type when given) and
+/// nobody else's, unowned ones included; `get_learnings_user_stats` gives each owner's
+/// latest `updated_at`, leaves the unowned out, sorts and pages.
+pub(crate) async fn learnings_per_owner_stats_and_deletes(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.learnings()?;
+    let mut written = Vec::new();
+    for (user, kind) in [
+        (Some("alice"), "user_profile"),
+        (Some("alice"), "session_context"),
+        (Some("bob"), "user_profile"),
+        (None, "user_profile"),
+    ] {
+        let mut l = learning(&uid("l"), user);
+        l.learning_type = kind.into();
+        written.push(store.upsert_learning(l).await?);
+    }
+    let latest = |user: &str| {
+        written
+            .iter()
+            .filter(|l| l.user_id.as_deref() == Some(user))
+            .map(|l| l.updated_at)
+            .max()
+            .flatten()
+    };
+    let by_user = Sort::by("user_id", SortOrder::Asc);
+    let stats = store
+        .get_learnings_user_stats(None, None, by_user.clone(), Pagination::default())
+        .await?;
+    let rows: Vec<(String, Option<i64>)> = stats
+        .items
+        .iter()
+        .map(|s| (s.user_id.clone(), s.last_learning_updated_at))
+        .collect();
+    ensure_eq(
+        rows,
+        vec![
+            ("alice".into(), latest("alice")),
+            ("bob".into(), latest("bob")),
+        ],
+        "stats per owner",
+    )?;
+    ensure_eq(stats.total, 2, "owners counted")?;
+    let one = store
+        .get_learnings_user_stats(Some("session_context"), None, by_user, Pagination::limit(1))
+        .await?;
+    ensure_eq(one.items.len(), 1, "one owner has a session_context")?;
+    ensure_eq(one.items[0].user_id.as_str(), "alice", "its owner")?;
+
+    ensure_eq(
+        store
+            .delete_user_learnings("alice", Some("session_context"))
+            .await?,
+        1,
+        "alice's session_context learnings deleted",
+    )?;
+    ensure_eq(
+        store.delete_user_learnings("alice", None).await?,
+        1,
+        "alice's rest",
+    )?;
+    ensure_eq(
+        store.delete_user_learnings("alice", None).await?,
+        0,
+        "again",
+    )?;
+    let left = store
+        .list_learnings(LearningQuery {
+            include_global: true,
+            ..Default::default()
+        })
+        .await?;
+    let mut owners: Vec<Option<String>> = left.items.into_iter().map(|l| l.user_id).collect();
+    owners.sort();
+    ensure_eq(owners, vec![None, Some("bob".into())], "learnings left")
+}
+
+/// `get_latest_schedule_runs` gives each schedule's latest run (by `triggered_at`, then
+/// `created_at`, then id), omits schedules without runs, and sees only `user_id`'s.
+pub(crate) async fn latest_run_of_each_schedule(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.schedules()?;
+    let mut ids = Vec::new();
+    for owner in ["alice", "alice", "bob"] {
+        let mut s =
+            agno_storage_core::Schedule::new(uid("sch"), uid("n"), "/agents/a/runs", "0 0 * * *");
+        s.user_id = Some(owner.into());
+        ids.push(store.create_schedule(s).await?.id);
+    }
+    let run = |schedule: &str, triggered_at: Option<i64>, created_at: i64| ScheduleRun {
+        id: uid("sr"),
+        schedule_id: schedule.to_owned(),
+        attempt: 1,
+        triggered_at,
+        completed_at: None,
+        status: "success".into(),
+        status_code: None,
+        run_id: None,
+        session_id: None,
+        error: None,
+        input: None,
+        output: None,
+        requirements: None,
+        user_id: None,
+        created_at,
+    };
+    // Created later but triggered earlier: the trigger time decides.
+    let early = run(&ids[0], Some(1_000), 2_000);
+    let late = run(&ids[0], Some(1_500), 1_900);
+    let untriggered = run(&ids[0], None, 3_000);
+    let bobs = run(&ids[2], Some(1_000), 1_000);
+    for r in [&early, &late, &untriggered, &bobs] {
+        store.create_schedule_run(r.clone()).await?;
+    }
+    let latest = store.get_latest_schedule_runs(&ids, None).await?;
+    ensure_eq(latest.len(), 2, "schedules with runs")?;
+    ensure_eq(
+        latest.get(&ids[0]).map(|r| r.id.clone()),
+        Some(late.id.clone()),
+        "the latest triggered run",
+    )?;
+    ensure_eq(
+        latest.get(&ids[2]).map(|r| r.id.clone()),
+        Some(bobs.id.clone()),
+        "bob's schedule's run",
+    )?;
+    let alices = store.get_latest_schedule_runs(&ids, Some("alice")).await?;
+    ensure(
+        alices.len() == 1 && alices.contains_key(&ids[0]),
+        format!(
+            "alice sees only her schedule's latest run: {:?}",
+            alices.keys()
+        ),
+    )
+}
