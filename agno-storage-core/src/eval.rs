@@ -176,4 +176,10 @@ pub trait EvalStore: Send + Sync {
 
     /// Deletes the runs among `run_ids` owned by `user_id` (any when `None`).
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64>;
+
+    /// Gives eval run `run_id` its owner, as AgentOS's `update_eval_run_user_id` does right
+    /// after creating a run (agno's eval records carry no owner): true when the run now has
+    /// `user_id` as its owner, false when there is no such run. A run another user already
+    /// owns is refused with `PermissionDenied` and left as it is (agno overwrites any owner).
+    async fn update_eval_run_user_id(&self, run_id: &str, user_id: &str) -> Result<bool>;
 }

@@ -661,6 +661,15 @@ impl<S: EvalStore + ?Sized> EvalStore for Checked<S> {
         })
         .await
     }
+
+    async fn update_eval_run_user_id(&self, run_id: &str, user_id: &str) -> Result<bool> {
+        self.traced("evals", "update_eval_run_user_id", async move {
+            self.rules.id("run_id", run_id)?;
+            self.rules.id("user_id", user_id)?;
+            self.inner.update_eval_run_user_id(run_id, user_id).await
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -906,6 +915,22 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
             self.rules.opt_id("user_id", user_id)?;
             self.inner
                 .get_latest_schedule_runs(schedule_ids, user_id)
+                .await
+        })
+        .await
+    }
+
+    async fn delete_schedule_runs(
+        &self,
+        schedule_id: &str,
+        before: i64,
+        user_id: Option<&str>,
+    ) -> Result<u64> {
+        self.traced("schedules", "delete_schedule_runs", async move {
+            self.rules.id("schedule_id", schedule_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner
+                .delete_schedule_runs(schedule_id, before, user_id)
                 .await
         })
         .await

@@ -429,6 +429,16 @@ pub trait ScheduleStore: Send + Sync {
         user_id: Option<&str>,
     ) -> Result<Option<ScheduleRun>>;
 
+    /// Deletes the runs of `schedule_id` visible to `user_id` (any when `None`) that
+    /// completed before `before` (epoch seconds), as agno's `delete_schedule_runs`; runs not
+    /// completed are kept. Returns how many went.
+    async fn delete_schedule_runs(
+        &self,
+        schedule_id: &str,
+        before: i64,
+        user_id: Option<&str>,
+    ) -> Result<u64>;
+
     /// A schedule's runs, newest first.
     async fn get_schedule_runs(
         &self,

@@ -2,8 +2,8 @@
 //! [`DocBackend::find`] on `run_id`.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, visible_to, Error, ErrorKind, EvalQuery, EvalRun, EvalStore,
-    Page, Result,
+    async_trait, now_epoch_seconds, owned_by_another_user, visible_to, Error, ErrorKind, EvalQuery,
+    EvalRun, EvalStore, Page, Result,
 };
 
 use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
@@ -87,33 +87,67 @@ impl<B: DocBackend> EvalStore for Docs<B> {
         name: &str,
         user_id: Option<&str>,
     ) -> Result<Option<EvalRun>> {
+        self.change_eval_run(run_id, "rename eval run", |run| {
+            if !visible_to(run.user_id.as_deref(), user_id) {
+                return Ok(None);
+            }
+            run.name = Some(name.to_owned());
+            run.updated_at = Some(now_epoch_seconds());
+            Ok(Some(()))
+        })
+        .await
+    }
+
+    async fn update_eval_run_user_id(&self, run_id: &str, user_id: &str) -> Result<bool> {
+        let changed = self
+            .change_eval_run(run_id, "update eval run owner", |run| {
+                match run.user_id.as_deref() {
+                    None => {}
+                    Some(owner) if owner == user_id => {}
+                    Some(_) => return Err(owned_by_another_user("eval run", run_id)),
+                }
+                run.user_id = Some(user_id.to_owned());
+                Ok(Some(()))
+            })
+            .await?;
+        Ok(changed.is_some())
+    }
+
+    async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
+        self.delete_all_visible(Table::Evals, "run_id", run_ids, user_id, "delete eval runs")
+            .await
+    }
+}
+
+impl<B: DocBackend> Docs<B> {
+    /// Applies `change` to eval run `run_id` and writes it, conditioned on the version read
+    /// (retried on a conflict); `None` when there is no such run or `change` declines.
+    async fn change_eval_run(
+        &self,
+        run_id: &str,
+        operation: &'static str,
+        change: impl Fn(&mut EvalRun) -> Result<Option<()>> + Send + Sync,
+    ) -> Result<Option<EvalRun>> {
         let coll = self.collection(Table::Evals);
         for attempt in 0..CAS_ATTEMPTS {
             let Some(stored) = self.find(coll, "run_id", run_id).await? else {
                 return Ok(None);
             };
             let mut run: EvalRun = stored.decode("an eval run")?;
-            if !visible_to(run.user_id.as_deref(), user_id) {
+            if change(&mut run)?.is_none() {
                 return Ok(None);
             }
-            run.name = Some(name.to_owned());
-            run.updated_at = Some(now_epoch_seconds());
             let write = self.put(
                 coll,
                 &stored.id,
                 &self.to_fields(&run, "an eval run")?,
                 stored.unchanged(),
             );
-            match self.commit("rename eval run", vec![write]).await? {
+            match self.commit(operation, vec![write]).await? {
                 Commit::Done => return Ok(Some(run)),
                 Commit::Conflict => backoff(attempt).await,
             }
         }
-        Err(self.contended("rename eval run"))
-    }
-
-    async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
-        self.delete_all_visible(Table::Evals, "run_id", run_ids, user_id, "delete eval runs")
-            .await
+        Err(self.contended(operation))
     }
 }

@@ -389,6 +389,34 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
             .filter(|r| visible_to(r.user_id.as_deref(), user_id)))
     }
 
+    async fn delete_schedule_runs(
+        &self,
+        schedule_id: &str,
+        before: i64,
+        user_id: Option<&str>,
+    ) -> Result<u64> {
+        let coll = self.collection(Table::ScheduleRuns);
+        let mut deleted = 0;
+        for d in self
+            .query(coll, &[("schedule_id", opt(Some(schedule_id)))])
+            .await?
+        {
+            let r: ScheduleRun = d.decode("a schedule run")?;
+            let done_before = r.completed_at.is_some_and(|t| t < before);
+            if r.schedule_id != schedule_id
+                || !done_before
+                || !visible_to(r.user_id.as_deref(), user_id)
+            {
+                continue;
+            }
+            let write = self.delete(coll, &d.id, d.unchanged());
+            if let Commit::Done = self.commit("delete schedule runs", vec![write]).await? {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
     async fn get_schedule_runs(
         &self,
         schedule_id: &str,

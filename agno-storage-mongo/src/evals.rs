@@ -111,6 +111,29 @@ impl EvalStore for MongoDb {
             .transpose()
     }
 
+    async fn update_eval_run_user_id(&self, run_id: &str, user_id: &str) -> Result<bool> {
+        let coll = self.coll(&self.inner.names.evals);
+        let unowned_or_same =
+            doc! {"run_id": run_id, "$or": [{"user_id": Bson::Null}, {"user_id": user_id}]};
+        let set = coll
+            .update_one(unowned_or_same, doc! {"$set": {"user_id": user_id}})
+            .await
+            .map_err(db_err("update eval run owner"))?;
+        if set.matched_count > 0 {
+            return Ok(true);
+        }
+        let exists = coll
+            .find_one(doc! {"run_id": run_id})
+            .projection(doc! {"_id": 1})
+            .await
+            .map_err(db_err("update eval run owner"))?
+            .is_some();
+        match exists {
+            true => Err(agno_storage_core::owned_by_another_user("eval run", run_id)),
+            false => Ok(false),
+        }
+    }
+
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {
         let mut filter = doc! {"run_id": {"$in": run_ids}};
         scope(&mut filter, user_id);

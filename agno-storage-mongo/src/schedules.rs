@@ -292,6 +292,23 @@ impl ScheduleStore for MongoDb {
             .transpose()
     }
 
+    async fn delete_schedule_runs(
+        &self,
+        schedule_id: &str,
+        before: i64,
+        user_id: Option<&str>,
+    ) -> Result<u64> {
+        // `$lt` never matches a missing or null `completed_at`.
+        let mut filter = doc! {"schedule_id": schedule_id, "completed_at": {"$lt": before}};
+        scope(&mut filter, user_id);
+        Ok(self
+            .coll(&self.inner.names.schedule_runs)
+            .delete_many(filter)
+            .await
+            .map_err(db_err("delete schedule runs"))?
+            .deleted_count)
+    }
+
     async fn get_schedule_runs(
         &self,
         schedule_id: &str,

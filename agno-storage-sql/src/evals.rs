@@ -1,8 +1,8 @@
 //! Eval runs (`agno_eval_runs`): each run its own `run_id`, never overwritten.
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, Error, ErrorKind, EvalFilterType, EvalQuery, EvalRun,
-    EvalStore, EvalType, Page, Result, Sort, SortOrder,
+    async_trait, now_epoch_seconds, owned_by_another_user, Error, ErrorKind, EvalFilterType,
+    EvalQuery, EvalRun, EvalStore, EvalType, Page, Result, Sort, SortOrder,
 };
 use serde_json::Value;
 
@@ -171,6 +171,36 @@ impl EvalStore for SqlStore {
             .first()
             .map(eval_from_row)
             .transpose()
+    }
+
+    async fn update_eval_run_user_id(&self, run_id: &str, user_id: &str) -> Result<bool> {
+        self.check(Table::Evals)?;
+        let t = self.t(Table::Evals);
+        let set = format!(
+            "UPDATE {t} SET user_id = ? WHERE run_id = ? AND (user_id IS NULL OR user_id = ?)"
+        );
+        let params = vec![
+            SqlValue::text(user_id),
+            SqlValue::text(run_id),
+            SqlValue::text(user_id),
+        ];
+        if self.exec.execute(&set, params).await? > 0 {
+            return Ok(true);
+        }
+        // Nothing changed: no such run, already this owner's (MySQL counts changed rows
+        // only), or another owner's.
+        let rows = self
+            .exec
+            .query(
+                &format!("SELECT user_id FROM {t} WHERE run_id = ?"),
+                vec![SqlValue::text(run_id)],
+            )
+            .await?;
+        match rows.first() {
+            None => Ok(false),
+            Some(row) if row.opt_str("user_id")?.as_deref() == Some(user_id) => Ok(true),
+            Some(_) => Err(owned_by_another_user("eval run", run_id)),
+        }
     }
 
     async fn delete_eval_runs(&self, run_ids: &[String], user_id: Option<&str>) -> Result<u64> {

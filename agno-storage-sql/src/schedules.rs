@@ -482,6 +482,24 @@ impl ScheduleStore for SqlStore {
             .transpose()
     }
 
+    async fn delete_schedule_runs(
+        &self,
+        schedule_id: &str,
+        before: i64,
+        user_id: Option<&str>,
+    ) -> Result<u64> {
+        self.check(Table::ScheduleRuns)?;
+        let mut w = Where::default();
+        w.eq("schedule_id", Some(schedule_id));
+        w.eq("user_id", user_id);
+        w.push(
+            "completed_at IS NOT NULL AND completed_at < ?",
+            [SqlValue::int(before)],
+        );
+        let sql = format!("DELETE FROM {}{}", self.t(Table::ScheduleRuns), w.sql());
+        self.exec.execute(&sql, w.params).await
+    }
+
     async fn get_schedule_runs(
         &self,
         schedule_id: &str,

@@ -151,6 +151,8 @@ pub(crate) fn all() -> Vec<Case> {
             ["learnings"]
         ),
         case!(surface::latest_run_of_each_schedule, ["schedules"]),
+        case!(surface::eval_run_owner_is_given_once, ["evals"]),
+        case!(surface::schedule_runs_deleted_before_a_time, ["schedules"]),
         case!(
             migrations::up_twice_is_idempotent,
             ["migrations", "legacy_runs", "runs"]

@@ -1,6 +1,6 @@
 //! agno 3.1.10's bulk and per-owner store calls beyond the single-record ones: bulk session
-//! and memory upserts, `clear_memories`, per-owner learning deletes and stats, and the
-//! latest run of each schedule.
+//! and memory upserts, `clear_memories`, per-owner learning deletes and stats, the latest
+//! run of each schedule, an eval run's owner, and old schedule runs deleted.
 
 use agno_storage_core::{
     ErrorKind, LearningQuery, MemoryQuery, Pagination, ScheduleRun, SessionRead, SessionType, Sort,
@@ -246,4 +246,97 @@ pub(crate) async fn latest_run_of_each_schedule(ctx: &Ctx) -> CaseResult {
             alices.keys()
         ),
     )
+}
+
+/// `update_eval_run_user_id` gives an unowned eval run its owner (AgentOS calls it after
+/// creating one), is a no-op for the same owner, refuses to take a run from its owner
+/// (agno overwrites), and is false for a run that does not exist.
+pub(crate) async fn eval_run_owner_is_given_once(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.evals()?;
+    let mut run = super::scoping::eval("nobody");
+    run.user_id = None;
+    store.create_eval_run(run.clone()).await?;
+    ensure(
+        store.update_eval_run_user_id(&run.run_id, "alice").await?,
+        "the unowned run takes its owner",
+    )?;
+    ensure(
+        store.update_eval_run_user_id(&run.run_id, "alice").await?,
+        "the same owner again",
+    )?;
+    let taken = store.update_eval_run_user_id(&run.run_id, "bob").await;
+    crate::expect_err(taken, ErrorKind::PermissionDenied, "bob takes alice's run")?;
+    ensure(
+        store
+            .get_eval_run(&run.run_id, Some("alice"))
+            .await?
+            .is_some(),
+        "alice owns the run",
+    )?;
+    ensure(
+        store
+            .get_eval_run(&run.run_id, Some("bob"))
+            .await?
+            .is_none(),
+        "bob does not",
+    )?;
+    ensure(
+        !store.update_eval_run_user_id(&uid("e"), "alice").await?,
+        "a missing run",
+    )
+}
+
+/// `delete_schedule_runs` deletes the runs of one schedule that completed before a time,
+/// keeps runs not completed, and only deletes what `user_id` may see.
+pub(crate) async fn schedule_runs_deleted_before_a_time(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.schedules()?;
+    let mut s =
+        agno_storage_core::Schedule::new(uid("sch"), uid("n"), "/agents/a/runs", "0 0 * * *");
+    s.user_id = Some("alice".into());
+    let s = store.create_schedule(s).await?;
+    let run = |completed_at: Option<i64>| ScheduleRun {
+        id: uid("sr"),
+        schedule_id: s.id.clone(),
+        attempt: 1,
+        triggered_at: Some(50),
+        completed_at,
+        status: "success".into(),
+        status_code: None,
+        run_id: None,
+        session_id: None,
+        error: None,
+        input: None,
+        output: None,
+        requirements: None,
+        user_id: None,
+        created_at: 50,
+    };
+    let open = run(None);
+    for r in [run(Some(100)), run(Some(200)), open.clone()] {
+        store.create_schedule_run(r).await?;
+    }
+    ensure_eq(
+        store.delete_schedule_runs(&s.id, 150, Some("bob")).await?,
+        0,
+        "bob deletes alice's runs",
+    )?;
+    ensure_eq(
+        store
+            .delete_schedule_runs(&s.id, 150, Some("alice"))
+            .await?,
+        1,
+        "runs completed before 150",
+    )?;
+    ensure_eq(
+        store.delete_schedule_runs(&s.id, i64::MAX, None).await?,
+        1,
+        "every completed run",
+    )?;
+    let left = store
+        .get_schedule_runs(&s.id, None, Pagination::default())
+        .await?;
+    let ids: Vec<String> = left.items.into_iter().map(|r| r.id).collect();
+    ensure_eq(ids, vec![open.id], "the run not completed is kept")
 }
