@@ -935,6 +935,30 @@ impl<S: ScheduleStore + ?Sized> ScheduleStore for Checked<S> {
         })
         .await
     }
+
+    async fn stamp_schedule_provenance(&self, id: &str, stamp: ScheduleUpdate) -> Result<bool> {
+        self.traced("schedules", "stamp_schedule_provenance", async move {
+            self.rules.id("id", id)?;
+            self.inner.stamp_schedule_provenance(id, stamp).await
+        })
+        .await
+    }
+
+    async fn disable_schedules_for_target(
+        &self,
+        target_type: &str,
+        target_id: &str,
+        reason: Option<&str>,
+    ) -> Result<u64> {
+        self.traced("schedules", "disable_schedules_for_target", async move {
+            self.rules.id("target_type", target_type)?;
+            self.rules.id("target_id", target_id)?;
+            self.inner
+                .disable_schedules_for_target(target_type, target_id, reason)
+                .await
+        })
+        .await
+    }
 }
 
 impl<S: ?Sized> Checked<S> {

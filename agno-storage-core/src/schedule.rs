@@ -7,6 +7,18 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::pagination::{Page, Pagination};
 
+/// The columns [`ScheduleUpdate::provenance`] may write (agno's
+/// `stamp_schedule_provenance` allow-list; `disabled_reason` is not among them).
+pub const SCHEDULE_STAMP_COLUMNS: &[&str] = &[
+    "managed_by",
+    "target_type",
+    "target_id",
+    "created_by_run_id",
+    "created_by_session_id",
+    "updated_by_run_id",
+    "updated_by_session_id",
+];
+
 /// The columns `update_schedule` may write (agno's `SCHEDULE_MUTABLE_COLUMNS`), sorted.
 pub const SCHEDULE_MUTABLE_COLUMNS: &[&str] = &[
     "cron_expr",
@@ -285,6 +297,38 @@ impl ScheduleUpdate {
         Ok(ScheduleUpdate { columns })
     }
 
+    /// A provenance stamp ([`ScheduleStore::stamp_schedule_provenance`]): only the columns
+    /// of [`SCHEDULE_STAMP_COLUMNS`], each a string or null; any other key is an
+    /// `InvalidInput` error naming every rejected one, as agno's `ValueError`.
+    pub fn provenance(columns: Map<String, Value>) -> Result<Self> {
+        let mut rejected: Vec<&str> = columns
+            .iter()
+            .filter(|(k, v)| {
+                !SCHEDULE_STAMP_COLUMNS.contains(&k.as_str())
+                    || !matches!(v, Value::String(_) | Value::Null)
+            })
+            .map(|(k, _)| k.as_str())
+            .collect();
+        if !rejected.is_empty() {
+            rejected.sort_unstable();
+            return Err(Error::invalid_input(format!(
+                "stamp_schedule_provenance cannot write {rejected:?}: it writes only {SCHEDULE_STAMP_COLUMNS:?}, each a string or null"
+            )));
+        }
+        Ok(ScheduleUpdate { columns })
+    }
+
+    /// Disables a schedule, recording why ([`ScheduleStore::disable_schedules_for_target`]).
+    pub fn disable(reason: Option<&str>) -> Self {
+        let mut columns = Map::new();
+        columns.insert("enabled".into(), Value::Bool(false));
+        columns.insert(
+            "disabled_reason".into(),
+            reason.map_or(Value::Null, |r| Value::String(r.to_owned())),
+        );
+        ScheduleUpdate { columns }
+    }
+
     /// The validated columns and their new values.
     pub fn columns(&self) -> &Map<String, Value> {
         &self.columns
@@ -473,6 +517,54 @@ pub trait ScheduleStore: Send + Sync {
             }
         }
         Ok(latest)
+    }
+
+    /// Writes the provenance columns of `stamp` ([`ScheduleUpdate::provenance`]) on schedule
+    /// `id`, whoever owns it, and `updated_at`, as agno's `stamp_schedule_provenance`; false
+    /// when there is no such schedule.
+    ///
+    /// Provided over [`ScheduleStore::update_schedule`].
+    async fn stamp_schedule_provenance(&self, id: &str, stamp: ScheduleUpdate) -> Result<bool> {
+        Ok(self.update_schedule(id, None, stamp).await?.is_some())
+    }
+
+    /// Disables every enabled schedule, of any owner, that targets `target_type`
+    /// (`agent`, `team`, `workflow`) `target_id`, by its target columns or by its endpoint
+    /// (`/{target_type}s/{target_id}/runs`, with or without the final `/`), recording
+    /// `reason` in `disabled_reason`, as agno's `disable_schedules_for_target`; returns how
+    /// many.
+    ///
+    /// Provided over [`ScheduleStore::get_schedules`] (every enabled schedule is read) and
+    /// [`ScheduleStore::update_schedule`].
+    async fn disable_schedules_for_target(
+        &self,
+        target_type: &str,
+        target_id: &str,
+        reason: Option<&str>,
+    ) -> Result<u64> {
+        let endpoint = format!("/{target_type}s/{target_id}/runs");
+        let enabled = self
+            .get_schedules(Some(true), None, Pagination::default())
+            .await?
+            .items;
+        let mut disabled = 0;
+        for schedule in enabled {
+            let by_columns = schedule.target_type.as_deref() == Some(target_type)
+                && schedule.target_id.as_deref() == Some(target_id);
+            let by_endpoint = schedule.endpoint.trim_end_matches('/') == endpoint;
+            if !(by_columns || by_endpoint) {
+                continue;
+            }
+            let update = ScheduleUpdate::disable(reason);
+            if self
+                .update_schedule(&schedule.id, None, update)
+                .await?
+                .is_some()
+            {
+                disabled += 1;
+            }
+        }
+        Ok(disabled)
     }
 }
 

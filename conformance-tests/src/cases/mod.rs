@@ -154,6 +154,10 @@ pub(crate) fn all() -> Vec<Case> {
         case!(surface::eval_run_owner_is_given_once, ["evals"]),
         case!(surface::schedule_runs_deleted_before_a_time, ["schedules"]),
         case!(
+            surface::provenance_round_trips_and_targets_are_disabled,
+            ["schedules"]
+        ),
+        case!(
             migrations::up_twice_is_idempotent,
             ["migrations", "legacy_runs", "runs"]
         ),

@@ -1,6 +1,7 @@
 //! agno 3.1.10's bulk and per-owner store calls beyond the single-record ones: bulk session
 //! and memory upserts, `clear_memories`, per-owner learning deletes and stats, the latest
-//! run of each schedule, an eval run's owner, and old schedule runs deleted.
+//! run of each schedule, an eval run's owner, old schedule runs deleted, provenance stamps
+//! and schedules disabled with their target.
 
 use agno_storage_core::{
     ErrorKind, LearningQuery, MemoryQuery, Pagination, ScheduleRun, SessionRead, SessionType, Sort,
@@ -339,4 +340,99 @@ pub(crate) async fn schedule_runs_deleted_before_a_time(ctx: &Ctx) -> CaseResult
         .await?;
     let ids: Vec<String> = left.items.into_iter().map(|r| r.id).collect();
     ensure_eq(ids, vec![open.id], "the run not completed is kept")
+}
+
+/// The eight provenance columns round-trip: `stamp_schedule_provenance` writes the seven
+/// of its allow-list on any owner's schedule and refuses anything else, naming it;
+/// `disable_schedules_for_target` disables every enabled schedule of one target (by its
+/// target columns or by its run endpoint, any owner) and records `disabled_reason`.
+pub(crate) async fn provenance_round_trips_and_targets_are_disabled(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.schedules()?;
+    let schedule = |owner: &str, endpoint: &str| {
+        let mut s = agno_storage_core::Schedule::new(uid("sch"), uid("n"), endpoint, "0 0 * * *");
+        s.user_id = Some(owner.into());
+        s
+    };
+    let stamped = store
+        .create_schedule(schedule("alice", "/teams/t9/runs"))
+        .await?;
+    let by_endpoint = store
+        .create_schedule(schedule("bob", "/agents/a1/runs/"))
+        .await?;
+    let other = store
+        .create_schedule(schedule("bob", "/agents/a2/runs"))
+        .await?;
+    let mut columns = serde_json::Map::new();
+    for (i, column) in agno_storage_core::schedule::SCHEDULE_STAMP_COLUMNS
+        .iter()
+        .enumerate()
+    {
+        let value = match *column {
+            "target_type" => "agent".to_owned(),
+            "target_id" => "a1".to_owned(),
+            _ => format!("{column}-{i}"),
+        };
+        columns.insert((*column).into(), json!(value));
+    }
+    let stamp = agno_storage_core::ScheduleUpdate::provenance(columns.clone())?;
+    ensure(
+        store
+            .stamp_schedule_provenance(&stamped.id, stamp.clone())
+            .await?,
+        "stamped",
+    )?;
+    ensure(
+        !store.stamp_schedule_provenance(&uid("sch"), stamp).await?,
+        "a missing schedule",
+    )?;
+    let mut bad = serde_json::Map::new();
+    bad.insert("managed_by".into(), json!("studio"));
+    bad.insert("disabled_reason".into(), json!("x"));
+    bad.insert("user_id".into(), json!("mallory"));
+    let refused = agno_storage_core::ScheduleUpdate::provenance(bad);
+    let message = crate::expect_err(refused, ErrorKind::InvalidInput, "a stamp of other columns")?
+        .to_string();
+    ensure(
+        message.contains("disabled_reason") && message.contains("user_id"),
+        format!("the refusal names both columns: {message}"),
+    )?;
+    let read = store
+        .get_schedule(&stamped.id, None)
+        .await?
+        .ok_or("the stamped schedule is gone")?;
+    let stored = serde_json::to_value(&read).map_err(|e| e.to_string())?;
+    for (column, value) in &columns {
+        ensure_eq(&stored[column.as_str()], value, column)?;
+    }
+
+    // The stamped schedule targets agent a1 by its columns, bob's by its endpoint.
+    let disabled = store
+        .disable_schedules_for_target("agent", "a1", Some("agent a1 was deleted"))
+        .await?;
+    ensure_eq(disabled, 2, "schedules of agent a1 disabled")?;
+    for id in [&stamped.id, &by_endpoint.id] {
+        let s = store
+            .get_schedule(id, None)
+            .await?
+            .ok_or("a schedule is gone")?;
+        ensure(!s.enabled, format!("{id} still enabled"))?;
+        ensure_eq(
+            s.disabled_reason.as_deref(),
+            Some("agent a1 was deleted"),
+            "disabled_reason",
+        )?;
+    }
+    let kept = store
+        .get_schedule(&other.id, None)
+        .await?
+        .ok_or("a2's schedule is gone")?;
+    ensure(kept.enabled, "agent a2's schedule stays enabled")?;
+    ensure_eq(
+        store
+            .disable_schedules_for_target("agent", "a1", None)
+            .await?,
+        0,
+        "nothing left to disable",
+    )
 }
