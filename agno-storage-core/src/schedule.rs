@@ -9,15 +9,7 @@ use crate::pagination::{Page, Pagination};
 
 /// The columns [`ScheduleUpdate::provenance`] may write (agno's
 /// `stamp_schedule_provenance` allow-list; `disabled_reason` is not among them).
-pub const SCHEDULE_STAMP_COLUMNS: &[&str] = &[
-    "managed_by",
-    "target_type",
-    "target_id",
-    "created_by_run_id",
-    "created_by_session_id",
-    "updated_by_run_id",
-    "updated_by_session_id",
-];
+pub const SCHEDULE_STAMP_COLUMNS: &[&str] = SCHEDULE_PROVENANCE_COLUMNS.split_at(7).0;
 
 /// The columns `update_schedule` may write (agno's `SCHEDULE_MUTABLE_COLUMNS`), sorted.
 pub const SCHEDULE_MUTABLE_COLUMNS: &[&str] = &[

@@ -1,6 +1,6 @@
 //! The cases, one module per domain.
 
-use agno_storage_core::{RunJson, RunRecord, Session, SessionType};
+use agno_storage_core::{RunJson, RunRecord, ScheduleRun, Session, SessionType};
 use serde_json::{json, Value};
 
 use crate::Case;
@@ -244,4 +244,30 @@ pub(crate) fn run_row(session: &Session, run_id: &str, status: &str) -> RunRecor
 /// The `run_id`s of run dicts.
 pub(crate) fn run_ids(runs: &[RunJson]) -> Vec<String> {
     runs.iter().filter_map(RunJson::run_id).collect()
+}
+
+/// A finished run of `schedule_id` (its owner is the store's to set).
+pub(crate) fn schedule_run(
+    schedule_id: &str,
+    triggered_at: Option<i64>,
+    completed_at: Option<i64>,
+    created_at: i64,
+) -> ScheduleRun {
+    ScheduleRun {
+        id: uid("sr"),
+        schedule_id: schedule_id.to_owned(),
+        attempt: 1,
+        triggered_at,
+        completed_at,
+        status: "success".into(),
+        status_code: None,
+        run_id: None,
+        session_id: None,
+        error: None,
+        input: None,
+        output: None,
+        requirements: None,
+        user_id: None,
+        created_at,
+    }
 }

@@ -4,13 +4,13 @@
 //! and schedules disabled with their target.
 
 use agno_storage_core::{
-    ErrorKind, LearningQuery, MemoryQuery, Pagination, ScheduleRun, SessionRead, SessionType, Sort,
-    SortOrder, UserMemory,
+    ErrorKind, LearningQuery, MemoryQuery, Pagination, SessionRead, SessionType, Sort, SortOrder,
+    UserMemory,
 };
 use serde_json::json;
 
 use super::scoping::learning;
-use super::{session, uid};
+use super::{schedule_run, session, uid};
 use crate::{ensure, ensure_eq, CaseResult, Ctx};
 
 /// `upsert_sessions` and `upsert_memories` check the owner of every row: a row another user
@@ -202,22 +202,8 @@ pub(crate) async fn latest_run_of_each_schedule(ctx: &Ctx) -> CaseResult {
         s.user_id = Some(owner.into());
         ids.push(store.create_schedule(s).await?.id);
     }
-    let run = |schedule: &str, triggered_at: Option<i64>, created_at: i64| ScheduleRun {
-        id: uid("sr"),
-        schedule_id: schedule.to_owned(),
-        attempt: 1,
-        triggered_at,
-        completed_at: None,
-        status: "success".into(),
-        status_code: None,
-        run_id: None,
-        session_id: None,
-        error: None,
-        input: None,
-        output: None,
-        requirements: None,
-        user_id: None,
-        created_at,
+    let run = |schedule: &str, triggered_at: Option<i64>, created_at: i64| {
+        schedule_run(schedule, triggered_at, None, created_at)
     };
     // Created later but triggered earlier: the trigger time decides.
     let early = run(&ids[0], Some(1_000), 2_000);
@@ -297,23 +283,7 @@ pub(crate) async fn schedule_runs_deleted_before_a_time(ctx: &Ctx) -> CaseResult
         agno_storage_core::Schedule::new(uid("sch"), uid("n"), "/agents/a/runs", "0 0 * * *");
     s.user_id = Some("alice".into());
     let s = store.create_schedule(s).await?;
-    let run = |completed_at: Option<i64>| ScheduleRun {
-        id: uid("sr"),
-        schedule_id: s.id.clone(),
-        attempt: 1,
-        triggered_at: Some(50),
-        completed_at,
-        status: "success".into(),
-        status_code: None,
-        run_id: None,
-        session_id: None,
-        error: None,
-        input: None,
-        output: None,
-        requirements: None,
-        user_id: None,
-        created_at: 50,
-    };
+    let run = |completed_at: Option<i64>| schedule_run(&s.id, Some(50), completed_at, 50);
     let open = run(None);
     for r in [run(Some(100)), run(Some(200)), open.clone()] {
         store.create_schedule_run(r).await?;

@@ -4,13 +4,13 @@
 use agno_storage_core::metrics::calculate_metrics;
 use agno_storage_core::{
     erase_user, export_user, now_epoch_seconds, AgnoDb, DomainCounts, Job, JobQuery,
-    KnowledgeContent, KnowledgeQuery, MemoryQuery, Result, RunQuery, Schedule, ScheduleRun,
-    SessionQuery, SessionType, UserDomain, UserMemory, UserRecord,
+    KnowledgeContent, KnowledgeQuery, MemoryQuery, Result, RunQuery, Schedule, SessionQuery,
+    SessionType, UserDomain, UserMemory, UserRecord,
 };
 use serde_json::json;
 
 use super::scoping::{eval, learning};
-use super::{run_row, session, uid};
+use super::{run_row, schedule_run, session, uid};
 use crate::{ensure, ensure_eq, CaseResult, Ctx};
 
 /// Writes one user's records (`None`: the shared, unowned ones) in every domain `db`
@@ -53,23 +53,12 @@ async fn write_user(db: &AgnoDb, user: Option<&str>) -> Result<DomainCounts> {
             Schedule::new(uid("sch"), uid("nightly"), "/agents/a1/runs", "0 0 * * *");
         schedule.user_id = user.map(str::to_owned);
         let schedule = schedules.create_schedule(schedule).await?;
-        let run = ScheduleRun {
-            id: uid("sr"),
-            schedule_id: schedule.id.clone(),
-            attempt: 1,
-            triggered_at: Some(now_epoch_seconds()),
-            completed_at: None,
-            status: "running".into(),
-            status_code: None,
-            run_id: None,
-            session_id: None,
-            error: None,
-            input: None,
-            output: None,
-            requirements: None,
-            user_id: None,
-            created_at: now_epoch_seconds(),
-        };
+        let run = schedule_run(
+            &schedule.id,
+            Some(now_epoch_seconds()),
+            None,
+            now_epoch_seconds(),
+        );
         schedules.create_schedule_run(run).await?;
         count(UserDomain::Schedules, 1);
         count(UserDomain::ScheduleRuns, 1);
