@@ -399,6 +399,23 @@ impl<S: SessionStore + ?Sized> SessionStore for Checked<S> {
         .await
     }
 
+    async fn reassign_session_owner(
+        &self,
+        session_id: &str,
+        previous_user_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<bool> {
+        self.traced("sessions", "reassign_session_owner", async move {
+            self.rules.id("session_id", session_id)?;
+            self.rules.id("previous_user_id", previous_user_id)?;
+            self.rules.opt_id("user_id", user_id)?;
+            self.inner
+                .reassign_session_owner(session_id, previous_user_id, user_id)
+                .await
+        })
+        .await
+    }
+
     async fn upsert_sessions(&self, sessions: Vec<Session>) -> Result<Vec<Result<Session>>> {
         self.traced("sessions", "upsert_sessions", async move {
             self.admit_each(sessions, Self::admit_session, |ok| {
@@ -1075,6 +1092,15 @@ impl<S: LearningStore + ?Sized> LearningStore for Checked<S> {
             self.inner
                 .get_learnings_user_stats(learning_type, user_id, sort, pagination)
                 .await
+        })
+        .await
+    }
+
+    async fn search_learnings(&self, text: &str, filters: LearningQuery) -> Result<Page<Learning>> {
+        self.traced("learnings", "search_learnings", async move {
+            self.rules.text("text", text)?;
+            self.rules.opt_id("user_id", filters.user_id.as_deref())?;
+            self.inner.search_learnings(text, filters).await
         })
         .await
     }

@@ -253,6 +253,159 @@ pub trait LearningStore: Send + Sync {
         };
         Page::sorted(rows, &sort, LearningUserStats::SORTABLE, &pagination)
     }
+
+    /// Learnings passing `filters` whose content holds `text`, as agno's `search_learnings`:
+    /// case-insensitive, with runs of spaces, underscores and hyphens interchangeable
+    /// ("sarah chen" finds `sarah_chen` and "Sarah-Chen"), and `%` a plain character. The
+    /// text is looked for in the content's string values (agno's SQL matches the whole JSON
+    /// text, keys included, and its callers then keep the value matches: the same rows in
+    /// one step). Sorted and paged by `filters` (default: most recently updated first);
+    /// `total` counts every match. A text of nothing but separators and wildcards matches
+    /// nothing.
+    ///
+    /// Provided over [`LearningStore::list_learnings`] (it reads every learning passing the
+    /// filters); a backend with a text index may override it.
+    async fn search_learnings(&self, text: &str, filters: LearningQuery) -> Result<Page<Learning>> {
+        filters.pagination.validate()?;
+        let Some(needle) = search_key(text) else {
+            return Ok(Page::new(Vec::new(), 0));
+        };
+        let all = LearningQuery {
+            pagination: Pagination::default(),
+            ..filters.clone()
+        };
+        let found = self
+            .list_learnings(all)
+            .await?
+            .items
+            .into_iter()
+            .filter(|l| content_holds(&l.content, &needle))
+            .collect();
+        filters.page(found)
+    }
+}
+
+/// `text` folded for [`LearningStore::search_learnings`]: lower case, each run of spaces,
+/// underscores and hyphens one space, trimmed; `None` when nothing but separators and `%`
+/// is left (agno's `learning_search_patterns` yields no pattern then).
+fn search_key(text: &str) -> Option<String> {
+    let folded = fold_separators(text);
+    let key = folded.trim();
+    (!key.replace(['%', ' '], "").is_empty()).then(|| key.to_owned())
+}
+
+fn fold_separators(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_run = false;
+    for c in text.chars().flat_map(char::to_lowercase) {
+        if c.is_whitespace() || c == '_' || c == '-' {
+            if !in_run {
+                out.push(' ');
+            }
+            in_run = true;
+        } else {
+            out.push(c);
+            in_run = false;
+        }
+    }
+    out
+}
+
+/// Whether a string value inside `content` holds the folded `needle`.
+fn content_holds(content: &Value, needle: &str) -> bool {
+    match content {
+        Value::String(s) => fold_separators(s).contains(needle),
+        Value::Array(items) => items.iter().any(|v| content_holds(v, needle)),
+        Value::Object(fields) => fields.values().any(|v| content_holds(v, needle)),
+        _ => false,
+    }
+}
+
+/// Entity memories (`learning_type` `entity_memory`) keyed as agno's `EntityMemoryStore`
+/// keys them ([`entity_learning_id`]). In namespace `user` every call needs the user's id
+/// and reaches only that user's entities; a call without one is refused with
+/// `InvalidInput`, never widened to every user's rows. In any other namespace the entity
+/// is shared and has no owner.
+#[derive(Clone, Copy)]
+pub struct EntityMemories<'a> {
+    store: &'a dyn LearningStore,
+}
+
+/// Which entity memory: its namespace (`user`, `global` or a custom one), the user for
+/// namespace `user`, and the entity's type and slug.
+#[derive(Debug, Clone, Copy)]
+pub struct EntityKey<'a> {
+    /// `user`, `global` or a custom namespace.
+    pub namespace: &'a str,
+    /// The owner; required in namespace `user`, ignored elsewhere.
+    pub user_id: Option<&'a str>,
+    /// `person`, `project`, `company`, …
+    pub entity_type: &'a str,
+    /// The entity's slug.
+    pub entity_id: &'a str,
+}
+
+impl EntityKey<'_> {
+    /// The learning id and the owner (`None` outside namespace `user`).
+    fn resolve(&self, call: &str) -> Result<(String, Option<&str>)> {
+        let owner = if self.namespace == "user" {
+            Some(self.user_id.ok_or_else(|| {
+                crate::Error::invalid_input(format!(
+                    "EntityMemories::{call}: namespace 'user' needs a user_id (entity \
+                     memories there are per user); pass the user's id, or use namespace \
+                     'global' for an entity every user shares"
+                ))
+            })?)
+        } else {
+            None
+        };
+        let id = entity_learning_id(self.namespace, owner, self.entity_type, self.entity_id)
+            .ok_or_else(|| crate::Error::invalid_input("an entity memory needs an id"))?;
+        Ok((id, owner))
+    }
+}
+
+impl<'a> EntityMemories<'a> {
+    /// Entity memories kept in `store`.
+    pub fn new(store: &'a dyn LearningStore) -> Self {
+        EntityMemories { store }
+    }
+
+    /// Writes the entity's `content` (identity columns are kept on an existing row).
+    pub async fn upsert(&self, key: EntityKey<'_>, content: Value) -> Result<Learning> {
+        let (learning_id, owner) = key.resolve("upsert")?;
+        let now = crate::now_epoch_seconds();
+        self.store
+            .upsert_learning(Learning {
+                learning_id,
+                learning_type: "entity_memory".into(),
+                namespace: Some(key.namespace.to_owned()),
+                user_id: owner.map(str::to_owned),
+                agent_id: None,
+                team_id: None,
+                workflow_id: None,
+                session_id: None,
+                entity_id: Some(key.entity_id.to_owned()),
+                entity_type: Some(key.entity_type.to_owned()),
+                content,
+                metadata: None,
+                created_at: now,
+                updated_at: Some(now),
+            })
+            .await
+    }
+
+    /// The entity's memory, `None` when there is none.
+    pub async fn get(&self, key: EntityKey<'_>) -> Result<Option<Learning>> {
+        let (id, owner) = key.resolve("get")?;
+        self.store.get_learning(&id, owner).await
+    }
+
+    /// Deletes the entity's memory; whether there was one.
+    pub async fn delete(&self, key: EntityKey<'_>) -> Result<bool> {
+        let (id, owner) = key.resolve("delete")?;
+        self.store.delete_learning(&id, owner).await
+    }
 }
 
 /// One owner's learnings at a glance ([`LearningStore::get_learnings_user_stats`]).

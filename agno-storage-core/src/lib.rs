@@ -47,7 +47,9 @@ pub use job::{
     JobStatus, JobStore, JobWakeups, QueueStats,
 };
 pub use knowledge::{KnowledgeContent, KnowledgeQuery, KnowledgeStore};
-pub use learning::{Learning, LearningQuery, LearningStore, LearningUserStats};
+pub use learning::{
+    EntityKey, EntityMemories, Learning, LearningQuery, LearningStore, LearningUserStats,
+};
 pub use legacy::LegacyRunsStore;
 pub use metrics::{MetricsPage, MetricsQuery, MetricsRecord, MetricsStore};
 pub use migration::{
@@ -60,7 +62,7 @@ pub use rules::{
     now_epoch_seconds, owned_by_another_user, owner_or_shared, validate_sort, visible_to,
     writable_by,
 };
-pub use run::{RunQuery, RunRecord, RunStore, RunType};
+pub use run::{RunQuery, RunRecord, RunStore, RunType, ACTIVE_RUN_STATUSES};
 pub use run_json::RunJson;
 pub use schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 pub use session::{Session, SessionQuery, SessionRead, SessionStore, SessionType};

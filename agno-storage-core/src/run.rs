@@ -52,6 +52,10 @@ impl RunType {
 /// Statuses left out of a session's context history (`HISTORY_SKIP_STATUSES`).
 pub const HISTORY_SKIP_STATUSES: &[&str] = &["PAUSED", "CANCELLED", "ERROR", "REGENERATED"];
 
+/// Statuses of a run still in flight: a session with such a run is not handed to another
+/// owner ([`crate::SessionStore::reassign_session_owner`]).
+pub const ACTIVE_RUN_STATUSES: &[&str] = &["PENDING", "RUNNING", "PAUSED"];
+
 /// One row of the runs table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {

@@ -290,6 +290,19 @@ pub trait SessionStore: Send + Sync {
     /// and the runs of exactly those sessions. Returns how many sessions were deleted.
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64>;
 
+    /// Hands an idle session from `previous_user_id` to `user_id` (`None`: unowned), as
+    /// agno's `reassign_session_owner`: only when the session is owned by
+    /// `previous_user_id` and none of its runs is in flight
+    /// ([`crate::ACTIVE_RUN_STATUSES`]). Only the session's `user_id` changes: its runs keep
+    /// theirs, the record of who ran them, and `updated_at` is kept. Returns whether the
+    /// session changed hands.
+    async fn reassign_session_owner(
+        &self,
+        session_id: &str,
+        previous_user_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<bool>;
+
     /// Writes each session as [`SessionStore::upsert_session`] does, owner check included,
     /// and returns one result per session in order: a session another user owns is refused
     /// alone (`PermissionDenied`, nothing of it written) and the others are written.

@@ -144,39 +144,6 @@ where
         match domain {
             // Emitted with their schedules.
             UserDomain::ScheduleRuns => {}
-            UserDomain::Schedules => {
-                let Some(schedules) = supported(db.schedules())? else {
-                    continue;
-                };
-                let mut number = 1;
-                loop {
-                    let page = schedules
-                        .get_schedules(None, Some(user), page_of(number))
-                        .await?;
-                    let len = page.items.len() as u64;
-                    for (id, item) in owned(page, user, |s| (&s.id, s.user_id.as_deref()))? {
-                        out(domain, item)?;
-                        let mut run_page = 1;
-                        loop {
-                            let runs = schedules
-                                .get_schedule_runs(&id, Some(user), page_of(run_page))
-                                .await?;
-                            let len = runs.items.len() as u64;
-                            for (_, run) in owned(runs, user, |r| (&r.id, r.user_id.as_deref()))? {
-                                out(UserDomain::ScheduleRuns, run)?;
-                            }
-                            if len < PAGE {
-                                break;
-                            }
-                            run_page += 1;
-                        }
-                    }
-                    if len < PAGE {
-                        break;
-                    }
-                    number += 1;
-                }
-            }
             UserDomain::Metrics => {
                 let Some(metrics) = supported(db.metrics())? else {
                     continue;
@@ -194,8 +161,27 @@ where
             _ => {
                 let mut number = 1;
                 while let Some(page) = list(db, domain, user, number).await? {
-                    for (_, item) in page.items {
+                    for (id, item) in page.items {
                         out(domain, item)?;
+                        if domain == UserDomain::Schedules {
+                            let schedules = db.schedules()?;
+                            let mut run_page = 1;
+                            loop {
+                                let runs = schedules
+                                    .get_schedule_runs(&id, Some(user), page_of(run_page))
+                                    .await?;
+                                let len = (runs.items.len() + runs.unreadable.len()) as u64;
+                                for (_, run) in
+                                    owned(runs, user, |r| (&r.id, r.user_id.as_deref()))?
+                                {
+                                    out(UserDomain::ScheduleRuns, run)?;
+                                }
+                                if len < PAGE {
+                                    break;
+                                }
+                                run_page += 1;
+                            }
+                        }
                     }
                     if !page.full {
                         break;
@@ -227,37 +213,8 @@ pub async fn erase_user(db: &AgnoDb, user_id: &str) -> Result<DomainCounts> {
     };
     for domain in ERASE_ORDER {
         match domain {
+            // Counted and deleted with their schedules.
             UserDomain::ScheduleRuns => {}
-            UserDomain::Schedules => {
-                let Some(schedules) = supported(db.schedules())? else {
-                    continue;
-                };
-                let mut ids = Vec::new();
-                let mut number = 1;
-                loop {
-                    let page = schedules
-                        .get_schedules(None, Some(user), page_of(number))
-                        .await?;
-                    let len = page.items.len() as u64;
-                    ids.extend(
-                        owned(page, user, |s| (&s.id, s.user_id.as_deref()))?.map(|(id, _)| id),
-                    );
-                    if len < PAGE {
-                        break;
-                    }
-                    number += 1;
-                }
-                for id in ids {
-                    let runs = schedules
-                        .get_schedule_runs(&id, Some(user), Pagination::limit(1))
-                        .await?
-                        .total;
-                    if schedules.delete_schedule(&id, Some(user)).await? {
-                        add(UserDomain::Schedules, 1);
-                        add(UserDomain::ScheduleRuns, runs);
-                    }
-                }
-            }
             UserDomain::Metrics => {
                 if let Some(metrics) = supported(db.metrics())? {
                     add(domain, metrics.delete_user_metrics(user).await?);
@@ -279,8 +236,22 @@ pub async fn erase_user(db: &AgnoDb, user_id: &str) -> Result<DomainCounts> {
                     }
                     number += 1;
                 }
-                for chunk in ids.chunks(PAGE as usize) {
-                    add(domain, delete(db, domain, user, chunk).await?);
+                if domain == UserDomain::Schedules {
+                    let schedules = db.schedules()?;
+                    for id in ids {
+                        let runs = schedules
+                            .get_schedule_runs(&id, Some(user), Pagination::limit(1))
+                            .await?
+                            .total;
+                        if schedules.delete_schedule(&id, Some(user)).await? {
+                            add(UserDomain::Schedules, 1);
+                            add(UserDomain::ScheduleRuns, runs);
+                        }
+                    }
+                } else {
+                    for chunk in ids.chunks(PAGE as usize) {
+                        add(domain, delete(db, domain, user, chunk).await?);
+                    }
                 }
             }
         }
@@ -376,11 +347,11 @@ async fn list(db: &AgnoDb, domain: UserDomain, user: &str, number: u64) -> Resul
     let u = Some(user.to_owned());
     let pagination = page_of(number);
     macro_rules! page {
-        ($store:expr, $call:ident, $query:expr, $key:expr) => {{
-            let Some(store) = supported($store)? else {
+        ($store:expr, $s:ident => $fetch:expr, $key:expr) => {{
+            let Some($s) = supported($store)? else {
                 return Ok(None);
             };
-            let page = store.$call($query).await?;
+            let page = $fetch.await?;
             let full = (page.items.len() + page.unreadable.len()) as u64 >= PAGE;
             let items = owned(page, user, $key)?.collect();
             Ok(Some(Listed { items, full }))
@@ -389,76 +360,74 @@ async fn list(db: &AgnoDb, domain: UserDomain, user: &str, number: u64) -> Resul
     match domain {
         UserDomain::Sessions => page!(
             db.sessions(),
-            get_sessions,
-            SessionQuery {
+            s => s.get_sessions(SessionQuery {
                 user_id: u,
                 pagination,
                 ..Default::default()
-            },
+            }),
             |s: &crate::Session| (&s.session_id, s.user_id.as_deref())
         ),
         UserDomain::Runs => page!(
             db.runs(),
-            get_runs,
-            RunQuery {
+            s => s.get_runs(RunQuery {
                 user_id: u,
                 pagination,
                 ..Default::default()
-            },
+            }),
             |r: &crate::RunRecord| (&r.run_id, r.user_id.as_deref())
         ),
         UserDomain::Memories => page!(
             db.memories(),
-            get_memories,
-            MemoryQuery {
+            s => s.get_memories(MemoryQuery {
                 user_id: u,
                 pagination,
                 ..Default::default()
-            },
+            }),
             |m: &crate::UserMemory| (&m.memory_id, m.user_id.as_deref())
         ),
         UserDomain::EvalRuns => page!(
             db.evals(),
-            get_eval_runs,
-            EvalQuery {
+            s => s.get_eval_runs(EvalQuery {
                 user_id: u,
                 pagination,
                 ..Default::default()
-            },
+            }),
             |e: &crate::EvalRun| (&e.run_id, e.user_id.as_deref())
         ),
         UserDomain::KnowledgeContents => page!(
             db.knowledge(),
-            get_knowledge_contents,
-            KnowledgeQuery {
+            s => s.get_knowledge_contents(KnowledgeQuery {
                 user_id: u,
                 pagination,
                 ..Default::default()
-            },
+            }),
             |k: &crate::KnowledgeContent| (&k.id, k.user_id.as_deref())
         ),
         UserDomain::Learnings => page!(
             db.learnings(),
-            list_learnings,
-            LearningQuery {
+            s => s.list_learnings(LearningQuery {
                 user_id: u,
                 include_global: false,
                 pagination,
                 ..Default::default()
-            },
+            }),
             |l: &crate::Learning| (&l.learning_id, l.user_id.as_deref())
         ),
         UserDomain::Jobs => page!(
             db.jobs(),
-            list_jobs,
-            JobQuery {
+            s => s.list_jobs(JobQuery {
                 user_id: u,
                 pagination,
                 ..Default::default()
-            },
+            }),
             |j: &crate::Job| (&j.id, j.user_id.as_deref())
         ),
-        UserDomain::Schedules | UserDomain::ScheduleRuns | UserDomain::Metrics => Ok(None),
+        UserDomain::Schedules => page!(
+            db.schedules(),
+            s => s.get_schedules(None, Some(user), pagination),
+            |s: &crate::Schedule| (&s.id, s.user_id.as_deref())
+        ),
+        UserDomain::ScheduleRuns | UserDomain::Metrics => Ok(None),
     }
 }
 

@@ -38,7 +38,7 @@ pub fn run_counter_id(session_id: &str) -> String {
 
 impl<B: DocBackend> Docs<B> {
     /// Every run document of `session_id`.
-    async fn session_run_docs(&self, session_id: &str) -> Result<Vec<Stored<B>>> {
+    pub(crate) async fn session_run_docs(&self, session_id: &str) -> Result<Vec<Stored<B>>> {
         self.query(
             self.collection(Table::Runs),
             &[("session_id", opt(Some(session_id)))],

@@ -8,7 +8,7 @@
 use agno_storage_core::legacy::{last_context_runs, merge_runs};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, visible_to, writable_by, Page, Result,
-    Session, SessionQuery, SessionRead, SessionStore, SessionType,
+    Session, SessionQuery, SessionRead, SessionStore, SessionType, ACTIVE_RUN_STATUSES,
 };
 use serde_json::Value;
 
@@ -204,6 +204,44 @@ impl<B: DocBackend> SessionStore for Docs<B> {
             }
         }
         Err(self.contended("rename session"))
+    }
+
+    async fn reassign_session_owner(
+        &self,
+        session_id: &str,
+        previous_user_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<bool> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some(stored) = self.find_session(session_id).await? else {
+                return Ok(false);
+            };
+            if stored.fields.get("user_id").and_then(Value::as_str) != Some(previous_user_id) {
+                return Ok(false);
+            }
+            let in_flight = self.session_run_docs(session_id).await?.iter().any(|run| {
+                run.fields
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| ACTIVE_RUN_STATUSES.contains(&s))
+            });
+            if in_flight {
+                return Ok(false);
+            }
+            let mut fields = stored.fields.clone();
+            fields.insert("user_id".into(), opt(user_id));
+            let write = self.put(
+                self.collection(Table::Sessions),
+                &stored.id,
+                &fields,
+                stored.unchanged(),
+            );
+            match self.commit("reassign session owner", vec![write]).await? {
+                Commit::Done => return Ok(true),
+                Commit::Conflict => backoff(attempt).await,
+            }
+        }
+        Err(self.contended("reassign session owner"))
     }
 
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {

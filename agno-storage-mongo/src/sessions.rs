@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use agno_storage_core::legacy::{last_context_runs, merge_runs};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, Page, Result, RunRecord, Session,
-    SessionQuery, SessionRead, SessionStore, SessionType,
+    SessionQuery, SessionRead, SessionStore, SessionType, ACTIVE_RUN_STATUSES,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -288,6 +288,32 @@ impl SessionStore for MongoDb {
             Some(d) => Ok(Some(self.with_runs(decode_session(d)?, None).await?)),
             None => Ok(None),
         }
+    }
+
+    async fn reassign_session_owner(
+        &self,
+        session_id: &str,
+        previous_user_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<bool> {
+        let active = self
+            .coll(&self.inner.names.runs)
+            .find_one(doc! {"session_id": session_id, "status": {"$in": ACTIVE_RUN_STATUSES}})
+            .projection(doc! {"_id": 1})
+            .await
+            .map_err(db_err("reassign session owner"))?;
+        if active.is_some() {
+            return Ok(false);
+        }
+        let changed = self
+            .coll(&self.inner.names.sessions)
+            .update_one(
+                doc! {"session_id": session_id, "user_id": previous_user_id},
+                doc! {"$set": {"user_id": opt(user_id)}},
+            )
+            .await
+            .map_err(db_err("reassign session owner"))?;
+        Ok(changed.matched_count > 0)
     }
 
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use agno_storage_core::legacy::{last_context_runs, merge_runs, SessionRun};
 use agno_storage_core::{
     async_trait, now_epoch_seconds, owned_by_another_user, Error, ErrorKind, Page, Result, RunJson,
-    Session, SessionQuery, SessionRead, SessionStore, SessionType,
+    Session, SessionQuery, SessionRead, SessionStore, SessionType, ACTIVE_RUN_STATUSES,
 };
 use serde_json::Value;
 
@@ -462,6 +462,32 @@ impl SessionStore for SqlStore {
             },
         )
         .await
+    }
+
+    async fn reassign_session_owner(
+        &self,
+        session_id: &str,
+        previous_user_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<bool> {
+        self.check(Table::Sessions)?;
+        self.check(Table::Runs)?;
+        // agno's one statement: the owner and the idle check are decided with the write.
+        let (active, mut params) = in_list(ACTIVE_RUN_STATUSES);
+        let sql = format!(
+            "UPDATE {} SET user_id = ? WHERE session_id = ? AND user_id = ? AND NOT EXISTS \
+             (SELECT run_id FROM {} WHERE session_id = ? AND status IN {active})",
+            self.t(Table::Sessions),
+            self.t(Table::Runs),
+        );
+        let mut all = vec![
+            SqlValue::opt_text(user_id),
+            SqlValue::text(session_id),
+            SqlValue::text(previous_user_id),
+            SqlValue::text(session_id),
+        ];
+        all.append(&mut params);
+        Ok(self.exec.execute(&sql, all).await? > 0)
     }
 
     async fn delete_sessions(&self, session_ids: &[String], user_id: Option<&str>) -> Result<u64> {

@@ -428,11 +428,14 @@ impl Where {
 }
 
 /// The `(sql, params)` of an `IN (?, ?, …)` list.
-pub(crate) fn in_list(values: &[String]) -> (String, Vec<SqlValue>) {
+pub(crate) fn in_list<S: AsRef<str>>(values: &[S]) -> (String, Vec<SqlValue>) {
     let marks = vec!["?"; values.len()].join(", ");
     (
         format!("({marks})"),
-        values.iter().map(|v| SqlValue::text(v.clone())).collect(),
+        values
+            .iter()
+            .map(|v| SqlValue::text(v.as_ref().to_owned()))
+            .collect(),
     )
 }
 

@@ -146,8 +146,14 @@ pub(crate) fn all() -> Vec<Case> {
             ["sessions", "memories"]
         ),
         case!(surface::clear_memories_deletes_every_memory, ["memories"]),
+        case!(surface::idle_session_changes_hands, ["sessions", "runs"]),
         case!(
             surface::learnings_per_owner_stats_and_deletes,
+            ["learnings"]
+        ),
+        case!(surface::learnings_found_by_text, ["learnings"]),
+        case!(
+            surface::entity_memories_in_namespace_user_need_the_user,
             ["learnings"]
         ),
         case!(surface::latest_run_of_each_schedule, ["schedules"]),

@@ -4,13 +4,13 @@
 //! and schedules disabled with their target.
 
 use agno_storage_core::{
-    ErrorKind, LearningQuery, MemoryQuery, Pagination, SessionRead, SessionType, Sort, SortOrder,
-    UserMemory,
+    EntityKey, EntityMemories, ErrorKind, LearningQuery, MemoryQuery, Pagination, RunQuery,
+    SessionQuery, SessionRead, SessionType, Sort, SortOrder, UserMemory,
 };
 use serde_json::json;
 
 use super::scoping::learning;
-use super::{schedule_run, session, uid};
+use super::{run_row, schedule_run, session, uid};
 use crate::{ensure, ensure_eq, CaseResult, Ctx};
 
 /// `upsert_sessions` and `upsert_memories` check the owner of every row: a row another user
@@ -405,4 +405,232 @@ pub(crate) async fn provenance_round_trips_and_targets_are_disabled(ctx: &Ctx) -
         0,
         "nothing left to disable",
     )
+}
+
+/// `reassign_session_owner` hands an idle session to its new owner, as agno's: only from
+/// the owner named, never while a run of it is in flight; its runs keep their `user_id`.
+pub(crate) async fn idle_session_changes_hands(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let (sessions, runs) = (db.sessions()?, db.runs()?);
+    let idle = session(SessionType::Agent, Some("alice"));
+    sessions.upsert_session(idle.clone()).await?;
+    runs.upsert_run(run_row(&idle, &uid("r"), "COMPLETED"))
+        .await?;
+    let busy = session(SessionType::Agent, Some("alice"));
+    sessions.upsert_session(busy.clone()).await?;
+    runs.upsert_run(run_row(&busy, &uid("r"), "RUNNING"))
+        .await?;
+    let id = &idle.session_id;
+    ensure(
+        !sessions
+            .reassign_session_owner(id, "bob", Some("carol"))
+            .await?,
+        "a session changed hands from an owner it does not have",
+    )?;
+    ensure(
+        !sessions
+            .reassign_session_owner(&uid("missing"), "alice", Some("bob"))
+            .await?,
+        "a missing session changed hands",
+    )?;
+    ensure(
+        !sessions
+            .reassign_session_owner(&busy.session_id, "alice", Some("bob"))
+            .await?,
+        "a session with a running run changed hands",
+    )?;
+    ensure(
+        sessions
+            .reassign_session_owner(id, "alice", Some("bob"))
+            .await?,
+        "the idle session did not change hands",
+    )?;
+    let taken = sessions
+        .get_session(id, SessionRead::for_user("bob"))
+        .await?
+        .ok_or("the new owner cannot read the session")?;
+    ensure_eq(taken.runs.map(|r| r.len()), Some(1), "its runs came along")?;
+    ensure(
+        sessions
+            .get_session(id, SessionRead::for_user("alice"))
+            .await?
+            .is_none(),
+        "the previous owner still reads the session",
+    )?;
+    let listed = |user: &str| {
+        let query = SessionQuery {
+            user_id: Some(user.to_owned()),
+            ..Default::default()
+        };
+        async move {
+            let ids: Vec<String> = sessions
+                .get_sessions(query)
+                .await?
+                .items
+                .into_iter()
+                .map(|s| s.session_id)
+                .collect();
+            Ok::<_, agno_storage_core::Error>(ids)
+        }
+    };
+    ensure_eq(listed("bob").await?, vec![id.clone()], "bob's sessions")?;
+    ensure_eq(
+        listed("alice").await?,
+        vec![busy.session_id.clone()],
+        "alice's sessions",
+    )?;
+    let history = runs
+        .get_runs(RunQuery {
+            session_id: Some(id.clone()),
+            ..Default::default()
+        })
+        .await?;
+    ensure_eq(
+        history
+            .items
+            .iter()
+            .map(|r| r.user_id.as_deref())
+            .collect::<Vec<_>>(),
+        vec![Some("alice")],
+        "the run keeps the user who ran it",
+    )?;
+    ensure(
+        sessions.reassign_session_owner(id, "bob", None).await?,
+        "bob could not give the session up",
+    )?;
+    let shared = sessions
+        .get_session(id, SessionRead::default())
+        .await?
+        .ok_or("the session is gone")?;
+    ensure_eq(shared.user_id, None, "the session is unowned")?;
+    Ok(())
+}
+
+/// `search_learnings` finds a text in the content's values whatever its case and its
+/// separators (spaces, underscores, hyphens), within the filters; `%` is a plain character
+/// and a text of nothing but separators finds nothing.
+pub(crate) async fn learnings_found_by_text(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.learnings()?;
+    let with = |user: &str, content| {
+        let mut l = learning(&uid("l"), Some(user));
+        l.content = content;
+        l
+    };
+    let display = with(
+        "alice",
+        json!({"name": "Sarah Chen", "facts": ["leads multi-tenant billing"]}),
+    );
+    let slug = with("alice", json!({"entity": {"slug": "sarah__chen"}}));
+    let others = with("bob", json!({"name": "SARAH-CHEN"}));
+    let key_only = with("alice", json!({"sarah chen": "100% sure"}));
+    for l in [&display, &slug, &others, &key_only] {
+        store.upsert_learning(l.clone()).await?;
+    }
+    let alices = LearningQuery {
+        user_id: Some("alice".into()),
+        ..Default::default()
+    };
+    let found = |text: &'static str, filters: LearningQuery| async move {
+        let page = store.search_learnings(text, filters).await?;
+        let mut ids: Vec<String> = page.items.into_iter().map(|l| l.learning_id).collect();
+        ids.sort();
+        Ok::<_, agno_storage_core::Error>((ids, page.total))
+    };
+    let mut sarah = vec![display.learning_id.clone(), slug.learning_id.clone()];
+    sarah.sort();
+    ensure_eq(
+        found("  sarah CHEN ", alices.clone()).await?,
+        (sarah, 2),
+        "alice's learnings naming Sarah Chen",
+    )?;
+    ensure_eq(
+        found("Multi Tenant", alices.clone()).await?,
+        (vec![display.learning_id.clone()], 1),
+        "separators cross",
+    )?;
+    ensure_eq(
+        found("sarah chen", LearningQuery::default()).await?.1,
+        3,
+        "every owner's, unfiltered",
+    )?;
+    ensure_eq(
+        found("100%", alices.clone()).await?,
+        (vec![key_only.learning_id.clone()], 1),
+        "% is a plain character",
+    )?;
+    for nothing in ["%", " _ -", ""] {
+        ensure_eq(
+            found(nothing, alices.clone()).await?,
+            (vec![], 0),
+            "a text of separators finds nothing",
+        )?;
+    }
+    let one = LearningQuery {
+        pagination: Pagination::limit(1),
+        ..alices
+    };
+    let page = store.search_learnings("sarah chen", one).await?;
+    ensure_eq(
+        (page.items.len(), page.total),
+        (1, 2),
+        "a page of the matches",
+    )?;
+    Ok(())
+}
+
+/// Entity memories in namespace `user` are per user: without the user's id every call is
+/// refused (`InvalidInput`) rather than reaching any user's entity, and each user reaches
+/// only their own; in namespace `global` the entity is shared and unowned.
+pub(crate) async fn entity_memories_in_namespace_user_need_the_user(ctx: &Ctx) -> CaseResult {
+    let db = ctx.db().await?;
+    let store = db.learnings()?;
+    let entities = EntityMemories::new(store);
+    let key = |namespace, user_id| EntityKey {
+        namespace,
+        user_id,
+        entity_type: "person",
+        entity_id: "sarah_chen",
+    };
+    entities
+        .upsert(key("user", Some("alice")), json!({"note": "alice's"}))
+        .await?;
+    entities
+        .upsert(key("user", Some("bob")), json!({"note": "bob's"}))
+        .await?;
+    let anonymous = key("user", None);
+    for (call, refused) in [
+        ("get", entities.get(anonymous).await.err()),
+        ("delete", entities.delete(anonymous).await.err()),
+        ("upsert", entities.upsert(anonymous, json!({})).await.err()),
+    ] {
+        ensure_eq(
+            refused.map(|e| e.kind()),
+            Some(ErrorKind::InvalidInput),
+            &format!("{call} without a user in namespace user"),
+        )?;
+    }
+    let alices = entities
+        .get(key("user", Some("alice")))
+        .await?
+        .ok_or("alice's entity is gone")?;
+    ensure_eq(alices.content, json!({"note": "alice's"}), "alice's entity")?;
+    ensure(
+        entities.delete(key("user", Some("alice"))).await?,
+        "alice could not delete her entity",
+    )?;
+    let bobs = entities
+        .get(key("user", Some("bob")))
+        .await?
+        .ok_or("bob's entity went with alice's")?;
+    ensure_eq(bobs.content, json!({"note": "bob's"}), "bob's entity")?;
+    let shared = entities
+        .upsert(key("global", Some("alice")), json!({"note": "everyone's"}))
+        .await?;
+    ensure_eq(shared.user_id, None, "a global entity has no owner")?;
+    ensure(
+        entities.get(key("global", None)).await?.is_some(),
+        "a global entity is read without a user",
+    )?;
+    Ok(())
 }
