@@ -321,7 +321,7 @@ impl DocBackend for DynamoDb {
         Ok(fields)
     }
 
-    /// The atomic counter item (see [`DynamoDb::write_run`]).
+    /// The atomic counter item (see `DynamoDb::write_run`).
     async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
         DynamoDb::write_run(self, run).await
     }
@@ -334,7 +334,7 @@ impl DocBackend for DynamoDb {
         self.delete_session_and_runs(session_id, user_id).await
     }
 
-    /// Scan pages from `after` (see [`DynamoDb::legacy_page`]).
+    /// Scan pages from `after` (see `DynamoDb::legacy_page`).
     async fn legacy_page(
         &self,
         after: Option<&str>,

@@ -5,6 +5,11 @@
 //! paths ([`default_paths`]). Not published.
 #![deny(missing_docs)]
 
+/// The README's examples, compiled (and run, but for `no_run` ones) by `cargo test`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;
+
 pub mod bench;
 pub mod crash;
 pub mod default_paths;
