@@ -472,6 +472,7 @@ pub async fn open_with_mode(url: &BackendUrl, mode: OpenMode) -> Result<AgnoDb, 
             let options = agno_storage_kv::KvOptions {
                 prefix: prefix.unwrap_or_else(|| "agno".into()),
                 stamp_new: true,
+                ..Default::default()
             };
             let db = agno_storage_kv::KvDb::connect_with_mode(&server, options, mode)
                 .await

@@ -144,6 +144,7 @@ async fn run() -> BenchResult<()> {
         KvOptions {
             prefix: prefix.clone(),
             stamp_new: false,
+            ..KvOptions::default()
         },
     )
     .await?;

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::codec::{decode_object, encode, encode_ascii};
 use crate::indexing::RecordIndex;
-use crate::store::KvStore;
+use crate::store::{KvStore, EXPIRING_TABLES};
 
 /// Checks every record's precondition, then applies every write and index operation.
 /// ARGV[1] the record count; per record (key index, expectation `*` any / `-` absent /
@@ -32,7 +32,7 @@ use crate::store::KvStore;
 /// action `set` / `del` / `none`, new text); then
 /// the operation count and `(kind, key index, member, score)` quadruples (`prune`: remove
 /// `member` from the set whose key index is in the score's place once the sorted set is
-/// empty; prunes come last). Returns 1 when
+/// empty; `expire`: the key lives that many seconds more; prunes come last). Returns 1 when
 /// applied, 0 when a precondition failed (nothing written).
 const COMMIT: &str = r#"
 local n = tonumber(ARGV[1])
@@ -71,6 +71,7 @@ for _ = 1, m do
   if kind == 'zadd' then redis.call('ZADD', k, score, member)
   elseif kind == 'zrem' then redis.call('ZREM', k, member)
   elseif kind == 'sadd' then redis.call('SADD', k, member)
+  elseif kind == 'expire' then redis.call('EXPIRE', k, tonumber(score))
   elseif kind == 'prune' then
     if redis.call('ZCARD', k) == 0 then redis.call('SREM', KEYS[tonumber(score)], member) end
   else return redis.error_reply('agno commit: unknown op ' .. kind) end
@@ -699,6 +700,7 @@ impl KvStore {
                 }
             }
         };
+        let by_session = self.by_session("");
         let mut records = Vec::with_capacity(writes.len());
         let mut ops: Vec<(&str, usize, &str, String)> = Vec::new();
         for w in &writes {
@@ -726,6 +728,15 @@ impl KvStore {
                 match e.score {
                     Some(s) => ops.push(("zadd", slot(&e.key), &e.member, score_arg(s))),
                     None => ops.push(("sadd", slot(&e.key), &e.member, String::new())),
+                }
+            }
+            if let (Some(ttl), Action::Set(_)) = (self.expire, &w.action) {
+                if EXPIRING_TABLES.contains(&w.segment.as_str()) {
+                    ops.push(("expire", slot(&w.key), "", ttl.to_string()));
+                    // agno refreshes the session's run list with each run it writes.
+                    for e in w.new.iter().filter(|e| e.key.starts_with(&by_session)) {
+                        ops.push(("expire", slot(&e.key), "", ttl.to_string()));
+                    }
                 }
             }
         }

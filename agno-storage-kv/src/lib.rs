@@ -28,8 +28,9 @@
 //! - **Atomic read-modify-writes.** Every write is a compare-and-set in one Lua script: the
 //!   owner guards, `run_index` assignment, schedule and job claims, fenced job transitions,
 //!   idempotency keys, metrics upserts and unique `(user_id, name)` schedule names.
-//! - **No TTL.** agno's `expire` lets a session, its runs and its index expire apart;
-//!   nothing here expires.
+//! - **TTL as agno's, opt-in.** [`KvOptions::expire`] is agno's `expire`: the same keys get
+//!   the same TTL. Listings skip entries whose record expired, where agno's scans simply
+//!   stop seeing the key.
 //! - Legacy runs blobs survive renames; deleted runs are scrubbed from them; the v3.0.0
 //!   migration never overwrites a newer run with its legacy copy and stamps nothing after a
 //!   failed scan or a partial copy.
@@ -98,6 +99,9 @@ pub use follower::{
 };
 #[cfg(feature = "redis")]
 pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;
+/// The `redis` crate this one is built on, for an application that builds its own client.
+#[cfg(feature = "redis")]
+pub use redis;
 
 #[cfg(feature = "redis")]
 mod client {
@@ -124,6 +128,19 @@ mod client {
         /// (default true). A prefix holding agno 2.x data is never stamped this way: migrate
         /// it with the migration manager.
         pub stamp_new: bool,
+        /// agno's `expire` (default none): the records of sessions, runs, memories,
+        /// metrics, knowledge and evals are written with this TTL, in whole seconds, and a
+        /// run's write refreshes its session's run list, as `RedisDb(expire=…)` writes them.
+        /// As there, each key's TTL restarts with its own last write, so a session's older
+        /// runs can expire before the session does; listings skip index entries whose
+        /// record has expired (their `total` may still count them until the entry is
+        /// dropped). Schedules, learnings, jobs and schema versions never expire.
+        pub expire: Option<std::time::Duration>,
+        /// How long connecting (and reconnecting) may take (default 5 s).
+        pub connection_timeout: std::time::Duration,
+        /// How long a reply may take (default 30 s: long enough for a large `MGET` or a
+        /// script deleting a session with many runs; the client's own default is 500 ms).
+        pub response_timeout: std::time::Duration,
     }
 
     impl Default for KvOptions {
@@ -131,6 +148,9 @@ mod client {
             KvOptions {
                 prefix: "agno".into(),
                 stamp_new: true,
+                expire: None,
+                connection_timeout: std::time::Duration::from_secs(5),
+                response_timeout: std::time::Duration::from_secs(30),
             }
         }
     }
@@ -179,20 +199,43 @@ mod client {
             options: KvOptions,
             mode: OpenMode,
         ) -> Result<KvDb> {
+            let client = redis::Client::open(url).map_err(|e| {
+                Error::new(ErrorKind::InvalidInput, format!("invalid Redis URL: {e}"))
+                    .with_source(e)
+            })?;
+            Self::open_with_mode(client, options, mode).await
+        }
+
+        /// Uses an application's own client (its TLS, credentials and protocol settings; the
+        /// `redis` crate is re-exported as [`crate::redis`]), with `options`' prefix and
+        /// timeouts.
+        pub async fn open(client: redis::Client, options: KvOptions) -> Result<KvDb> {
+            Self::open_with_mode(client, options, OpenMode::CreateMissing).await
+        }
+
+        /// [`KvDb::open`] in `mode` (see [`KvDb::connect_with_mode`]).
+        pub async fn open_with_mode(
+            client: redis::Client,
+            options: KvOptions,
+            mode: OpenMode,
+        ) -> Result<KvDb> {
             if options.prefix.is_empty() {
                 return Err(Error::invalid_input(
                     "the key prefix is empty; agno's default is `agno`",
                 ));
             }
-            let client = redis::Client::open(url).map_err(|e| {
-                Error::new(ErrorKind::InvalidInput, format!("invalid Redis URL: {e}"))
-                    .with_source(e)
-            })?;
-            // Long enough for a large MGET or a script deleting a session with many runs;
-            // the client's 500 ms default is not.
+            let expire = match options.expire {
+                Some(ttl) if ttl.as_secs() == 0 || ttl.subsec_nanos() != 0 => {
+                    return Err(Error::invalid_input(format!(
+                        "expire is {ttl:?}; Redis keys expire in whole seconds, as agno's \
+                         `expire` counts them: give 1 s or more, in whole seconds"
+                    )))
+                }
+                ttl => ttl.map(|t| t.as_secs()),
+            };
             let config = redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
-                .set_response_timeout(Some(std::time::Duration::from_secs(30)));
+                .set_connection_timeout(Some(options.connection_timeout))
+                .set_response_timeout(Some(options.response_timeout));
             let conn = client
                 .get_connection_manager_with_config(config)
                 .await
@@ -215,7 +258,13 @@ mod client {
                 .query_async::<Vec<String>>(&mut probe)
                 .await
                 .is_ok_and(|v| v.get(1).is_some_and(|s| s == "yes"));
-            let store = Arc::new(KvStore::new(conn, client.clone(), options.prefix, server));
+            let store = Arc::new(KvStore::new(
+                conn,
+                client.clone(),
+                options.prefix,
+                server,
+                expire,
+            ));
             if !mode.creates() {
                 if !store.holds_anything().await? {
                     return Err(OpenMode::no_database(

@@ -312,6 +312,7 @@ mod tests {
         let options = KvOptions {
             prefix: prefix.to_owned(),
             stamp_new: false,
+            ..KvOptions::default()
         };
         KvDb::connect(url, options)
             .await
@@ -345,6 +346,7 @@ mod tests {
             let options = KvOptions {
                 prefix: prefix(),
                 stamp_new: false,
+                ..KvOptions::default()
             };
             let db = KvDb::connect(&url, options).await.expect("connect");
             let err = db

@@ -16,7 +16,20 @@ pub(crate) struct KvStore {
     pub(crate) prefix: String,
     pub(crate) server: &'static str,
     pub(crate) commit_script: redis::Script,
+    /// agno's `expire`: the TTL, in seconds, of the records of [`EXPIRING_TABLES`].
+    pub(crate) expire: Option<u64>,
 }
+
+/// The tables whose record keys agno's `expire` applies to (`_store_record` and the run
+/// writes of `RedisDb`); schedules, learnings, jobs and schema versions never expire.
+pub(crate) const EXPIRING_TABLES: &[&str] = &[
+    crate::sessions::TABLE,
+    crate::runs::TABLE,
+    crate::memories::TABLE,
+    crate::metrics::TABLE,
+    crate::knowledge::TABLE,
+    crate::evals::TABLE,
+];
 
 /// A Redis error as a storage error: connection problems are `Unavailable` (retryable),
 /// everything else `Unexpected`.
@@ -51,6 +64,7 @@ impl KvStore {
         client: redis::Client,
         prefix: String,
         server: &'static str,
+        expire: Option<u64>,
     ) -> Self {
         KvStore {
             conn,
@@ -58,6 +72,7 @@ impl KvStore {
             prefix,
             server,
             commit_script: crate::docs::commit_script(),
+            expire,
         }
     }
 

@@ -60,6 +60,7 @@ impl CrashBackend for Crashable {
         let options = KvOptions {
             prefix: locator.to_owned(),
             stamp_new: false,
+            ..Default::default()
         };
         Ok(KvDb::connect(&self.url, options)
             .await?

@@ -80,6 +80,7 @@ async fn connect(url: &str, prefix: &str) -> KvDb {
         KvOptions {
             prefix: prefix.to_owned(),
             stamp_new: true,
+            ..Default::default()
         },
     )
     .await

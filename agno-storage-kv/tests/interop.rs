@@ -54,6 +54,7 @@ impl Target {
         let options = KvOptions {
             prefix: self.prefix.clone(),
             stamp_new: self.stamp_new,
+            ..Default::default()
         };
         KvDb::connect(&self.url, options)
             .await

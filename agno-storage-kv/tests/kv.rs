@@ -73,6 +73,7 @@ async fn connect(url: &str, prefix: &str, stamp_new: bool) -> KvDb {
         KvOptions {
             prefix: prefix.to_owned(),
             stamp_new,
+            ..KvOptions::default()
         },
     )
     .await
@@ -708,6 +709,7 @@ fn existing_mode_creates_nothing() {
         let options = || KvOptions {
             prefix: prefix.clone(),
             stamp_new: true,
+            ..KvOptions::default()
         };
         let err = KvDb::connect_with_mode(&url, options(), OpenMode::Existing)
             .await
@@ -779,5 +781,88 @@ fn existing_mode_creates_nothing() {
             before,
             "the Existing-mode open and reads wrote nothing"
         );
+    });
+}
+
+async fn ttl(conn: &mut redis::aio::ConnectionManager, key: &str) -> i64 {
+    redis::cmd("TTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("TTL")
+}
+
+/// `KvOptions::expire` is agno's `expire`: sessions, runs (and the session's run list) and
+/// memories are written with the TTL, schedules and schema versions never expire; an
+/// expired session is gone from reads and listings. A TTL under a second is refused.
+#[test]
+fn expire_sets_agnos_ttl_on_agnos_keys() {
+    each_server("expire", |url, prefix, mut conn| async move {
+        let options = |expire| KvOptions {
+            prefix: prefix.clone(),
+            expire: Some(expire),
+            ..KvOptions::default()
+        };
+        let err = KvDb::connect(&url, options(std::time::Duration::from_millis(500)))
+            .await
+            .expect_err("half a second");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        let db = KvDb::connect(&url, options(std::time::Duration::from_secs(2)))
+            .await
+            .expect("connect")
+            .agno_db();
+        let session = Session::new("s1", SessionType::Agent, "a1").with_user("alice");
+        db.sessions()
+            .expect("sessions")
+            .upsert_session(session)
+            .await
+            .expect("session");
+        let run = RunRecord::from_run_data(
+            "s1",
+            Some("alice".into()),
+            json!({"run_id": "r1", "agent_id": "a1", "status": "COMPLETED"}),
+        )
+        .expect("run");
+        db.runs().expect("runs").upsert_run(run).await.expect("run");
+        let memory = agno_storage_core::UserMemory::new("m1", Some("alice".into()), "tea");
+        db.memories()
+            .expect("memories")
+            .upsert_memory(memory)
+            .await
+            .expect("memory");
+        let schedule = agno_storage_core::Schedule::new("sch1", "nightly", "/x", "0 3 * * *");
+        db.schedules()
+            .expect("schedules")
+            .create_schedule(schedule)
+            .await
+            .expect("schedule");
+        for key in [
+            "sessions:s1",
+            "runs:r1",
+            "runs:by_session:s1",
+            "memories:m1",
+        ] {
+            let left = ttl(&mut conn, &format!("{prefix}:{key}")).await;
+            assert!((1..=2).contains(&left), "{key} expires in {left} s");
+        }
+        for key in ["schedules:sch1", "agno_schema_versions:agno_sessions"] {
+            let left = ttl(&mut conn, &format!("{prefix}:{key}")).await;
+            assert_eq!(left, -1, "{key} must not expire");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+        let sessions = db.sessions().expect("sessions");
+        assert!(sessions
+            .get_session("s1", SessionRead::for_user("alice"))
+            .await
+            .expect("read")
+            .is_none());
+        let listed = sessions
+            .get_sessions(SessionQuery {
+                user_id: Some("alice".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("list");
+        assert!(listed.items.is_empty(), "{:?}", listed.items);
     });
 }

@@ -121,6 +121,18 @@ impl PoolSettings {
     }
 }
 
+/// What every MySQL connection runs first: READ COMMITTED (claims skip locked rows without
+/// gap locks) and `NO_BACKSLASH_ESCAPES` (LIKE patterns escape with `\`). An application
+/// that passes its own pool ([`SqlDb::from_mysql_pool`]) runs it in the pool's
+/// `after_connect`.
+#[cfg(feature = "mysql")]
+pub const MYSQL_SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+     SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_BACKSLASH_ESCAPES')";
+
+/// The `sqlx` this crate is built on, for an application that builds its own pool.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use sqlx;
+
 /// One SQL database with agno's tables.
 #[derive(Clone)]
 pub struct SqlDb {
@@ -209,6 +221,55 @@ impl SqlDb {
             tables,
             mode,
             "the PostgreSQL server",
+        )
+        .await
+    }
+
+    /// Uses an application's own PostgreSQL pool (its size, timeouts and TLS are the
+    /// application's) and `schema`, as [`SqlDb::connect_postgres_with_mode`] does with the
+    /// pool it makes.
+    #[cfg(feature = "postgres")]
+    pub async fn from_postgres_pool(
+        pool: sqlx::PgPool,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
+        schema::validate_identifier("PostgreSQL schema name", schema)?;
+        crate::schema::validate_names(&tables)?;
+        let exec = postgres::PgExecutor::from_pool(pool, format!("agno_migrations:{schema}"));
+        Self::init(
+            Arc::new(exec),
+            &dialect::Postgres,
+            Some(schema.to_owned()),
+            tables,
+            mode,
+            "the PostgreSQL server",
+        )
+        .await
+    }
+
+    /// Uses an application's own MySQL or MariaDB pool and the database `schema`, as
+    /// [`SqlDb::connect_mysql_with_mode`] does with the pool it makes. The pool's
+    /// connections must run [`MYSQL_SESSION_SETUP`] (its `after_connect`); one that does not
+    /// is refused with `InvalidInput` naming it.
+    #[cfg(feature = "mysql")]
+    pub async fn from_mysql_pool(
+        pool: sqlx::MySqlPool,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
+        schema::validate_identifier("MySQL database name", schema)?;
+        crate::schema::validate_names(&tables)?;
+        let exec = mysql::MySqlExecutor::from_pool(pool, schema.to_owned()).await?;
+        Self::init(
+            Arc::new(exec),
+            &dialect::MySql,
+            Some(schema.to_owned()),
+            tables,
+            mode,
+            "the MySQL server",
         )
         .await
     }

@@ -222,18 +222,59 @@ impl MySqlExecutor {
             .idle_timeout(Duration::from_secs(60))
             .after_connect(|conn, _| {
                 Box::pin(async move {
-                    sqlx::raw_sql(
-                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
-                         SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_BACKSLASH_ESCAPES')",
-                    )
-                    .execute(conn)
-                    .await
-                    .map(|_| ())
+                    sqlx::raw_sql(crate::MYSQL_SESSION_SETUP)
+                        .execute(conn)
+                        .await
+                        .map(|_| ())
                 })
             })
             .connect_with(options)
             .await
             .map_err(connect_error)?;
+        Ok(MySqlExecutor {
+            pool,
+            lock_key,
+            mariadb: version.contains("MariaDB"),
+        })
+    }
+}
+
+impl MySqlExecutor {
+    /// Uses an application's own pool, after checking on one of its connections that it
+    /// runs with what [`crate::MYSQL_SESSION_SETUP`] sets: `InvalidInput` naming the fix
+    /// otherwise.
+    pub(crate) async fn from_pool(pool: MySqlPool, lock_key: String) -> Result<Self> {
+        let mut conn = pool.acquire().await.map_err(connect_error)?;
+        let (version, sql_mode): (String, String) =
+            sqlx::query_as("SELECT VERSION(), @@SESSION.sql_mode")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(map_err)?;
+        // MySQL 5.7 and MariaDB before 11.1 name it `tx_isolation`.
+        let isolation: String = match sqlx::query_scalar("SELECT @@SESSION.transaction_isolation")
+            .fetch_one(&mut *conn)
+            .await
+        {
+            Ok(level) => level,
+            Err(_) => sqlx::query_scalar("SELECT @@SESSION.tx_isolation")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(map_err)?,
+        };
+        let escapes_off = sql_mode.split(',').any(|m| m == "NO_BACKSLASH_ESCAPES");
+        if !escapes_off || isolation != "READ-COMMITTED" {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "the pool's connections run with isolation {isolation} and sql_mode \
+                     `{sql_mode}`; agno-storage needs READ-COMMITTED and NO_BACKSLASH_ESCAPES \
+                     (its claims and LIKE patterns rely on them): build the pool with \
+                     `.after_connect(...)` running agno_storage_sql::MYSQL_SESSION_SETUP, or \
+                     let SqlDb::connect_mysql_with_pool make it"
+                ),
+            )
+            .with_backend(BACKEND));
+        }
         Ok(MySqlExecutor {
             pool,
             lock_key,

@@ -388,6 +388,11 @@ impl PgExecutor {
         Ok(PgExecutor { pool, lock_key })
     }
 
+    /// Uses an application's own pool as it is.
+    pub(crate) fn from_pool(pool: PgPool, lock_key: String) -> Self {
+        PgExecutor { pool, lock_key }
+    }
+
     /// Runs `work` on a pooled connection. When PostgreSQL refuses a statement that
     /// connection prepared before a schema change altered its result columns (`cached plan
     /// must not change result type`; anyone's change, agno migrating a shared database,

@@ -325,3 +325,98 @@ async fn postgres_pool_settings_are_checked_and_used() {
     let jobs = db.jobs().expect("jobs");
     assert_eq!(jobs.count_queued_jobs().await.expect("count"), 0);
 }
+
+/// A session written and read back through `db`, as `user`.
+async fn round_trips_a_session(db: &AgnoDb, user: &str) {
+    let id = unique("own_pool_session");
+    let session = Session::new(id.clone(), SessionType::Agent, "agent-1").with_user(user);
+    let sessions = db.sessions().expect("sessions");
+    sessions.upsert_session(session).await.expect("upsert");
+    let read = sessions
+        .get_session(&id, agno_storage_core::SessionRead::for_user(user))
+        .await
+        .expect("read");
+    assert_eq!(read.map(|s| s.session_id), Some(id));
+}
+
+/// An application's own PostgreSQL pool is used as it is: its size is the application's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_uses_the_applications_own_pool() {
+    let Some(url) = server_url("AGNO_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .expect("the application's pool");
+    let schema = unique("own_pool");
+    let db = SqlDb::from_postgres_pool(
+        pool.clone(),
+        &schema,
+        TableNames::default(),
+        OpenMode::CreateMissing,
+    )
+    .await
+    .expect("open on the application's pool")
+    .agno_db();
+    round_trips_a_session(&db, "alice").await;
+    assert!(
+        pool.size() <= 2,
+        "the pool grew past the application's size"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await
+    .expect("drop");
+}
+
+/// An application's own MySQL pool is refused, naming the fix, until its connections run
+/// `MYSQL_SESSION_SETUP`; then it is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_uses_the_applications_own_pool_once_set_up() {
+    let Some(url) = server_url("AGNO_TEST_MYSQL_URL") else {
+        return;
+    };
+    let schema = unique("own_pool");
+    let plain = sqlx::MySqlPool::connect(&url).await.expect("plain pool");
+    let err = SqlDb::from_mysql_pool(
+        plain.clone(),
+        &schema,
+        TableNames::default(),
+        OpenMode::CreateMissing,
+    )
+    .await
+    .expect_err("a pool without the session setup");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.message().contains("MYSQL_SESSION_SETUP"), "{err}");
+    let ready = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(2)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::raw_sql(agno_storage_sql::MYSQL_SESSION_SETUP)
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .connect(&url)
+        .await
+        .expect("the application's pool");
+    let db = SqlDb::from_mysql_pool(
+        ready,
+        &schema,
+        TableNames::default(),
+        OpenMode::CreateMissing,
+    )
+    .await
+    .expect("open on the set-up pool")
+    .agno_db();
+    round_trips_a_session(&db, "alice").await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE `{schema}`")))
+        .execute(&plain)
+        .await
+        .expect("drop");
+}

@@ -212,6 +212,7 @@ impl Harness for Kv {
         let options = KvOptions {
             prefix: self.prefix(case),
             stamp_new: true,
+            ..KvOptions::default()
         };
         Ok(self.wire(&KvDb::connect(&self.url, options).await?))
     }
@@ -221,6 +222,7 @@ impl Harness for Kv {
         let options = KvOptions {
             prefix: prefix.clone(),
             stamp_new: false,
+            ..KvOptions::default()
         };
         let db = self.wire(&KvDb::connect(&self.url, options).await?);
         let writer = Writer::new(connection(&self.url).await?, prefix);
@@ -239,6 +241,7 @@ impl Harness for Kv {
         let options = KvOptions {
             prefix: prefix.clone(),
             stamp_new: true,
+            ..KvOptions::default()
         };
         let db = self.wire(&KvDb::connect(&self.url, options).await?);
         let conn = connection(&self.url).await?;
@@ -310,6 +313,7 @@ pub fn run_suites(runs: &[(&'static str, bool)], backend: Backend) -> ExitCode {
             KvOptions {
                 prefix: format!("{stem}_probe"),
                 stamp_new: false,
+                ..KvOptions::default()
             },
         )
         .await?;
