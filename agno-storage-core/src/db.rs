@@ -15,6 +15,7 @@ use crate::migration::MigrationTarget;
 use crate::run::RunStore;
 use crate::schedule::ScheduleStore;
 use crate::session::SessionStore;
+use crate::tables::TableNames;
 use crate::user_memory::MemoryStore;
 
 /// One database: a store per domain a backend offers. A domain it does not offer returns
@@ -25,6 +26,8 @@ pub struct AgnoDb {
     durable: bool,
     max_id_chars: Option<usize>,
     max_json_depth: Option<usize>,
+    /// The backend's table names, for the spans (agno's defaults unless given).
+    tables: Arc<TableNames>,
     sessions: Option<Arc<dyn SessionStore>>,
     runs: Option<Arc<dyn RunStore>>,
     memories: Option<Arc<dyn MemoryStore>>,
@@ -166,6 +169,13 @@ impl AgnoDbBuilder {
         self
     }
 
+    /// The names the backend gives its tables (collections, key spaces), which every
+    /// store call's span reports as `table` (agno's defaults unless given).
+    pub fn tables(mut self, tables: TableNames) -> Self {
+        self.db.tables = Arc::new(tables);
+        self
+    }
+
     /// The finished handle: every domain store wrapped in the input rules of
     /// [`crate::guard`] (identifiers and nesting depth checked before the backend is called).
     pub fn build(self) -> AgnoDb {
@@ -173,7 +183,9 @@ impl AgnoDbBuilder {
         let rules = Rules::new(db.backend, &db.capabilities());
         macro_rules! check {
             ($($slot:ident: $ty:ty),*) => {
-                $(db.$slot = db.$slot.map(|inner| Arc::new(Checked::new(rules, inner)) as Arc<$ty>);)*
+                $(db.$slot = db.$slot.map(|inner| {
+                    Arc::new(Checked::new(rules, inner).with_tables(db.tables.clone())) as Arc<$ty>
+                });)*
             };
         }
         check!(
@@ -211,6 +223,7 @@ impl AgnoDb {
                 durable: false,
                 max_id_chars: None,
                 max_json_depth: None,
+                tables: Arc::new(TableNames::default()),
                 sessions: None,
                 runs: None,
                 memories: None,

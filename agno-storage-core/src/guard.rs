@@ -18,10 +18,12 @@
 //!
 //! Every call also runs in a `tracing` span named `agno_storage` at `debug` level, with
 //! `backend`, `domain` (`sessions`, `runs`, … `jobs`), `operation` (the trait method),
+//! `table` (the backend's name for the table, collection or key space the call is about),
 //! `duration_us`, `rows` (what the result says it touched: a count, a page's items, 1 for a
-//! record written or found, 0 for none) and, when it fails, `error` (the [`ErrorKind`]). A
-//! conflict or a lost lease also emits a `warn` event. No argument is recorded: no run
-//! content, no payloads, no secrets and no user ids.
+//! record written or found, 0 for none), `retries` (how many times the backend retried a
+//! conflicting write, when it did: [`record_retry`]) and, when it fails, `error` (the
+//! [`ErrorKind`]). A retry, a conflict or a lost lease also emits a `warn` event. No
+//! argument is recorded: no run content, no payloads, no secrets and no user ids.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,6 +46,7 @@ use crate::pagination::{Page, Pagination, Sort};
 use crate::run::{RunQuery, RunRecord, RunStore};
 use crate::schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 use crate::session::{Session, SessionQuery, SessionRead, SessionStore};
+use crate::tables::{Table, TableNames};
 use crate::user_memory::{MemoryQuery, MemoryStats, MemoryStore, UserMemory};
 
 /// The rules of one backend: its name (for errors) and its declared limits.
@@ -202,12 +205,48 @@ touches!(None => QueueStats, Continued);
 pub struct Checked<S: ?Sized> {
     rules: Rules,
     inner: Arc<S>,
+    tables: Arc<TableNames>,
+}
+
+/// Notes on the current store call's span that the backend is retrying a conflicting
+/// write for the `attempt`th time (from 1), and emits a `warn` event. A backend calls it
+/// from its retry loop (the document engine's backoff, MongoDB's transactions do).
+pub fn record_retry(attempt: usize) {
+    let span = tracing::Span::current();
+    span.record("retries", attempt as u64);
+    tracing::warn!(attempt, "conflicting write; retrying");
+}
+
+/// The table a call of `domain` is about: a schedule's runs have their own.
+fn table_of(domain: &str, operation: &str) -> Table {
+    match domain {
+        "sessions" => Table::Sessions,
+        "runs" => Table::Runs,
+        "memories" => Table::Memories,
+        "metrics" => Table::Metrics,
+        "evals" => Table::Evals,
+        "knowledge" => Table::Knowledge,
+        "schedules" if operation.contains("schedule_run") => Table::ScheduleRuns,
+        "schedules" => Table::Schedules,
+        "learnings" => Table::Learnings,
+        _ => Table::Jobs,
+    }
 }
 
 impl<S: ?Sized> Checked<S> {
-    /// `inner`, checked by `rules`.
+    /// `inner`, checked by `rules`; its spans name agno's default tables.
     pub fn new(rules: Rules, inner: Arc<S>) -> Self {
-        Checked { rules, inner }
+        Checked {
+            rules,
+            inner,
+            tables: Arc::new(TableNames::default()),
+        }
+    }
+
+    /// The same, its spans naming the tables `tables` names.
+    pub fn with_tables(mut self, tables: Arc<TableNames>) -> Self {
+        self.tables = tables;
+        self
     }
 
     /// Runs one store call in a `tracing` span (see the module docs for its fields).
@@ -222,7 +261,9 @@ impl<S: ?Sized> Checked<S> {
             backend = self.rules.backend,
             domain,
             operation,
+            table = self.tables.get(table_of(domain, operation)),
             rows = tracing::field::Empty,
+            retries = tracing::field::Empty,
             duration_us = tracing::field::Empty,
             error = tracing::field::Empty,
         );

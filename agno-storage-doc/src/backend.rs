@@ -483,6 +483,7 @@ pub fn digest_id(prefix: &str, parts: &[Option<&str>]) -> String {
 
 /// A short randomised pause before re-reading after a lost race.
 pub async fn backoff(attempt: usize) {
+    agno_storage_core::guard::record_retry(attempt + 1);
     let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 8;
     let ms = (attempt as u64).min(10) * 3 + jitter;
     tokio::time::sleep(Duration::from_millis(ms)).await;

@@ -155,7 +155,27 @@ pub fn agno_db<B: DocBackend>(db: &B) -> AgnoDb {
         .all_stores(me.clone())
         .migrations(me)
         .durable(B::DURABLE)
+        .tables(collection_names(db))
         .build()
+}
+
+/// The backend's name of every table, for the spans.
+pub fn collection_names<B: DocBackend>(db: &B) -> TableNames {
+    let name = |t| db.collection(t).to_owned();
+    TableNames {
+        sessions: name(Table::Sessions),
+        runs: name(Table::Runs),
+        memories: name(Table::Memories),
+        metrics: name(Table::Metrics),
+        evals: name(Table::Evals),
+        knowledge: name(Table::Knowledge),
+        schedules: name(Table::Schedules),
+        schedule_runs: name(Table::ScheduleRuns),
+        learnings: name(Table::Learnings),
+        jobs: name(Table::Jobs),
+        versions: name(Table::Versions),
+        meta: name(Table::Meta),
+    }
 }
 
 #[async_trait]

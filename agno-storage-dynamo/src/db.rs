@@ -497,6 +497,7 @@ impl DynamoDb {
             .all_stores(docs.clone())
             .migrations(docs)
             .durable(true)
+            .tables(self.inner.names.clone())
             .build()
     }
 

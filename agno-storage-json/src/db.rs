@@ -229,6 +229,7 @@ impl JsonDb {
             .all_stores(docs.clone())
             .migrations(docs)
             .durable(self.durable)
+            .tables(agno_storage_doc::collection_names(&self.files))
             .build()
     }
 }

@@ -332,6 +332,9 @@ mod client {
                     lease: self.lock_lease,
                 }))
                 .durable(self.durable)
+                .tables(agno_storage_doc::collection_names(&KvDocs::<Redis>::new(
+                    self.store.clone(),
+                )))
                 .build()
         }
 

@@ -183,6 +183,7 @@ impl MongoDb {
             .all_stores(me.clone())
             .migrations(me)
             .durable(true)
+            .tables(self.inner.names.clone())
             .build()
     }
 
@@ -228,7 +229,8 @@ impl MongoDb {
                         && (e.contains_label(TRANSIENT_TRANSACTION_ERROR)
                             || e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT)) =>
                 {
-                    continue
+                    agno_storage_core::guard::record_retry(attempt as usize);
+                    continue;
                 }
                 Err(e) => return Err(db_err(operation)(e)),
             }

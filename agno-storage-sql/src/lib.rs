@@ -359,6 +359,7 @@ impl SqlDb {
         }
         builder
             .all_stores(s.clone())
+            .tables(s.names.clone())
             .migrations(Arc::new(migrate::SqlMigrations { store: s }))
             .durable(true)
             .build()

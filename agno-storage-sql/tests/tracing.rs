@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agno_storage_core::{
-    AgnoDb, EvalRun, EvalType, Job, KnowledgeContent, Learning, MetricsQuery, RunRecord, Schedule,
-    Session, SessionRead, SessionType, UserMemory,
+    AgnoDb, EvalRun, EvalType, Job, KnowledgeContent, KnowledgeQuery, KnowledgeStore, Learning,
+    MetricsQuery, Page, RunRecord, Schedule, Session, SessionRead, SessionType, UserMemory,
 };
 use agno_storage_sql::{SqlDb, TableNames};
 use serde_json::json;
@@ -63,8 +63,11 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Captured {
 
 const USER: &str = "alice-7f3e";
 
-/// One call per domain; each must leave one span with these `(domain, operation, rows)`.
-async fn one_call_per_domain(db: &AgnoDb) -> Vec<(&'static str, &'static str, &'static str)> {
+/// One call per domain; each must leave one span with these `(domain, operation, rows,
+/// table)`.
+async fn one_call_per_domain(
+    db: &AgnoDb,
+) -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
     let session = Session::new("s-1", SessionType::Agent, "agent-1").with_user(USER);
     db.sessions()
         .unwrap()
@@ -150,19 +153,25 @@ async fn one_call_per_domain(db: &AgnoDb) -> Vec<(&'static str, &'static str, &'
         .await;
     assert!(refused.is_err());
     vec![
-        ("sessions", "upsert_session", "1"),
-        ("runs", "upsert_run", "1"),
-        ("memories", "upsert_memory", "1"),
-        ("evals", "create_eval_run", "1"),
-        ("knowledge", "upsert_knowledge_content", "1"),
-        ("schedules", "create_schedule", "1"),
-        ("learnings", "upsert_learning", "1"),
-        ("jobs", "enqueue_job", "1"),
-        ("metrics", "get_metrics", "0"),
+        ("sessions", "upsert_session", "1", "agno_sessions"),
+        ("runs", "upsert_run", "1", "agno_runs"),
+        ("memories", "upsert_memory", "1", "agno_memories"),
+        ("evals", "create_eval_run", "1", "agno_eval_runs"),
+        (
+            "knowledge",
+            "upsert_knowledge_content",
+            "1",
+            "agno_knowledge",
+        ),
+        ("schedules", "create_schedule", "1", "agno_schedules"),
+        ("learnings", "upsert_learning", "1", "agno_learnings"),
+        ("jobs", "enqueue_job", "1", "agno_jobs"),
+        ("metrics", "get_metrics", "0", "agno_metrics"),
     ]
 }
 
-fn check(backend: &str, db: AgnoDb) {
+/// The `agno_storage` spans `calls` leaves, and what it returns.
+fn spans_of<T>(calls: impl std::future::Future<Output = T>) -> (Vec<HashMap<String, String>>, T) {
     let captured = Captured::default();
     let subscriber = tracing_subscriber::registry().with(captured.clone());
     let _default = tracing::subscriber::set_default(subscriber);
@@ -170,9 +179,14 @@ fn check(backend: &str, db: AgnoDb) {
         .enable_all()
         .build()
         .unwrap();
-    let expected = runtime.block_on(one_call_per_domain(&db));
+    let out = runtime.block_on(calls);
     let spans = captured.0.lock().unwrap().clone();
-    for (domain, operation, rows) in expected {
+    (spans, out)
+}
+
+fn check(backend: &str, db: AgnoDb) {
+    let (spans, expected) = spans_of(one_call_per_domain(&db));
+    for (domain, operation, rows, table) in expected {
         let span = spans
             .iter()
             .find(|s| s.get("operation").map(String::as_str) == Some(operation))
@@ -188,6 +202,12 @@ fn check(backend: &str, db: AgnoDb) {
             "{span:?}"
         );
         assert_eq!(span.get("rows").map(String::as_str), Some(rows), "{span:?}");
+        assert_eq!(
+            span.get("table").map(String::as_str),
+            Some(table),
+            "{span:?}"
+        );
+        assert!(!span.contains_key("retries"), "{span:?}");
         assert!(
             span.get("duration_us")
                 .is_some_and(|d| d.parse::<u64>().is_ok()),
@@ -234,4 +254,68 @@ fn every_store_call_has_a_span_on_sqlite() {
 #[test]
 fn every_store_call_has_a_span_on_the_in_memory_store() {
     check("memory", agno_storage_doc::InMemoryDb::new().agno_db());
+}
+
+/// A knowledge store that retries its write once, as a backend that lost a
+/// compare-and-set race does (the document engine's backoff, MongoDB's transactions).
+struct RetriesOnce(AgnoDb);
+
+#[agno_storage_core::async_trait]
+impl KnowledgeStore for RetriesOnce {
+    async fn upsert_knowledge_content(
+        &self,
+        content: KnowledgeContent,
+    ) -> agno_storage_core::Result<KnowledgeContent> {
+        agno_storage_core::guard::record_retry(1);
+        self.0.knowledge()?.upsert_knowledge_content(content).await
+    }
+    async fn get_knowledge_content(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> agno_storage_core::Result<Option<KnowledgeContent>> {
+        self.0.knowledge()?.get_knowledge_content(id, user_id).await
+    }
+    async fn get_knowledge_contents(
+        &self,
+        query: KnowledgeQuery,
+    ) -> agno_storage_core::Result<Page<KnowledgeContent>> {
+        self.0.knowledge()?.get_knowledge_contents(query).await
+    }
+    async fn delete_knowledge_content(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+    ) -> agno_storage_core::Result<bool> {
+        self.0
+            .knowledge()?
+            .delete_knowledge_content(id, user_id)
+            .await
+    }
+}
+
+/// A retried write's span says how many retries it took.
+#[test]
+fn a_retried_write_records_its_retries() {
+    let memory = agno_storage_doc::InMemoryDb::new().agno_db();
+    let retrying = RetriesOnce(memory);
+    let db = AgnoDb::builder("retrying")
+        .knowledge(Arc::new(retrying))
+        .build();
+    let (spans, written) = spans_of(async {
+        db.knowledge()
+            .unwrap()
+            .upsert_knowledge_content(KnowledgeContent::new("k-1", "notes", "a doc"))
+            .await
+    });
+    written.unwrap();
+    let outer = spans
+        .iter()
+        .find(|s| s.get("backend").map(String::as_str) == Some("retrying"))
+        .unwrap_or_else(|| panic!("no span of the retried write in {spans:?}"));
+    assert_eq!(
+        outer.get("retries").map(String::as_str),
+        Some("1"),
+        "{outer:?}"
+    );
 }
