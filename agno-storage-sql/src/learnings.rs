@@ -1,8 +1,8 @@
 //! Learnings (`agno_learnings`).
 
 use agno_storage_core::{
-    async_trait, now_epoch_seconds, owned_by_another_user, Learning, LearningQuery, LearningStore,
-    Page, Result, Sort,
+    async_trait, now_epoch_seconds, owned_by_another_user, validate_sort, Learning, LearningQuery,
+    LearningStore, LearningUserStats, Page, Pagination, Result, Sort, SortOrder,
 };
 use serde_json::Value;
 
@@ -167,5 +167,71 @@ impl LearningStore for SqlStore {
             )
             .await?
             > 0)
+    }
+
+    /// One `DELETE`, as agno's.
+    async fn delete_user_learnings(
+        &self,
+        user_id: &str,
+        learning_type: Option<&str>,
+    ) -> Result<u64> {
+        self.check(Table::Learnings)?;
+        let mut w = Where::default();
+        w.eq("user_id", Some(user_id));
+        w.eq("learning_type", learning_type);
+        self.exec
+            .execute(
+                &format!("DELETE FROM {}{}", self.t(Table::Learnings), w.sql()),
+                w.params,
+            )
+            .await
+    }
+
+    /// Grouped on the server, as agno's (`MAX(updated_at)` per owner).
+    async fn get_learnings_user_stats(
+        &self,
+        learning_type: Option<&str>,
+        user_id: Option<&str>,
+        sort: Sort,
+        pagination: Pagination,
+    ) -> Result<Page<LearningUserStats>> {
+        self.check(Table::Learnings)?;
+        let paging = limit_offset(&pagination)?;
+        validate_sort(&sort, LearningUserStats::SORTABLE)?;
+        let mut w = Where::default();
+        w.push("user_id IS NOT NULL", []);
+        w.eq("learning_type", learning_type);
+        w.eq("user_id", user_id);
+        let grouped = format!(
+            "SELECT user_id, MAX(updated_at) AS last_learning_updated_at FROM {}{} GROUP BY user_id",
+            self.t(Table::Learnings),
+            w.sql()
+        );
+        let total = self
+            .count(&format!("FROM ({grouped}) owners"), w.params.clone())
+            .await?;
+        let dir = match sort.sort_order {
+            SortOrder::Asc => "ASC",
+            SortOrder::Desc => "DESC",
+        };
+        // Ties in the latest write go by owner, as the provided default orders them.
+        let order = match sort.sort_by.as_deref() {
+            Some("user_id") => format!("user_id {dir}"),
+            _ => format!("last_learning_updated_at {dir}, user_id ASC"),
+        };
+        let rows = self
+            .exec
+            .query(&format!("{grouped} ORDER BY {order}{paging}"), w.params)
+            .await?;
+        let items = rows
+            .iter()
+            .map(|row| {
+                Ok(LearningUserStats {
+                    user_id: row.str("user_id")?,
+                    last_learning_updated_at: row.opt_i64("last_learning_updated_at")?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Page::new(items, total))
     }
 }

@@ -232,4 +232,15 @@ impl MemoryStore for SqlStore {
             )
             .await
     }
+
+    /// One `DELETE`, as agno's.
+    async fn clear_memories(&self) -> Result<u64> {
+        self.check(Table::Memories)?;
+        self.exec
+            .execute(
+                &format!("DELETE FROM {}", self.t(Table::Memories)),
+                Vec::new(),
+            )
+            .await
+    }
 }
