@@ -237,7 +237,9 @@ pub async fn erase_user(db: &AgnoDb, user_id: &str) -> Result<DomainCounts> {
                     number += 1;
                 }
                 if domain == UserDomain::Schedules {
-                    let schedules = db.schedules()?;
+                    let Some(schedules) = supported(db.schedules())? else {
+                        continue;
+                    };
                     for id in ids {
                         let runs = schedules
                             .get_schedule_runs(&id, Some(user), Pagination::limit(1))
