@@ -140,6 +140,44 @@ impl RunJson {
 }
 
 /// Parses a run's stored text.
+/// Text past which [`values_of`] parses on more than one core: below it, starting the
+/// threads costs more than they save.
+const PARALLEL_TEXT_BYTES: usize = 1 << 20;
+
+/// Every run of `runs` as a value, in order ([`RunJson::to_value`] each). When their stored
+/// text passes 1 MiB they are parsed on every core the machine has, in contiguous chunks.
+pub(crate) fn values_of(runs: &[RunJson]) -> Result<Vec<Value>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let text: usize = runs.iter().map(RunJson::stored_text_len).sum();
+    if threads < 2 || text < PARALLEL_TEXT_BYTES {
+        return runs.iter().map(RunJson::to_value).collect();
+    }
+    let chunk = runs.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = runs
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(RunJson::to_value)
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        let mut values = Vec::with_capacity(runs.len());
+        for part in parts {
+            let parsed = part.join().map_err(|_| {
+                Error::new(
+                    crate::ErrorKind::Unexpected,
+                    "a thread parsing runs panicked",
+                )
+            })??;
+            values.extend(parsed);
+        }
+        Ok(values)
+    })
+}
+
 fn parse(text: &str) -> Result<Value> {
     crate::json::parse_value(text.as_bytes()).map_err(|e| Error::serialization("a run's JSON", e))
 }
@@ -199,6 +237,24 @@ impl<'de> Deserialize<'de> for RunJson {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Past 1 MiB the runs are parsed in chunks on several threads: in order all the same.
+    #[test]
+    fn many_runs_parse_in_order() {
+        let pad = "x".repeat(1000);
+        let runs: Vec<RunJson> = (0..3000)
+            .map(|i| {
+                RunJson::from_stored_text(
+                    json!({"run_id": format!("r{i}"), "pad": pad}).to_string(),
+                )
+                .expect("valid JSON")
+            })
+            .collect();
+        let values = values_of(&runs).expect("parsed");
+        let ids: Vec<&str> = values.iter().filter_map(|v| v["run_id"].as_str()).collect();
+        let expected: Vec<String> = (0..3000).map(|i| format!("r{i}")).collect();
+        assert_eq!(ids, expected);
+    }
 
     #[test]
     fn stored_text_is_kept_unparsed_and_reads_back_as_the_dict() {

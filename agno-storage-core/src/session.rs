@@ -126,9 +126,10 @@ impl Session {
         }
     }
 
-    /// Every run dict of [`Session::runs`], parsed (empty when runs were not read).
+    /// Every run dict of [`Session::runs`], parsed (empty when runs were not read); a long
+    /// session's runs (over 1 MiB of text) are parsed on every core.
     pub fn run_values(&self) -> Result<Vec<Value>> {
-        self.runs.iter().flatten().map(RunJson::to_value).collect()
+        crate::run_json::values_of(self.runs.as_deref().unwrap_or_default())
     }
 
     /// Sets the owner.
