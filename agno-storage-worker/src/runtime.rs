@@ -590,9 +590,13 @@ async fn write_results(shared: &Shared, batch: Vec<Finished>) {
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let every = (shared.config.lock_grace / 3).max(Duration::from_secs(1));
     let worker_id = &shared.config.worker_id;
+    // A fixed cadence: a slow beat does not push the next one back, so a lease sees a
+    // beat every `every` while the store answers within it.
+    let mut beats = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = beats.tick() => {}
             _ = shared.quiet.cancelled() => return,
         }
         let held: Vec<(String, i64, CancellationToken)> = lock(&shared.held)
