@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -19,7 +19,9 @@ use crate::run::RunRecord;
 /// scans its text; other stores hand over the parsed value. Either way
 /// [`RunJson::to_value`] gives the dict, [`RunJson::fields`] reads a few keys without
 /// building the rest, [`RunJson::json_text`] gives checked JSON text, and equality compares
-/// the dicts (not the text). Malformed stored JSON surfaces from those calls as a
+/// the dicts (not the text). [`RunJson::shared_value`] parses a run once for it and every
+/// copy of it, so a session read again from a store's cache of recent reads hands over runs
+/// parsed already. Malformed stored JSON surfaces from those calls as a
 /// [`crate::ErrorKind::Serialization`] error, for that run alone. With serde, a run
 /// serializes as the dict it holds and deserializes from any dict.
 #[derive(Clone)]
@@ -27,10 +29,16 @@ pub struct RunJson(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Parsed(Value),
+    Parsed(Arc<Value>),
     /// Stored text of an object, not yet checked; shared, so copies of a run (a store's
-    /// cache of recent reads) do not copy its text.
-    Text(Arc<String>),
+    /// cache of recent reads) do not copy its text, and share its parse.
+    Text(Arc<Stored>),
+}
+
+/// A run's stored text and, once [`RunJson::shared_value`] parsed it, its dict.
+struct Stored {
+    text: String,
+    parsed: OnceLock<Arc<Value>>,
 }
 
 impl RunJson {
@@ -40,11 +48,14 @@ impl RunJson {
     /// is a [`crate::ErrorKind::Serialization`] error when malformed.
     pub fn from_stored_text(text: String) -> Result<Self> {
         if text.trim_start().starts_with('{') {
-            return Ok(RunJson(Repr::Text(Arc::new(text))));
+            return Ok(RunJson(Repr::Text(Arc::new(Stored {
+                text,
+                parsed: OnceLock::new(),
+            }))));
         }
-        Ok(RunJson(Repr::Parsed(
+        Ok(RunJson::from(
             decode_legacy_json(Some(&text))?.unwrap_or(Value::Null),
-        )))
+        ))
     }
 
     /// The dict, parsed now when it is held as text.
@@ -56,15 +67,38 @@ impl RunJson {
     pub fn as_value(&self) -> Result<Cow<'_, Value>> {
         match &self.0 {
             Repr::Parsed(value) => Ok(Cow::Borrowed(value)),
-            Repr::Text(text) => parse(text).map(Cow::Owned),
+            Repr::Text(stored) => match stored.parsed.get() {
+                Some(value) => Ok(Cow::Borrowed(value)),
+                None => parse(&stored.text).map(Cow::Owned),
+            },
         }
     }
 
     /// The dict, consumed.
     pub fn into_value(self) -> Result<Value> {
         match self.0 {
-            Repr::Parsed(value) => Ok(value),
-            Repr::Text(text) => parse(&text),
+            Repr::Parsed(value) => Ok(Arc::unwrap_or_clone(value)),
+            Repr::Text(stored) => match stored.parsed.get() {
+                Some(value) => Ok(value.as_ref().clone()),
+                None => parse(&stored.text),
+            },
+        }
+    }
+
+    /// The dict, parsed at most once for this run and every copy of it, then shared: a
+    /// store's cache of recent reads hands out copies of its runs, so a session read again
+    /// gives runs parsed already, at the cost of a pointer each. The parsed tree lives as
+    /// long as a copy does, the cache's included. Malformed text is an error on every call.
+    pub fn shared_value(&self) -> Result<Arc<Value>> {
+        match &self.0 {
+            Repr::Parsed(value) => Ok(value.clone()),
+            Repr::Text(stored) => {
+                if let Some(value) = stored.parsed.get() {
+                    return Ok(value.clone());
+                }
+                let value = Arc::new(parse(&stored.text)?);
+                Ok(stored.parsed.get_or_init(|| value).clone())
+            }
         }
     }
 
@@ -73,13 +107,15 @@ impl RunJson {
     /// value encoded now.
     pub fn json_text(&self) -> Result<Cow<'_, str>> {
         match &self.0 {
-            Repr::Parsed(value) => serde_json::to_string(value)
+            Repr::Parsed(value) => serde_json::to_string(value.as_ref())
                 .map(Cow::Owned)
                 .map_err(|e| Error::serialization("a run's JSON", e)),
-            Repr::Text(text) => {
-                crate::json::from_str::<serde::de::IgnoredAny>(text)
-                    .map_err(|e| Error::serialization("a run's JSON", e))?;
-                Ok(Cow::Borrowed(text))
+            Repr::Text(stored) => {
+                if stored.parsed.get().is_none() {
+                    crate::json::from_str::<serde::de::IgnoredAny>(&stored.text)
+                        .map_err(|e| Error::serialization("a run's JSON", e))?;
+                }
+                Ok(Cow::Borrowed(&stored.text))
             }
         }
     }
@@ -93,7 +129,7 @@ impl RunJson {
     fn stored_text(&self) -> Option<&str> {
         match &self.0 {
             Repr::Parsed(_) => None,
-            Repr::Text(text) => Some(text),
+            Repr::Text(stored) => Some(&stored.text),
         }
     }
 
@@ -101,8 +137,8 @@ impl RunJson {
     /// tree of the rest when the dict is held as text.
     pub fn fields<T: DeserializeOwned>(&self) -> Result<T> {
         match &self.0 {
-            Repr::Parsed(value) => T::deserialize(value),
-            Repr::Text(text) => crate::json::from_str(text),
+            Repr::Parsed(value) => T::deserialize(value.as_ref()),
+            Repr::Text(stored) => crate::json::from_str(&stored.text),
         }
         .map_err(|e| Error::serialization("a run's fields", e))
     }
@@ -144,25 +180,23 @@ impl RunJson {
 /// threads costs more than they save.
 const PARALLEL_TEXT_BYTES: usize = 1 << 20;
 
-/// Every run of `runs` as a value, in order ([`RunJson::to_value`] each). When their stored
-/// text passes 1 MiB they are parsed on every core the machine has, in contiguous chunks.
-pub(crate) fn values_of(runs: &[RunJson]) -> Result<Vec<Value>> {
+/// `parse` of every run of `runs`, in order ([`RunJson::to_value`] or
+/// [`RunJson::shared_value`]). When their stored text passes 1 MiB they are parsed on every
+/// core the machine has, in contiguous chunks.
+pub(crate) fn values_of<T: Send>(
+    runs: &[RunJson],
+    parse: fn(&RunJson) -> Result<T>,
+) -> Result<Vec<T>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let text: usize = runs.iter().map(RunJson::stored_text_len).sum();
     if threads < 2 || text < PARALLEL_TEXT_BYTES {
-        return runs.iter().map(RunJson::to_value).collect();
+        return runs.iter().map(parse).collect();
     }
     let chunk = runs.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let parts: Vec<_> = runs
             .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .map(RunJson::to_value)
-                        .collect::<Result<Vec<_>>>()
-                })
-            })
+            .map(|part| scope.spawn(move || part.iter().map(parse).collect::<Result<Vec<_>>>()))
             .collect();
         let mut values = Vec::with_capacity(runs.len());
         for part in parts {
@@ -184,7 +218,7 @@ fn parse(text: &str) -> Result<Value> {
 
 impl From<Value> for RunJson {
     fn from(value: Value) -> Self {
-        RunJson(Repr::Parsed(value))
+        RunJson(Repr::Parsed(Arc::new(value)))
     }
 }
 
@@ -213,7 +247,7 @@ impl fmt::Debug for RunJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Repr::Parsed(value) => fmt::Debug::fmt(value, f),
-            Repr::Text(text) => f.write_str(text),
+            Repr::Text(stored) => f.write_str(&stored.text),
         }
     }
 }
@@ -250,10 +284,40 @@ mod tests {
                 .expect("valid JSON")
             })
             .collect();
-        let values = values_of(&runs).expect("parsed");
+        let values = values_of(&runs, RunJson::to_value).expect("parsed");
         let ids: Vec<&str> = values.iter().filter_map(|v| v["run_id"].as_str()).collect();
         let expected: Vec<String> = (0..3000).map(|i| format!("r{i}")).collect();
         assert_eq!(ids, expected);
+    }
+
+    /// Copies of a run (a store's cache hands them out) share one parse; a malformed run
+    /// fails every time and is never kept as parsed.
+    #[test]
+    fn copies_of_a_run_share_its_parse() {
+        let run = RunJson::from_stored_text(r#"{"run_id": "r1", "n": [1, 2]}"#.into())
+            .expect("valid JSON");
+        let copy = run.clone();
+        let first = copy.shared_value().expect("parses");
+        assert!(Arc::ptr_eq(&first, &run.shared_value().expect("parsed")));
+        assert_eq!(*first, json!({"run_id": "r1", "n": [1, 2]}));
+        assert!(matches!(run.as_value(), Ok(Cow::Borrowed(_))));
+        assert_eq!(run.to_value().expect("parsed"), *first);
+        assert_eq!(
+            run.json_text().expect("text"),
+            r#"{"run_id": "r1", "n": [1, 2]}"#
+        );
+        let bad = RunJson::from_stored_text(r#"{"run_id": "#.into()).expect("kept unchecked");
+        for _ in 0..2 {
+            assert_eq!(
+                bad.clone().shared_value().expect_err("malformed").kind(),
+                crate::ErrorKind::Serialization
+            );
+        }
+        let value = RunJson::from(json!({"run_id": "v"}));
+        assert!(Arc::ptr_eq(
+            &value.shared_value().expect("held"),
+            &value.clone().shared_value().expect("held")
+        ));
     }
 
     #[test]

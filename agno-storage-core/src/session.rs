@@ -1,5 +1,7 @@
 //! Sessions: one row per agent, team or workflow conversation.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -129,7 +131,18 @@ impl Session {
     /// Every run dict of [`Session::runs`], parsed (empty when runs were not read); a long
     /// session's runs (over 1 MiB of text) are parsed on every core.
     pub fn run_values(&self) -> Result<Vec<Value>> {
-        crate::run_json::values_of(self.runs.as_deref().unwrap_or_default())
+        crate::run_json::values_of(self.runs.as_deref().unwrap_or_default(), RunJson::to_value)
+    }
+
+    /// [`Session::run_values`], each run parsed at most once and shared
+    /// ([`RunJson::shared_value`]): reading a session again from a store that keeps recent
+    /// reads (SQL) gives its unchanged runs parsed already, so a conversation that re-reads
+    /// and parses its session every turn parses each run once.
+    pub fn shared_run_values(&self) -> Result<Vec<Arc<Value>>> {
+        crate::run_json::values_of(
+            self.runs.as_deref().unwrap_or_default(),
+            RunJson::shared_value,
+        )
     }
 
     /// Sets the owner.

@@ -214,15 +214,7 @@ impl SqlDb {
         pool.check()?;
         let exec =
             postgres::PgExecutor::connect(url, format!("agno_migrations:{schema}"), pool).await?;
-        Self::init(
-            Arc::new(exec),
-            &dialect::Postgres,
-            Some(schema.to_owned()),
-            tables,
-            mode,
-            "the PostgreSQL server",
-        )
-        .await
+        Self::init_postgres(exec, schema, tables, mode).await
     }
 
     /// Uses an application's own PostgreSQL pool (its size, timeouts and TLS are the
@@ -238,15 +230,7 @@ impl SqlDb {
         schema::validate_identifier("PostgreSQL schema name", schema)?;
         crate::schema::validate_names(&tables)?;
         let exec = postgres::PgExecutor::from_pool(pool, format!("agno_migrations:{schema}"));
-        Self::init(
-            Arc::new(exec),
-            &dialect::Postgres,
-            Some(schema.to_owned()),
-            tables,
-            mode,
-            "the PostgreSQL server",
-        )
-        .await
+        Self::init_postgres(exec, schema, tables, mode).await
     }
 
     /// Uses an application's own MySQL or MariaDB pool and the database `schema`, as
@@ -263,15 +247,7 @@ impl SqlDb {
         schema::validate_identifier("MySQL database name", schema)?;
         crate::schema::validate_names(&tables)?;
         let exec = mysql::MySqlExecutor::from_pool(pool, schema.to_owned()).await?;
-        Self::init(
-            Arc::new(exec),
-            &dialect::MySql,
-            Some(schema.to_owned()),
-            tables,
-            mode,
-            "the MySQL server",
-        )
-        .await
+        Self::init_mysql(exec, schema, tables, mode).await
     }
 
     /// Connects to MySQL or MariaDB at `url` and uses the database `schema` (agno's default
@@ -309,15 +285,41 @@ impl SqlDb {
         crate::schema::validate_names(&tables)?;
         pool.check()?;
         let exec = mysql::MySqlExecutor::connect(url, schema.to_owned(), pool).await?;
+        Self::init_mysql(exec, schema, tables, mode).await
+    }
+
+    /// [`SqlDb::init`] over PostgreSQL schema `schema`.
+    #[cfg(feature = "postgres")]
+    async fn init_postgres(
+        exec: postgres::PgExecutor,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
+        let schema = Some(schema.to_owned());
+        let what = "the PostgreSQL server";
         Self::init(
             Arc::new(exec),
-            &dialect::MySql,
-            Some(schema.to_owned()),
+            &dialect::Postgres,
+            schema,
             tables,
             mode,
-            "the MySQL server",
+            what,
         )
         .await
+    }
+
+    /// [`SqlDb::init`] over MySQL database `schema`.
+    #[cfg(feature = "mysql")]
+    async fn init_mysql(
+        exec: mysql::MySqlExecutor,
+        schema: &str,
+        tables: TableNames,
+        mode: OpenMode,
+    ) -> Result<Self> {
+        let schema = Some(schema.to_owned());
+        let what = "the MySQL server";
+        Self::init(Arc::new(exec), &dialect::MySql, schema, tables, mode, what).await
     }
 
     /// Builds the store and creates what is missing, or, in [`OpenMode::Existing`], only
@@ -342,7 +344,9 @@ impl SqlDb {
     /// Bytes of run JSON that session reads may keep, to reuse while those runs provably have
     /// not changed (default 64 MiB; 0 keeps nothing and drops what is kept). SQLite proves
     /// it by the database's version, PostgreSQL by a digest of the rows' `xmin`s; MySQL
-    /// keeps nothing.
+    /// keeps nothing. Runs parsed through [`agno_storage_core::Session::shared_run_values`]
+    /// are kept parsed while cached, so a session re-read every turn is parsed once; the
+    /// bound counts their text, and a parsed tree takes a few times its text beside it.
     pub fn set_run_cache_bytes(&self, bytes: usize) {
         self.store.run_cache.set_capacity(bytes);
     }

@@ -10,18 +10,26 @@ mod common;
 
 use agno_storage_core::{now_epoch_seconds, AgnoDb, RunRecord, Session, SessionRead, SessionType};
 use agno_storage_sql::{SqlDb, TableNames};
-use serde_json::json;
+use serde_json::{json, Value};
+use std::sync::Arc;
 
-/// The run ids and contents of session `s` as `db` reads it.
-async fn session_runs(db: &AgnoDb) -> Vec<(String, String)> {
+/// Session `s`'s runs as `db` reads them, parsed and shared
+/// (`Session::shared_run_values`: runs parsed by an earlier read are handed over parsed).
+async fn shared_runs(db: &AgnoDb) -> Vec<Arc<Value>> {
     db.sessions()
         .unwrap()
         .get_session("s", SessionRead::default())
         .await
         .unwrap()
         .expect("session")
-        .run_values()
+        .shared_run_values()
         .expect("run JSON")
+}
+
+/// The run ids and contents of session `s` as `db` reads it.
+async fn session_runs(db: &AgnoDb) -> Vec<(String, String)> {
+    shared_runs(db)
+        .await
         .iter()
         .map(|v| {
             (
@@ -63,6 +71,11 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
         session_runs(a).await,
         first,
         "an unchanged session reads the same"
+    );
+    let (parsed, again) = (shared_runs(a).await, shared_runs(a).await);
+    assert!(
+        parsed.iter().zip(&again).all(|(x, y)| Arc::ptr_eq(x, y)),
+        "an unchanged session's runs are parsed once"
     );
 
     b.runs().unwrap().upsert_run(run(3, "one")).await.unwrap();

@@ -1,7 +1,7 @@
 //! Runs: one row per run, atomic run_index, filters, merging with legacy blobs.
 
 use agno_storage_core::{ErrorKind, Pagination, RunQuery, SessionRead, SessionType};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{run_dict, run_ids, run_row, session, uid};
 use crate::{ensure, ensure_eq, expect_err, CaseResult, Ctx, Failure};
@@ -166,7 +166,9 @@ pub(crate) async fn long_session_reads_back_whole(ctx: &Ctx) -> CaseResult {
 
 /// A session read right after another one sees every write made in between: an added run,
 /// an updated run, a deleted run, and a session without runs (stores that reuse the runs of
-/// recently read sessions must notice each change).
+/// recently read sessions must notice each change). Each read is made twice, parsed per
+/// call (`Session::run_values`) and parsed once and shared (`Session::shared_run_values`,
+/// which a store may hand over from a parse an earlier read made): both give the same runs.
 pub(crate) async fn session_reads_see_each_write_between_them(ctx: &Ctx) -> CaseResult {
     let db = ctx.db().await?;
     let (sessions, runs) = (db.sessions()?, db.runs()?);
@@ -177,7 +179,18 @@ pub(crate) async fn session_reads_see_each_write_between_them(ctx: &Ctx) -> Case
             .get_session(&s.session_id, SessionRead::for_user("alice"))
             .await?
             .ok_or("the session reads back")?;
-        Ok::<_, Failure>(read.run_values()?)
+        let again = sessions
+            .get_session(&s.session_id, SessionRead::for_user("alice"))
+            .await?
+            .ok_or("the session reads back again")?;
+        let values = read.run_values()?;
+        let shared: Vec<Value> = again
+            .shared_run_values()?
+            .iter()
+            .map(|v| v.as_ref().clone())
+            .collect();
+        ensure_eq(&shared, &values, "runs parsed per call and shared")?;
+        Ok::<_, Failure>(values)
     };
     ensure_eq(read().await?.len(), 0, "runs of a new session")?;
     let id = |n: &str| format!("{}{n}", s.session_id);
