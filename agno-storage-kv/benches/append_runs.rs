@@ -10,7 +10,9 @@
 //! ([`agno_storage_testkit::bench::append_runs`]); then the same workload through agno 3.1.10's
 //! `RedisDb` on the same server under another fresh prefix (agno's `ValkeyDb` needs the
 //! glide client, so Valkey is measured with `RedisDb` too). Both prefixes are deleted after.
-//! `BENCH_WORKERS` sets the tokio runtime's worker threads (default 2).
+//! `BENCH_WORKERS` sets the tokio runtime's worker threads (default 2); `BENCH_NAGLE=1`
+//! connects through a client as the `redis` crate makes it by default, without the
+//! `TCP_NODELAY` that `KvDb::connect` sets.
 
 mod common;
 
@@ -50,7 +52,13 @@ fn main() {
                 prefix: prefix.clone(),
                 ..KvOptions::default()
             };
-            let db = rt.block_on(KvDb::connect(&url, options)).unwrap().agno_db();
+            let db = if std::env::var_os("BENCH_NAGLE").is_some() {
+                // The client as `redis` makes it by default: Nagle's algorithm on.
+                let client = redis::Client::open(url.as_str()).unwrap();
+                rt.block_on(KvDb::open(client, options)).unwrap().agno_db()
+            } else {
+                rt.block_on(KvDb::connect(&url, options)).unwrap().agno_db()
+            };
             let ours = rt
                 .block_on(rt.spawn(async move { bench::append_runs(&db, n).await }))
                 .unwrap()

@@ -185,8 +185,9 @@ mod client {
 
     impl KvDb {
         /// Connects to `url` (`redis://[user:password@]host:port[/db]`, `rediss://` for
-        /// TLS when the client supports it) and uses `options.prefix`. Detects whether the
-        /// server is Redis or Valkey and whether it persists every write (AOF).
+        /// TLS when the client supports it) with `TCP_NODELAY`, and uses `options.prefix`.
+        /// Detects whether the server is Redis or Valkey and whether it persists every write
+        /// (AOF).
         pub async fn connect(url: &str, options: KvOptions) -> Result<KvDb> {
             Self::connect_with_mode(url, options, OpenMode::CreateMissing).await
         }
@@ -199,10 +200,17 @@ mod client {
             options: KvOptions,
             mode: OpenMode,
         ) -> Result<KvDb> {
-            let client = redis::Client::open(url).map_err(|e| {
+            use redis::IntoConnectionInfo;
+            let invalid = |e: redis::RedisError| {
                 Error::new(ErrorKind::InvalidInput, format!("invalid Redis URL: {e}"))
                     .with_source(e)
-            })?;
+            };
+            // Requests go out at once (TCP_NODELAY), as redis-py and most clients send them:
+            // with Nagle's algorithm a request written in parts waits for the server's
+            // acknowledgement of the first.
+            let info = url.into_connection_info().map_err(invalid)?;
+            let tcp = info.tcp_settings().clone().set_nodelay(true);
+            let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(invalid)?;
             Self::open_with_mode(client, options, mode).await
         }
 

@@ -2,8 +2,11 @@
 //! `{prefix}:runs:by_session:{session_id}` sorted set (score `run_index`) and in our
 //! creation-time indexes (all, per owner). The store is the document engine's; writing a run
 //! is its `write_run` hook, served here: `run_index` is assigned inside the same atomic write
-//! that stores the run, guarded on the session's highest index, so runs agno writes to the
-//! set are counted.
+//! that stores the run, from the session's highest index, so runs agno writes to the set
+//! are counted. A new run is appended in one round trip: one commit checks the session's
+//! owner and the run's absence, assigns the index and writes the run and its index entries;
+//! when a check fails (the run exists, the session is missing or another user's) the write
+//! is decided by reading first, as before.
 
 use agno_storage_core::{
     now_epoch_seconds, Error, ErrorKind, Result, RunRecord, RunType, SchemaVersion,
@@ -78,11 +81,15 @@ impl KvStore {
 }
 
 impl<S: Server> KvDocs<S> {
-    /// [`DocBackend::write_run`]: reads the session (its owner) and the run, then writes the
-    /// run in a commit that checks the session still exists and, for a new run without an
-    /// index, that the session set's highest index is the one read (the new index is one
+    /// [`DocBackend::write_run`]: first tries [`KvDocs::append_new_run`] (one round trip);
+    /// when one of its checks fails, reads the session (its owner) and the run, then writes
+    /// the run in a commit that checks the session still exists and, for a new run without
+    /// an index, that the session set's highest index is the one read (the new index is one
     /// past it).
     pub(crate) async fn upsert_run(&self, run: RunRecord) -> Result<RunRecord> {
+        if let Some(appended) = self.append_new_run(&run).await? {
+            return Ok(appended);
+        }
         let store = self.store();
         let session_key = store.key(crate::sessions::TABLE, &run.session_id);
         let by_session = store.by_session(&run.session_id);
@@ -133,6 +140,47 @@ impl<S: Server> KvDocs<S> {
             }
         }
         Err(self.contended("upsert run"))
+    }
+
+    /// [`KvDocs::upsert_run`] of a run not stored yet, in one commit (one round trip) that
+    /// checks the session exists and is writable by the run's user and the run is absent,
+    /// and assigns the run's index when it has none. `None` when a check failed or the run
+    /// cannot be written that way: nothing was written, and the caller decides by reading.
+    async fn append_new_run(&self, run: &RunRecord) -> Result<Option<RunRecord>> {
+        let store = self.store();
+        let mut next = run.clone();
+        next.updated_at = Some(now_epoch_seconds());
+        let session = store.check(
+            store.key(crate::sessions::TABLE, &run.session_id),
+            Expect::WritableBy(run.user_id.clone()),
+        );
+        let plan = |next: &RunRecord| -> Result<_> {
+            store.plan(
+                TABLE,
+                &run.run_id,
+                Expect::Absent,
+                Some(&self.to_fields(next, "a run")?),
+            )
+        };
+        let writes = if next.run_index.is_some() {
+            vec![session, plan(&next)?]
+        } else {
+            let by_session = store.by_session(&run.session_id);
+            next.run_index = Some(1);
+            let one = plan(&next)?;
+            next.run_index = Some(0);
+            let Some(write) = plan(&next)?.assigning_index(&one, &by_session) else {
+                return Ok(None);
+            };
+            vec![session, store.check(by_session, Expect::NextIndex), write]
+        };
+        Ok(match store.commit_assigning(writes).await? {
+            (Commit::Done, assigned) => {
+                next.run_index = assigned.or(next.run_index);
+                Some(next)
+            }
+            (Commit::Conflict, _) => None,
+        })
     }
 }
 

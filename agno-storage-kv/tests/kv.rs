@@ -13,7 +13,7 @@ use agno_storage_core::{
     SchemaVersion, Session, SessionQuery, SessionRead, SessionType, TableType,
 };
 use agno_storage_kv::{KvDb, KvOptions};
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn servers() -> Vec<String> {
     let mut urls: Vec<String> = match common::url("AGNO_TEST_REDIS_URL") {
@@ -864,5 +864,91 @@ fn expire_sets_agnos_ttl_on_agnos_keys() {
             .await
             .expect("list");
         assert!(listed.items.is_empty(), "{:?}", listed.items);
+    });
+}
+
+/// A new run is appended in one commit that checks the session's owner and assigns the
+/// index past the session set's highest score, counting a run agno indexed itself; what
+/// that commit refuses (another user, no session, a stored run) is decided as before.
+#[test]
+fn one_commit_appends_count_agnos_indexes_and_check_the_owner() {
+    each_server("append", |url, prefix, mut conn| async move {
+        let db = connect(&url, &prefix, true).await.agno_db();
+        let (sessions, runs) = (db.sessions().expect("sessions"), db.runs().expect("runs"));
+        let session = Session::new("s1", SessionType::Agent, "a1").with_user("alice");
+        sessions.upsert_session(session).await.expect("session");
+        let run = |id: &str, user: Option<&str>, status: &str| {
+            RunRecord::from_run_data(
+                "s1",
+                user.map(str::to_owned),
+                json!({"run_id": id, "agent_id": "a1", "status": status}),
+            )
+            .expect("run")
+        };
+        let first = runs.upsert_run(run("r0", Some("alice"), "RUNNING")).await;
+        assert_eq!(first.expect("appended").run_index, Some(0));
+        // agno 3.1.10 writes its own run_index and scores the session's set with it.
+        let _: i64 = redis::cmd("ZADD")
+            .arg(format!("{prefix}:runs:by_session:s1"))
+            .arg(7)
+            .arg(format!("{prefix}:runs:agno-run"))
+            .query_async(&mut conn)
+            .await
+            .expect("ZADD");
+        let next = runs.upsert_run(run("r1", Some("alice"), "COMPLETED")).await;
+        assert_eq!(next.expect("appended").run_index, Some(8));
+        let stored: Value = serde_json::from_str(
+            &get(&mut conn, &format!("{prefix}:runs:r1"))
+                .await
+                .expect("r1"),
+        )
+        .expect("JSON");
+        assert_eq!(stored["run_index"], json!(8));
+        let scores: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(format!("{prefix}:runs:by_session:s1"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .expect("ZRANGE");
+        let r1: Vec<f64> = scores
+            .iter()
+            .filter(|(member, _)| member.ends_with("r1"))
+            .map(|(_, score)| *score)
+            .collect();
+        assert_eq!(r1, [8.0], "{scores:?}");
+
+        for (user, kind) in [
+            (Some("bob"), ErrorKind::PermissionDenied),
+            (None, ErrorKind::PermissionDenied),
+        ] {
+            let err = runs
+                .upsert_run(run("r2", user, "COMPLETED"))
+                .await
+                .expect_err("not hers");
+            assert_eq!(err.kind(), kind, "{err}");
+        }
+        assert!(get(&mut conn, &format!("{prefix}:runs:r2")).await.is_none());
+        let mut orphan = run("r3", Some("alice"), "COMPLETED");
+        orphan.session_id = "nowhere".into();
+        let err = runs.upsert_run(orphan).await.expect_err("no session");
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+
+        let updated = runs.upsert_run(run("r0", Some("alice"), "COMPLETED")).await;
+        let updated = updated.expect("updated");
+        assert_eq!(
+            (updated.run_index, updated.status.as_deref()),
+            (Some(0), Some("COMPLETED"))
+        );
+        let read = runs
+            .get_run("r0", Some("alice"))
+            .await
+            .expect("read")
+            .expect("r0");
+        assert_eq!(
+            (read.run_index, read.status.as_deref()),
+            (Some(0), Some("COMPLETED"))
+        );
     });
 }
