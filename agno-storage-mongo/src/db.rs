@@ -34,12 +34,16 @@ pub(crate) struct Inner {
     pub(crate) names: TableNames,
     /// The migration lock's lease ([`MongoDb::with_migration_lock_lease`]).
     pub(crate) lock_lease: Duration,
+    /// Where each session's next `run_index` was last seen by this handle.
+    pub(crate) run_hints: crate::runs::RunHints,
 }
 
 /// One MongoDB database holding agno's collections. Cheap to clone.
 ///
-/// Documents, `_id`s (server ObjectIds), index names and the schema-version collection are
-/// agno 3.1.10's, so Python agents and this crate share one database.
+/// Documents, index names and the schema-version collection are agno 3.1.10's, so Python
+/// agents and this crate share one database. `_id`s are the driver's ObjectIds, except a
+/// run whose `run_index` this crate assigned: its `_id` is `{session_id, run_index}`, the
+/// unique claim on that index (agno never reads `_id`).
 #[derive(Clone)]
 pub struct MongoDb {
     pub(crate) inner: Arc<Inner>,
@@ -109,6 +113,7 @@ impl MongoDb {
                     db,
                     names,
                     lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
+                    run_hints: Default::default(),
                 }),
             });
         }
@@ -117,6 +122,7 @@ impl MongoDb {
                 db,
                 names,
                 lock_lease: DEFAULT_MIGRATION_LOCK_LEASE,
+                run_hints: Default::default(),
             }),
         };
         me.drop_index_if(&me.inner.names.metrics, |_, name| {
@@ -153,6 +159,7 @@ impl MongoDb {
                 db: self.inner.db.clone(),
                 names: self.inner.names.clone(),
                 lock_lease: lease,
+                run_hints: Default::default(),
             }),
         })
     }

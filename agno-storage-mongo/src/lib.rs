@@ -8,7 +8,8 @@
 //!
 //! Read-modify-writes are single-document atomic operations: owner guards are filters
 //! (with the unique keys as backstop), schedule and job claims are `findOneAndUpdate`
-//! compare-and-sets, `run_index` comes from a per-session counter. It proves its
+//! compare-and-sets, a `run_index` the store assigns is claimed by the run's insert
+//! (`_id: {session_id, run_index}`; see the `runs` module). It proves its
 //! behaviour with the shared `conformance-tests` suite.
 //!
 //! # Features

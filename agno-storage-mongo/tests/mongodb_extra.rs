@@ -460,3 +460,115 @@ fn an_index_a_foreign_writer_took_is_never_taken_again() {
         db.drop().await.unwrap();
     });
 }
+
+/// Several handles (several processes) append to one session at once: each index is
+/// claimed by exactly one run (`_id: {session_id, run_index}`), none is skipped; an index
+/// agno stored in between is stepped over; a handle new to the session starts from the
+/// counter; and after the session is deleted and created again, appends start at 0 even
+/// from a handle whose hint is far ahead.
+#[test]
+fn handles_appending_at_once_claim_each_index_once() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let db = fresh(&url, "run_claims").await;
+        let mut handles = Vec::new();
+        for _ in 0..3 {
+            handles.push(
+                MongoDb::open(db.clone(), TableNames::default())
+                    .await
+                    .unwrap()
+                    .agno_db(),
+            );
+        }
+        let session = || Session::new("s1", SessionType::Agent, "a").with_user("u");
+        handles[0]
+            .sessions()
+            .unwrap()
+            .upsert_session(session())
+            .await
+            .unwrap();
+        let run = |id: String| {
+            RunRecord::from_run_data(
+                "s1",
+                Some("u".into()),
+                serde_json::json!({"run_id": id, "agent_id": "a"}),
+            )
+            .unwrap()
+        };
+        let mut writers = Vec::new();
+        for (w, handle) in handles.iter().take(2).enumerate() {
+            let handle = handle.clone();
+            writers.push(tokio::spawn(async move {
+                let runs = handle.runs().unwrap();
+                for i in 0..20 {
+                    runs.upsert_run(run(format!("w{w}-{i}"))).await.unwrap();
+                }
+            }));
+        }
+        for w in writers {
+            w.await.unwrap();
+        }
+        let coll = db.collection::<Document>("agno_runs");
+        let indexes = |coll: agno_storage_mongo::mongodb::Collection<Document>| async move {
+            let cursor = coll.find(doc! {"session_id": "s1"}).await.unwrap();
+            let mut found: Vec<i64> = futures::TryStreamExt::try_collect::<Vec<_>>(cursor)
+                .await
+                .unwrap()
+                .iter()
+                .map(|d| d.get_i64("run_index").unwrap())
+                .collect();
+            found.sort_unstable();
+            found
+        };
+        assert_eq!(indexes(coll.clone()).await, (0..40).collect::<Vec<_>>());
+        let claimed = coll
+            .find_one(doc! {"run_id": "w1-19"})
+            .await
+            .unwrap()
+            .unwrap();
+        let index = claimed.get_i64("run_index").unwrap();
+        assert_eq!(
+            claimed.get_document("_id").unwrap(),
+            &doc! {"session_id": "s1", "run_index": index}
+        );
+        // agno's writer stores 40 with an ObjectId `_id`, never moving our counter.
+        coll.insert_one(doc! {"run_id": "agno-40", "session_id": "s1", "run_index": 40_i64})
+            .await
+            .unwrap();
+        let ours = handles[0].runs().unwrap();
+        let next = ours.upsert_run(run("after-agno".into())).await.unwrap();
+        assert_eq!(next.run_index, Some(41));
+        // A claim the look-up cannot see (held by a document of another session): the
+        // append that meets it takes the next index instead of failing or writing twice.
+        coll.insert_one(doc! {
+            "_id": {"session_id": "s1", "run_index": 42_i64},
+            "run_id": "elsewhere", "session_id": "s2", "run_index": 0_i64,
+        })
+        .await
+        .unwrap();
+        let past_claim = ours.upsert_run(run("past-claim".into())).await.unwrap();
+        assert_eq!(past_claim.run_index, Some(43));
+        // The counter moved at 32: a new handle looks from there, not from 0.
+        let counter = db
+            .collection::<Document>(&TableNames::default().meta)
+            .find_one(doc! {"_id": "run_index:s1"})
+            .await
+            .unwrap()
+            .expect("a run counter");
+        assert!(counter.get_i64("next").unwrap() >= 33, "{counter}");
+        let fresh_handle = handles[2].runs().unwrap();
+        let third = fresh_handle.upsert_run(run("third".into())).await.unwrap();
+        assert_eq!(third.run_index, Some(44));
+        // Deleted and created again: a stale hint (44) finds nothing and starts over.
+        let sessions = handles[0].sessions().unwrap();
+        sessions
+            .delete_sessions(&["s1".into()], None)
+            .await
+            .unwrap();
+        sessions.upsert_session(session()).await.unwrap();
+        let again = ours.upsert_run(run("again".into())).await.unwrap();
+        assert_eq!(again.run_index, Some(0));
+        assert_eq!(indexes(coll).await, vec![0]);
+        db.drop().await.unwrap();
+    });
+}
