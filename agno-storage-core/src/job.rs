@@ -442,6 +442,26 @@ impl SessionOrder {
     }
 }
 
+/// Calls `claim` until it has `limit` jobs or none is left: a batch claim for stores that
+/// claim one job at a time ([`JobStore::claim_jobs`]' default). Jobs claimed are always
+/// returned: an error after the first claim ends the batch early instead.
+pub async fn claim_one_by_one<F, Fut>(limit: usize, mut claim: F) -> Result<Vec<Job>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Job>>>,
+{
+    let mut claimed = Vec::new();
+    while claimed.len() < limit {
+        match claim().await {
+            Ok(Some(job)) => claimed.push(job),
+            Ok(None) => break,
+            Err(e) if claimed.is_empty() => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(claimed)
+}
+
 /// `InvalidInput` unless `status` is one a held job may finish in (terminal or paused).
 pub fn check_finish_status(status: JobStatus) -> Result<()> {
     if status.is_terminal() || status == JobStatus::Paused {
@@ -991,18 +1011,10 @@ pub trait JobStore: Send + Sync {
         deployment_id: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Job>> {
-        let mut claimed = Vec::new();
-        while claimed.len() < limit {
-            match self
-                .claim_job(worker_id, lock_grace_seconds, deployment_id)
-                .await
-            {
-                Ok(Some(job)) => claimed.push(job),
-                Ok(None) => break,
-                Err(e) if claimed.is_empty() => return Err(e),
-                Err(_) => break,
-            }
-        }
+        let mut claimed = claim_one_by_one(limit, || {
+            self.claim_job(worker_id, lock_grace_seconds, deployment_id)
+        })
+        .await?;
         sort_oldest_first(&mut claimed);
         Ok(claimed)
     }

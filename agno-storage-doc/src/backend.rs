@@ -165,6 +165,16 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// reports the run as undecodable and session reads pass the text on).
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>>;
 
+    /// Documents `ids` of `collection`, in order, `None` where one does not exist
+    /// (default: [`get_one_by_one`]). Override it where one request reads many.
+    async fn get_each(
+        &self,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<Vec<Option<Stored<Self>>>> {
+        get_one_by_one(self, collection, ids).await
+    }
+
     /// Every document of `collection` whose fields equal `eq` (a null matches a null or
     /// missing field).
     async fn query(&self, collection: &str, eq: &[(&str, Value)]) -> Result<Vec<Stored<Self>>>;
@@ -340,6 +350,23 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         crate::jobs::claim_oldest_job(self, worker_id, lock_grace_seconds, deployment_id).await
     }
 
+    /// [`agno_storage_core::JobStore::claim_jobs`]: up to `limit` claims, each as
+    /// [`DocBackend::claim_next_job`] makes one (default: that call until it has `limit` or
+    /// none is left; an error after the first claim ends the batch early). Override it
+    /// where one look at the queue can serve many claims.
+    async fn claim_next_jobs(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        agno_storage_core::job::claim_one_by_one(limit, || {
+            self.claim_next_job(worker_id, lock_grace_seconds, deployment_id)
+        })
+        .await
+    }
+
     /// [`agno_storage_core::RunStore::upsert_run`] (default: [`crate::write_run_cas`], a
     /// run-index counter document written by compare-and-set in the run's commit).
     async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
@@ -487,4 +514,17 @@ pub async fn backoff(attempt: usize) {
     let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 8;
     let ms = (attempt as u64).min(10) * 3 + jitter;
     tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// [`DocBackend::get_each`]'s default: [`DocBackend::get`] of each id, in order.
+pub async fn get_one_by_one<B: DocBackend>(
+    db: &B,
+    collection: &str,
+    ids: &[String],
+) -> Result<Vec<Option<Stored<B>>>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for id in ids {
+        found.push(db.get(collection, id).await?);
+    }
+    Ok(found)
 }

@@ -8,11 +8,13 @@
 //! the job; a resubmission finds the guard and returns the original job.
 
 use agno_storage_core::job::{
-    check_finish_status, check_settle_status, lease_lost, undecodable_job_error, SessionOrder,
+    check_completions, check_finish_status, check_settle_status, lease_lost, sort_oldest_first,
+    undecodable_job_error, SessionOrder,
 };
 use agno_storage_core::{
     async_trait, visible_to, ContinueOutcome, Continued, EnqueueOutcome, EnqueueRejection, Error,
-    ErrorKind, Job, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result, SortOrder, Unreadable,
+    ErrorKind, Job, JobCompletion, JobQuery, JobStatus, JobStore, JobWakeups, Page, Result,
+    SortOrder, Unreadable,
 };
 
 use std::collections::HashMap;
@@ -134,6 +136,39 @@ impl<B: DocBackend> Docs<B> {
             }
         }
         Err(self.contended(operation))
+    }
+
+    /// One completion of [`JobStore::complete_jobs`] over its job's document as the batch
+    /// read it: written if `worker_id` holds it at the completion's attempt and it is
+    /// unchanged since; after a conflict, [`JobStore::complete_job`] decides it afresh.
+    async fn finish_read(
+        &self,
+        worker_id: &str,
+        c: JobCompletion,
+        stored: Option<Stored<B>>,
+        now: i64,
+    ) -> Result<()> {
+        let Some(stored) = stored else {
+            return Err(lease_lost(&c.id, worker_id, c.attempt));
+        };
+        let mut job: Job = stored.decode("a job")?;
+        if job.id != c.id || !job.is_held_by(worker_id, c.attempt) {
+            return Err(lease_lost(&c.id, worker_id, c.attempt));
+        }
+        job.finish(c.status, c.error.clone(), now);
+        let write = self.put(
+            self.collection(Table::Jobs),
+            &stored.id,
+            &self.to_fields(&job, "a job")?,
+            stored.unchanged(),
+        );
+        match self.commit("complete job", vec![write]).await? {
+            Commit::Done => Ok(()),
+            Commit::Conflict => self
+                .complete_job(&c.id, worker_id, c.attempt, c.status, c.error)
+                .await
+                .map(drop),
+        }
     }
 
     /// Gives a serialized `job` the next place of its session (read after the session's
@@ -280,6 +315,39 @@ impl<B: DocBackend> JobStore for Docs<B> {
     ) -> Result<Option<Job>> {
         self.claim_next_job(worker_id, lock_grace_seconds, deployment_id)
             .await
+    }
+
+    async fn claim_jobs(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let mut claimed = self
+            .claim_next_jobs(worker_id, lock_grace_seconds, deployment_id, limit)
+            .await?;
+        sort_oldest_first(&mut claimed);
+        Ok(claimed)
+    }
+
+    /// All the jobs read in one [`DocBackend::get_each`] and the server's clock read once;
+    /// then each written by its own compare-and-set (a conflict goes through
+    /// `complete_job`).
+    async fn complete_jobs(
+        &self,
+        worker_id: &str,
+        completions: Vec<JobCompletion>,
+    ) -> Result<Vec<Result<()>>> {
+        check_completions(&completions)?;
+        let ids: Vec<String> = completions.iter().map(|c| self.doc_id(&c.id)).collect();
+        let docs = self.get_each(self.collection(Table::Jobs), &ids).await?;
+        let now = self.0.now().await?;
+        let mut results = Vec::with_capacity(completions.len());
+        for (completion, stored) in completions.into_iter().zip(docs) {
+            results.push(self.finish_read(worker_id, completion, stored, now).await);
+        }
+        Ok(results)
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {

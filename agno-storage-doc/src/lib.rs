@@ -28,8 +28,8 @@ mod sessions;
 
 pub use agno_storage_core::{Table, TableNames};
 pub use backend::{
-    backoff, digest_id, matches_eq, object, opt, Commit, DocBackend, Fields, Guard, Pre, Stored,
-    CAS_ATTEMPTS,
+    backoff, digest_id, get_one_by_one, matches_eq, object, opt, Commit, DocBackend, Fields, Guard,
+    Pre, Stored, CAS_ATTEMPTS,
 };
 pub use jobs::{claim_oldest_job, decode_or_fail_job, SessionGuards};
 pub use legacy::legacy_page_by_id;

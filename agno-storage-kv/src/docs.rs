@@ -28,31 +28,49 @@ use crate::store::{KvStore, EXPIRING_TABLES};
 /// Checks every record's precondition, then applies every write and index operation.
 /// ARGV[1] the record count; per record (key index, expectation `*` any / `-` absent /
 /// `=` equal to the value after it / `exists` / `zcard` the sorted set has that many
-/// members / `zmax` its highest score is that (empty: it is empty), the expected value,
-/// action `set` / `del` / `none`, new text); then
-/// the operation count and `(kind, key index, member, score)` quadruples (`prune`: remove
-/// `member` from the set whose key index is in the score's place once the sorted set is
-/// empty; `expire`: the key lives that many seconds more; prunes come last). Returns 1 when
-/// applied, 0 when a precondition failed (nothing written).
+/// members / `zmax` its highest score is that (empty: it is empty) / `owner` a record whose
+/// `user_id` is no string or is the value after it / `unowned` a record whose `user_id` is
+/// no string / `znext` always, and the index assigned is one past the sorted set's highest
+/// score (0 when empty), the expected value, action `set` / `seti` (set, the assigned index
+/// written where the text holds a NUL) / `del` / `none`, new text); then the operation
+/// count and `(kind, key index, member, score)` quadruples (a score `@` is the assigned
+/// index; `prune`: remove `member` from the set whose key index is in the score's place
+/// once the sorted set is empty; `expire`: the key lives that many seconds more; prunes come
+/// last). Returns `{1, assigned index}` when applied (`{1}` without `znext`), `{0}` when a
+/// precondition failed (nothing written).
 const COMMIT: &str = r#"
 local n = tonumber(ARGV[1])
 local i = 2
+local assigned
 for _ = 1, n do
   local k, expect = KEYS[tonumber(ARGV[i])], ARGV[i + 1]
   local want = ARGV[i + 2]
   if expect == '-' then
-    if redis.call('EXISTS', k) == 1 then return 0 end
+    if redis.call('EXISTS', k) == 1 then return {0} end
   elseif expect == '=' then
-    if redis.call('GET', k) ~= want then return 0 end
+    if redis.call('GET', k) ~= want then return {0} end
   elseif expect == 'exists' then
-    if redis.call('EXISTS', k) == 0 then return 0 end
+    if redis.call('EXISTS', k) == 0 then return {0} end
   elseif expect == 'zcard' then
-    if redis.call('ZCARD', k) ~= tonumber(want) then return 0 end
+    if redis.call('ZCARD', k) ~= tonumber(want) then return {0} end
   elseif expect == 'zmax' then
     local top = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
     if want == '' then
-      if #top ~= 0 then return 0 end
-    elseif #top ~= 2 or tonumber(top[2]) ~= tonumber(want) then return 0 end
+      if #top ~= 0 then return {0} end
+    elseif #top ~= 2 or tonumber(top[2]) ~= tonumber(want) then return {0} end
+  elseif expect == 'owner' or expect == 'unowned' then
+    local text = redis.call('GET', k)
+    if not text then return {0} end
+    local ok, record = pcall(cjson.decode, text)
+    if not ok or type(record) ~= 'table' then return {0} end
+    local owner = record['user_id']
+    if type(owner) == 'string' and (expect == 'unowned' or owner ~= want) then return {0} end
+  elseif expect == 'znext' then
+    local top = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
+    if #top == 0 then assigned = 0 else
+      local t = tonumber(top[2])
+      assigned = t - math.fmod(t, 1) + 1
+    end
   end
   i = i + 5
 end
@@ -60,6 +78,8 @@ i = 2
 for _ = 1, n do
   local k, action = KEYS[tonumber(ARGV[i])], ARGV[i + 3]
   if action == 'set' then redis.call('SET', k, ARGV[i + 4])
+  elseif action == 'seti' then
+    redis.call('SET', k, (string.gsub(ARGV[i + 4], '%z', string.format('%d', assigned))))
   elseif action == 'del' then redis.call('DEL', k) end
   i = i + 5
 end
@@ -67,6 +87,7 @@ local m = tonumber(ARGV[i])
 i = i + 1
 for _ = 1, m do
   local kind, k, member, score = ARGV[i], KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3]
+  if score == '@' then score = string.format('%d', assigned) end
   i = i + 4
   if kind == 'zadd' then redis.call('ZADD', k, score, member)
   elseif kind == 'zrem' then redis.call('ZREM', k, member)
@@ -76,7 +97,7 @@ for _ = 1, m do
     if redis.call('ZCARD', k) == 0 then redis.call('SREM', KEYS[tonumber(score)], member) end
   else return redis.error_reply('agno commit: unknown op ' .. kind) end
 end
-return 1
+return {1, assigned}
 "#;
 
 /// One index entry of a record: a sorted-set member with its score, or (without a score)
@@ -192,6 +213,12 @@ pub(crate) enum Expect {
     Zcard(usize),
     /// The highest score of the sorted set at the key is this (`None`: it is empty).
     Zmax(Option<f64>),
+    /// The key holds a record writable by this user ([`agno_storage_core::writable_by`]:
+    /// its `user_id` is no string, or is this one).
+    WritableBy(Option<String>),
+    /// None; the commit assigns the index one past the sorted set's highest score (0 when
+    /// empty) to its [`Planned::assigning_index`] write.
+    NextIndex,
 }
 
 impl Planned {
@@ -200,11 +227,39 @@ impl Planned {
         self.action = Action::Set(text);
         self
     }
+
+    /// This write of a record whose index in sorted set `set` the commit assigns
+    /// ([`Expect::NextIndex`]), given the same write planned with index 0 (`self`) and with
+    /// index 1 (`one`): the record is stored with the assigned index in the one place the
+    /// two texts differ, and scored with it in `set`. `None` when the texts do not differ in
+    /// exactly one place, or `self` stores no record.
+    pub(crate) fn assigning_index(mut self, one: &Planned, set: &str) -> Option<Self> {
+        let (Action::Set(zero), Action::Set(one)) = (&self.action, &one.action) else {
+            return None;
+        };
+        let (a, b) = (zero.as_bytes(), one.as_bytes());
+        let at = a.iter().zip(b).position(|(x, y)| x != y)?;
+        if a.len() != b.len() || a[at + 1..] != b[at + 1..] || (a[at], b[at]) != (b'0', b'1') {
+            return None;
+        }
+        let text = format!("{}\0{}", &zero[..at], &zero[at + 1..]);
+        self.action = Action::SetAssigning {
+            text,
+            set: set.to_owned(),
+        };
+        Some(self)
+    }
 }
 
 /// What a commit does to a key.
 enum Action {
     Set(String),
+    /// Set, the assigned index ([`Expect::NextIndex`]) written where `text` holds a NUL and
+    /// used as the record's score in sorted set `set`.
+    SetAssigning {
+        text: String,
+        set: String,
+    },
     Delete,
     Nothing,
 }
@@ -685,9 +740,17 @@ impl KvStore {
     }
 
     /// Applies every write or none: [`Commit::Conflict`] when a check failed.
-    pub(crate) async fn commit(&self, mut writes: Vec<Planned>) -> Result<Commit> {
+    pub(crate) async fn commit(&self, writes: Vec<Planned>) -> Result<Commit> {
+        Ok(self.commit_assigning(writes).await?.0)
+    }
+
+    /// [`KvStore::commit`], with the index a [`Expect::NextIndex`] check assigned, if any.
+    pub(crate) async fn commit_assigning(
+        &self,
+        mut writes: Vec<Planned>,
+    ) -> Result<(Commit, Option<i64>)> {
         if writes.is_empty() {
-            return Ok(Commit::Done);
+            return Ok((Commit::Done, None));
         }
         self.resolve_old(&mut writes).await?;
         let mut keys: Vec<String> = Vec::new();
@@ -711,11 +774,15 @@ impl KvStore {
                 Expect::Exists => ("exists", String::new()),
                 Expect::Zcard(n) => ("zcard", n.to_string()),
                 Expect::Zmax(top) => ("zmax", top.map(score_arg).unwrap_or_default()),
+                Expect::WritableBy(Some(user)) => ("owner", user.clone()),
+                Expect::WritableBy(None) => ("unowned", String::new()),
+                Expect::NextIndex => ("znext", String::new()),
             };
-            let (action, value) = match &w.action {
-                Action::Set(v) => ("set", v.as_str()),
-                Action::Delete => ("del", ""),
-                Action::Nothing => ("none", ""),
+            let (action, value, assigned_in) = match &w.action {
+                Action::Set(v) => ("set", v.as_str(), None),
+                Action::SetAssigning { text, set } => ("seti", text.as_str(), Some(set)),
+                Action::Delete => ("del", "", None),
+                Action::Nothing => ("none", "", None),
             };
             records.push((slot(&w.key), expect, want, action, value));
             let old = w.old.as_deref().unwrap_or_default();
@@ -726,11 +793,14 @@ impl KvStore {
             }
             for e in w.new.iter().filter(|e| !old.contains(e)) {
                 match e.score {
+                    _ if assigned_in == Some(&e.key) => {
+                        ops.push(("zadd", slot(&e.key), &e.member, "@".to_owned()))
+                    }
                     Some(s) => ops.push(("zadd", slot(&e.key), &e.member, score_arg(s))),
                     None => ops.push(("sadd", slot(&e.key), &e.member, String::new())),
                 }
             }
-            if let (Some(ttl), Action::Set(_)) = (self.expire, &w.action) {
+            if let (Some(ttl), "set" | "seti") = (self.expire, action) {
                 if EXPIRING_TABLES.contains(&w.segment.as_str()) {
                     ops.push(("expire", slot(&w.key), "", ttl.to_string()));
                     // agno refreshes the session's run list with each run it writes.
@@ -762,14 +832,13 @@ impl KvStore {
         for (kind, k, member, score) in &ops {
             inv.arg(*kind).arg(*k).arg(*member).arg(score);
         }
-        let applied: i64 = inv
+        let reply: Vec<i64> = inv
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.err(e))?;
-        Ok(if applied == 1 {
-            Commit::Done
-        } else {
-            Commit::Conflict
+        Ok(match reply.as_slice() {
+            [1, assigned @ ..] => (Commit::Done, assigned.first().copied()),
+            _ => (Commit::Conflict, None),
         })
     }
 }
@@ -823,6 +892,26 @@ impl<S: Server> DocBackend for KvDocs<S> {
         self.store.commit(writes).await
     }
 
+    /// One `MGET` (holder keys, stored as plain text, are read one by one).
+    async fn get_each(
+        &self,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<Vec<Option<Stored<Self>>>> {
+        let keys: Vec<(String, bool)> = ids
+            .iter()
+            .map(|id| self.store.key_of(collection, id))
+            .collect();
+        if keys.iter().any(|(_, literal)| *literal) {
+            return agno_storage_doc::get_one_by_one(self, collection, ids).await;
+        }
+        let keys: Vec<String> = keys.into_iter().map(|(key, _)| key).collect();
+        ids.iter()
+            .zip(self.store.mget(&keys).await?)
+            .map(|(id, raw)| raw.map(|raw| self.stored(collection, id, raw)).transpose())
+            .collect()
+    }
+
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>> {
         let (key, literal) = self.store.key_of(collection, id);
         match self.store.get(&key).await? {
@@ -874,7 +963,20 @@ impl<S: Server> DocBackend for KvDocs<S> {
         lock_grace_seconds: i64,
         deployment_id: Option<&str>,
     ) -> Result<Option<Job>> {
-        self.claim(worker_id, lock_grace_seconds, deployment_id)
+        let mut claimed = self
+            .claim(worker_id, lock_grace_seconds, deployment_id, 1)
+            .await?;
+        Ok(claimed.pop())
+    }
+
+    async fn claim_next_jobs(
+        &self,
+        worker_id: &str,
+        lock_grace_seconds: i64,
+        deployment_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.claim(worker_id, lock_grace_seconds, deployment_id, limit)
             .await
     }
 

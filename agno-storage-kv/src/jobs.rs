@@ -111,6 +111,15 @@ fn normalize(_: &str, f: &mut Fields) {
     }
 }
 
+/// Who claims, and when: what every claim of one batch shares.
+#[derive(Clone, Copy)]
+struct Lease<'a> {
+    worker_id: &'a str,
+    now: i64,
+    lock_grace_seconds: i64,
+    deployment_id: Option<&'a str>,
+}
+
 impl KvStore {
     /// agno's collision-free `(user, key)` encoding: the user is length-prefixed.
     pub(crate) fn idem_key(&self, user_id: Option<&str>, key: &str) -> String {
@@ -190,40 +199,64 @@ impl<S: Server> KvDocs<S> {
             .collect())
     }
 
-    /// [`DocBackend::claim_next_job`]: the first claimable ticket of the `queued` set due by
-    /// now, else of the `running` set whose lease passed, oldest first within each page.
+    /// [`DocBackend::claim_next_jobs`] (and, with `limit` 1, `claim_next_job`): up to `limit`
+    /// claimable tickets of the `queued` set due by now, then of the `running` set whose
+    /// lease passed, oldest first within each page; each claim is its own compare-and-set,
+    /// and one page read serves every claim it can.
     pub(crate) async fn claim(
         &self,
         worker_id: &str,
         lock_grace_seconds: i64,
         deployment_id: Option<&str>,
-    ) -> Result<Option<Job>> {
+        limit: usize,
+    ) -> Result<Vec<Job>> {
         let now = self.now().await?;
         let stale = now - lock_grace_seconds;
         let sets = [
             (self.store().jobs_set("queued"), now),
             (self.store().jobs_set("running"), stale),
         ];
+        let lease = Lease {
+            worker_id,
+            now,
+            lock_grace_seconds,
+            deployment_id,
+        };
+        let mut claimed = Vec::new();
         for (set, max) in sets {
-            if let Some(job) = self
-                .claim_from(&set, max, worker_id, now, lock_grace_seconds, deployment_id)
-                .await?
+            if claimed.len() == limit {
+                break;
+            }
+            if let Err(e) = self
+                .claim_from(&set, max, &lease, limit, &mut claimed)
+                .await
             {
-                return Ok(Some(job));
+                // Claimed jobs are always handed out; the next call meets the error again.
+                if claimed.is_empty() {
+                    return Err(e);
+                }
+                break;
             }
         }
-        Ok(None)
+        Ok(claimed)
     }
 
+    /// Claims tickets of `set` scored up to `max` into `claimed` until it holds `limit`
+    /// or the set has no more.
     async fn claim_from(
         &self,
         set: &str,
         max: i64,
-        worker_id: &str,
-        now: i64,
-        lock_grace_seconds: i64,
-        deployment_id: Option<&str>,
-    ) -> Result<Option<Job>> {
+        lease: &Lease<'_>,
+        limit: usize,
+        claimed: &mut Vec<Job>,
+    ) -> Result<()> {
+        let Lease {
+            worker_id,
+            now,
+            lock_grace_seconds,
+            deployment_id,
+        } = *lease;
         let store = self.store();
         let mut offset = 0;
         let mut contended_rounds = 0;
@@ -240,7 +273,7 @@ impl<S: Server> KvDocs<S> {
                 )
                 .await?;
             if ids.is_empty() {
-                return Ok(None);
+                return Ok(());
             }
             let mut candidates = Vec::new();
             for item in self.get_many_raw(TABLE, &ids).await? {
@@ -260,9 +293,15 @@ impl<S: Server> KvDocs<S> {
             }
             candidates.sort_by(|(_, a), (_, b)| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
             let mut contended = false;
+            let claimed_before = claimed.len();
+            // Read once per page: a ticket claimed from it stays live in this view, so it
+            // still holds back the later tickets of its session.
             let mut sessions = SessionOrder::default();
             let mut guards = SessionGuards::default();
             for (stored, mut job) in candidates {
+                if claimed.len() == limit {
+                    return Ok(());
+                }
                 guards.read(self, &job).await?;
                 if !sessions
                     .allows(&job, |sid| async move { self.session_jobs(&sid).await })
@@ -279,11 +318,16 @@ impl<S: Server> KvDocs<S> {
                 )];
                 writes.extend(guards.write(self, &job));
                 if self.commit("claim job", writes).await? == Commit::Done {
-                    return Ok(Some(job));
+                    claimed.push(job);
+                    continue;
                 }
                 contended = true;
             }
-            if contended {
+            let taken = claimed.len() - claimed_before;
+            if claimed.len() == limit {
+                return Ok(());
+            }
+            if contended && taken == 0 {
                 // Others claimed what this page offered: look again from the start.
                 contended_rounds += 1;
                 if contended_rounds > 100 {
@@ -296,7 +340,8 @@ impl<S: Server> KvDocs<S> {
                 }
                 offset = 0;
             } else {
-                offset += ids.len();
+                // The tickets claimed left the window (their score moved past `max`).
+                offset += ids.len() - taken;
             }
         }
     }
