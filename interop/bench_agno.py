@@ -96,6 +96,7 @@ def main():
         "first10_s": sorted(laps[:10])[5 if n >= 10 else 0], "last10_s": sorted(laps[-10:])[5 if n >= 10 else 0],
         "read_s": read, "first_read_s": reads[0] if reads else 0.0,
         "runs_read": len(session.runs or []) if session else 0,
+        "laps_s": laps,
     }))
     if cleanup is not None:
         cleanup()

@@ -53,7 +53,7 @@ pub struct AppendFigures {
     pub last10: f64,
     /// Reading the session back with its `n` runs.
     pub read: f64,
-    /// Each append's latency, in order (empty for agno's side, which reports only medians).
+    /// Each append's latency, in order.
     pub laps: Vec<f64>,
 }
 
@@ -75,6 +75,24 @@ impl AppendFigures {
             last10: median(&laps[n.saturating_sub(10)..]),
             read,
             laps: laps.to_vec(),
+        }
+    }
+
+    /// The append latency that fraction `q` of the appends do not exceed (nearest rank;
+    /// 0 without laps): `quantile(0.99)` is the p99.
+    pub fn quantile(&self, q: f64) -> f64 {
+        let mut v = self.laps.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
+        v.get(rank - 1).copied().unwrap_or_default()
+    }
+
+    /// The median append of the last tenth over that of the first (0 with fewer than 10
+    /// laps): flatness that a few slow appends among the first or last 10 do not swing.
+    pub fn tenth_flatness(&self) -> f64 {
+        match self.tenths().as_slice() {
+            [first, .., last] if self.laps.len() >= 10 => last / first.max(1e-12),
+            _ => 0.0,
         }
     }
 
@@ -258,7 +276,10 @@ pub fn agno_append_runs(target: &str, n: usize) -> Result<Option<AppendFigures>>
         first10: field("first10_s")?,
         last10: field("last10_s")?,
         read: field("read_s")?,
-        laps: Vec::new(),
+        laps: v["laps_s"]
+            .as_array()
+            .map(|laps| laps.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default(),
     }))
 }
 
@@ -275,6 +296,15 @@ pub fn print_figures(label: &str, f: &AppendFigures) {
         f.flatness(),
         f.read * 1e3
     );
+    if !f.laps.is_empty() {
+        println!(
+            "    append p50 {:.1} µs, p99 {:.1} µs, p99/p50 {:.2}, last/first tenth {:.2}",
+            f.quantile(0.5) * 1e6,
+            f.quantile(0.99) * 1e6,
+            f.quantile(0.99) / f.quantile(0.5).max(1e-12),
+            f.tenth_flatness()
+        );
+    }
     if std::env::var_os("BENCH_LAPS").is_some() && !f.laps.is_empty() {
         let tenths: Vec<String> = f
             .tenths()
@@ -291,10 +321,12 @@ pub fn print_comparison(backend: &str, ours: &AppendFigures, agno: Option<&Appen
     match agno {
         Some(a) => {
             println!(
-                "    ours/agno runs/s {:.2}; last/first append ours {:.2}, agno {:.2}; read agno/ours {:.2}",
+                "    ours/agno runs/s {:.2}; last/first append ours {:.2}, agno {:.2}; last/first tenth ours {:.2}, agno {:.2}; read agno/ours {:.2}",
                 ours.runs_per_second / a.runs_per_second.max(1e-12),
                 ours.flatness(),
                 a.flatness(),
+                ours.tenth_flatness(),
+                a.tenth_flatness(),
                 a.read / ours.read.max(1e-9)
             );
             println!(
