@@ -143,6 +143,23 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Commits `writes` atomically; [`Commit::Conflict`] when a precondition failed.
     async fn commit(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<Commit>;
 
+    /// Commits each of `commits` on its own, as [`DocBackend::commit`] commits one, and
+    /// reports each in order: one that fails or conflicts leaves the others as they went
+    /// (default: one commit after another). Override it where one request carries many
+    /// commits (Redis/Valkey: a pipeline of scripts). An error for the whole call means it
+    /// is unknown which applied.
+    async fn commit_each(
+        &self,
+        operation: &'static str,
+        commits: Vec<Vec<Self::Write>>,
+    ) -> Result<Vec<Result<Commit>>> {
+        let mut outcomes = Vec::with_capacity(commits.len());
+        for writes in commits {
+            outcomes.push(self.commit(operation, writes).await);
+        }
+        Ok(outcomes)
+    }
+
     /// Commits `writes` (perhaps in several commits); a failed precondition is a `Conflict`
     /// error (default: one [`DocBackend::commit`]; override it where a commit has a size limit).
     async fn commit_all(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<()> {

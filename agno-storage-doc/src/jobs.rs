@@ -138,16 +138,16 @@ impl<B: DocBackend> Docs<B> {
         Err(self.contended(operation))
     }
 
-    /// One completion of [`JobStore::complete_jobs`] over its job's document as the batch
-    /// read it: written if `worker_id` holds it at the completion's attempt and it is
-    /// unchanged since; after a conflict, [`JobStore::complete_job`] decides it afresh.
-    async fn finish_read(
+    /// The write of one completion of [`JobStore::complete_jobs`] over its job's document
+    /// as the batch read it: the job finished if `worker_id` holds it at the completion's
+    /// attempt, written only if unchanged since.
+    fn finish_write(
         &self,
         worker_id: &str,
-        c: JobCompletion,
+        c: &JobCompletion,
         stored: Option<Stored<B>>,
         now: i64,
-    ) -> Result<()> {
+    ) -> Result<B::Write> {
         let Some(stored) = stored else {
             return Err(lease_lost(&c.id, worker_id, c.attempt));
         };
@@ -156,19 +156,12 @@ impl<B: DocBackend> Docs<B> {
             return Err(lease_lost(&c.id, worker_id, c.attempt));
         }
         job.finish(c.status, c.error.clone(), now);
-        let write = self.put(
+        Ok(self.put(
             self.collection(Table::Jobs),
             &stored.id,
             &self.to_fields(&job, "a job")?,
             stored.unchanged(),
-        );
-        match self.commit("complete job", vec![write]).await? {
-            Commit::Done => Ok(()),
-            Commit::Conflict => self
-                .complete_job(&c.id, worker_id, c.attempt, c.status, c.error)
-                .await
-                .map(drop),
-        }
+        ))
     }
 
     /// Gives a serialized `job` the next place of its session (read after the session's
@@ -343,11 +336,35 @@ impl<B: DocBackend> JobStore for Docs<B> {
         let ids: Vec<String> = completions.iter().map(|c| self.doc_id(&c.id)).collect();
         let docs = self.get_each(self.collection(Table::Jobs), &ids).await?;
         let now = self.0.now().await?;
-        let mut results = Vec::with_capacity(completions.len());
-        for (completion, stored) in completions.into_iter().zip(docs) {
-            results.push(self.finish_read(worker_id, completion, stored, now).await);
+        // Every completion's write goes in one `commit_each`; one refused before it (not
+        // held) keeps its error, one that conflicted is decided afresh by `complete_job`.
+        let mut results: Vec<Option<Result<()>>> = Vec::with_capacity(completions.len());
+        let mut commits = Vec::with_capacity(completions.len());
+        for (c, stored) in completions.iter().zip(docs) {
+            match self.finish_write(worker_id, c, stored, now) {
+                Ok(write) => {
+                    commits.push(vec![write]);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
         }
-        Ok(results)
+        let mut outcomes = self.commit_each("complete job", commits).await?.into_iter();
+        let mut done = Vec::with_capacity(completions.len());
+        for (c, result) in completions.into_iter().zip(results) {
+            done.push(match result {
+                Some(refused) => refused,
+                None => match outcomes.next() {
+                    Some(Ok(Commit::Done)) => Ok(()),
+                    Some(Err(e)) => Err(e),
+                    Some(Ok(Commit::Conflict)) | None => self
+                        .complete_job(&c.id, worker_id, c.attempt, c.status, c.error)
+                        .await
+                        .map(drop),
+                },
+            });
+        }
+        Ok(done)
     }
 
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {

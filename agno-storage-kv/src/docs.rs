@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{
-    async_trait, Job, JobWakeups, MemoryStats, MetricsRecord, Page, Pagination, Result, RunRecord,
-    SessionQuery,
+    async_trait, Error, ErrorKind, Job, JobWakeups, MemoryStats, MetricsRecord, Page, Pagination,
+    Result, RunRecord, SessionQuery,
 };
 use agno_storage_core::{SortOrder, Table};
 use agno_storage_doc::layout::{shape, shape_serde, Nulls};
@@ -719,15 +719,16 @@ impl KvStore {
 
     /// Fills in the index entries of the versions replaced without a precondition, from the
     /// records as they are now (a record replaced between this read and the commit may leave
-    /// stale entries, which listings drop when they meet them).
-    async fn resolve_old(&self, writes: &mut [Planned]) -> Result<()> {
-        let unknown: Vec<usize> = (0..writes.len())
-            .filter(|&i| writes[i].old.is_none())
+    /// stale entries, which listings drop when they meet them): one read for all `commits`.
+    async fn resolve_old(&self, commits: &mut [Vec<Planned>]) -> Result<()> {
+        let mut unknown: Vec<&mut Planned> = commits
+            .iter_mut()
+            .flatten()
+            .filter(|w| w.old.is_none())
             .collect();
-        let keys: Vec<String> = unknown.iter().map(|&i| writes[i].key.clone()).collect();
+        let keys: Vec<String> = unknown.iter().map(|w| w.key.clone()).collect();
         let current = self.mget(&keys).await?;
-        for (i, raw) in unknown.into_iter().zip(current) {
-            let w = &mut writes[i];
+        for (w, raw) in unknown.iter_mut().zip(current) {
             w.old = Some(match (raw, layout(&w.segment)) {
                 (Some(raw), Some(_)) => {
                     let fields = view(self, &w.segment, &w.id, &raw)?;
@@ -752,7 +753,67 @@ impl KvStore {
         if writes.is_empty() {
             return Ok((Commit::Done, None));
         }
-        self.resolve_old(&mut writes).await?;
+        self.resolve_old(std::slice::from_mut(&mut writes)).await?;
+        let reply: Vec<i64> = self
+            .invocation(&writes)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(outcome(&reply))
+    }
+
+    /// Each of `commits` applied on its own, as [`KvStore::commit`] applies one, in one
+    /// pipeline of scripts (one round trip): each reports its own outcome, a failed one
+    /// (a script error) without hiding the others'. The pipeline loads the script first, so
+    /// a server that lost it (a restart, `SCRIPT FLUSH`) runs it all the same. An error for
+    /// the whole call (the connection) leaves unknown which applied.
+    pub(crate) async fn commit_each(
+        &self,
+        mut commits: Vec<Vec<Planned>>,
+    ) -> Result<Vec<Result<Commit>>> {
+        if commits.len() == 1 {
+            let writes = commits.pop().unwrap_or_default();
+            return Ok(vec![self.commit(writes).await]);
+        }
+        self.resolve_old(&mut commits).await?;
+        let invocations: Vec<_> = commits
+            .iter()
+            .filter(|writes| !writes.is_empty())
+            .map(|writes| self.invocation(writes))
+            .collect();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.load_script(&self.commit_script).ignore();
+        for invocation in &invocations {
+            pipe.invoke_script(invocation);
+        }
+        let mut replies = if invocations.is_empty() {
+            Vec::new()
+        } else {
+            self.pipe::<Vec<redis::Value>>(&pipe).await?
+        }
+        .into_iter();
+        Ok(commits
+            .iter()
+            .map(|writes| {
+                if writes.is_empty() {
+                    return Ok(Commit::Done);
+                }
+                let reply = replies.next().ok_or_else(|| {
+                    Error::new(ErrorKind::Unexpected, "a pipeline of commits lost a reply")
+                        .with_backend(self.server)
+                })?;
+                let reply = reply
+                    .extract_error()
+                    .and_then(|v| redis::from_redis_value::<Vec<i64>>(v).map_err(Into::into))
+                    .map_err(|e| self.err(e))?;
+                Ok(outcome(&reply).0)
+            })
+            .collect())
+    }
+
+    /// The commit script's call for `writes`, their old entries known.
+    fn invocation(&self, writes: &[Planned]) -> redis::ScriptInvocation<'_> {
         let mut keys: Vec<String> = Vec::new();
         let mut slot = |key: &str| -> usize {
             match keys.iter().position(|k| k == key) {
@@ -766,7 +827,7 @@ impl KvStore {
         let by_session = self.by_session("");
         let mut records = Vec::with_capacity(writes.len());
         let mut ops: Vec<(&str, usize, &str, String)> = Vec::new();
-        for w in &writes {
+        for w in writes {
             let (expect, want) = match &w.expect {
                 Expect::Any => ("*", String::new()),
                 Expect::Absent => ("-", String::new()),
@@ -832,14 +893,15 @@ impl KvStore {
         for (kind, k, member, score) in &ops {
             inv.arg(*kind).arg(*k).arg(*member).arg(score);
         }
-        let reply: Vec<i64> = inv
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| self.err(e))?;
-        Ok(match reply.as_slice() {
-            [1, assigned @ ..] => (Commit::Done, assigned.first().copied()),
-            _ => (Commit::Conflict, None),
-        })
+        inv
+    }
+}
+
+/// The commit script's reply: applied, with the index it assigned if any, or a conflict.
+fn outcome(reply: &[i64]) -> (Commit, Option<i64>) {
+    match reply {
+        [1, assigned @ ..] => (Commit::Done, assigned.first().copied()),
+        _ => (Commit::Conflict, None),
     }
 }
 
@@ -890,6 +952,39 @@ impl<S: Server> DocBackend for KvDocs<S> {
             .map(|w| w.0)
             .collect::<Result<Vec<_>>>()?;
         self.store.commit(writes).await
+    }
+
+    /// One pipeline of commit scripts ([`KvStore::commit_each`]).
+    async fn commit_each(
+        &self,
+        _operation: &'static str,
+        commits: Vec<Vec<KvWrite>>,
+    ) -> Result<Vec<Result<Commit>>> {
+        // A commit whose writes could not be built is reported alone; the rest go together.
+        let mut refused: Vec<Option<Error>> = Vec::with_capacity(commits.len());
+        let mut ready = Vec::with_capacity(commits.len());
+        for writes in commits {
+            match writes.into_iter().map(|w| w.0).collect::<Result<Vec<_>>>() {
+                Ok(planned) => {
+                    ready.push(planned);
+                    refused.push(None);
+                }
+                Err(e) => refused.push(Some(e)),
+            }
+        }
+        let mut applied = self.store.commit_each(ready).await?.into_iter();
+        Ok(refused
+            .into_iter()
+            .map(|refused| match refused {
+                Some(e) => Err(e),
+                None => applied.next().unwrap_or_else(|| {
+                    Err(
+                        Error::new(ErrorKind::Unexpected, "a commit's outcome is missing")
+                            .with_backend(S::NAME),
+                    )
+                }),
+            })
+            .collect())
     }
 
     /// One `MGET` (holder keys, stored as plain text, are read one by one).

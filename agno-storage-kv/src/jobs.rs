@@ -202,7 +202,7 @@ impl<S: Server> KvDocs<S> {
     /// [`DocBackend::claim_next_jobs`] (and, with `limit` 1, `claim_next_job`): up to `limit`
     /// claimable tickets of the `queued` set due by now, then of the `running` set whose
     /// lease passed, oldest first within each page; each claim is its own compare-and-set,
-    /// and one page read serves every claim it can.
+    /// one page read serves every claim it can, and the page's claims go in one pipeline.
     pub(crate) async fn claim(
         &self,
         worker_id: &str,
@@ -292,15 +292,16 @@ impl<S: Server> KvDocs<S> {
                 }
             }
             candidates.sort_by(|(_, a), (_, b)| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-            let mut contended = false;
             let claimed_before = claimed.len();
             // Read once per page: a ticket claimed from it stays live in this view, so it
             // still holds back the later tickets of its session.
             let mut sessions = SessionOrder::default();
             let mut guards = SessionGuards::default();
+            let mut claims = Vec::new();
+            let mut commits = Vec::new();
             for (stored, mut job) in candidates {
-                if claimed.len() == limit {
-                    return Ok(());
+                if claimed.len() + claims.len() == limit {
+                    break;
                 }
                 guards.read(self, &job).await?;
                 if !sessions
@@ -317,11 +318,23 @@ impl<S: Server> KvDocs<S> {
                     stored.unchanged(),
                 )];
                 writes.extend(guards.write(self, &job));
-                if self.commit("claim job", writes).await? == Commit::Done {
-                    claimed.push(job);
-                    continue;
+                claims.push(job);
+                commits.push(writes);
+            }
+            // Every claim of the page in one round trip, each its own compare-and-set.
+            let mut contended = false;
+            let mut failed = None;
+            let outcomes = self.commit_each("claim job", commits).await?;
+            for (job, outcome) in claims.into_iter().zip(outcomes) {
+                match outcome {
+                    Ok(Commit::Done) => claimed.push(job),
+                    Ok(Commit::Conflict) => contended = true,
+                    Err(e) => failed = Some(e),
                 }
-                contended = true;
+            }
+            // `claim` hands out what was claimed before an error.
+            if let Some(e) = failed {
+                return Err(e);
             }
             let taken = claimed.len() - claimed_before;
             if claimed.len() == limit {

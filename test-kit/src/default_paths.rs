@@ -2,8 +2,9 @@
 //! native ones, so one suite pins that both agree.
 //!
 //! A backend's native paths are the engine hooks it overrides for speed or atomicity
-//! (`write_run`, `copy_legacy_runs`, `delete_session`, `claim_next_job`, `legacy_page`,
-//! `migration_lock`, `query_page`, `session_page`, `memory_stats`, `due_schedules`, `now`).
+//! (`write_run`, `copy_legacy_runs`, `delete_session`, `claim_next_job`, `claim_next_jobs`,
+//! `get_each`, `commit_each`, `legacy_page`, `migration_lock`, `query_page`, `session_page`,
+//! `memory_stats`, `due_schedules`, `now`).
 //! `DefaultPaths(backend)` delegates everything else (its layout: names, document ids,
 //! encodings, guards, metrics ids, the lock's item, where legacy blobs are) and leaves those
 //! hooks to the engine's defaults; running the conformance suite over both shows the native
