@@ -325,8 +325,8 @@ impl<B: DocBackend> JobStore for Docs<B> {
     }
 
     /// All the jobs read in one [`DocBackend::get_each`] and the server's clock read once;
-    /// then each written by its own compare-and-set (a conflict goes through
-    /// `complete_job`).
+    /// then all written in one [`DocBackend::commit_each`], each its own compare-and-set (a
+    /// conflict goes through `complete_job`).
     async fn complete_jobs(
         &self,
         worker_id: &str,
