@@ -354,14 +354,22 @@ fn hold(shared: &Shared, jobs: Vec<Job>) {
     }
 }
 
-/// Starts waiting jobs while slots are free.
+/// Starts waiting jobs while slots are free. A slot is taken only with a job to run in
+/// it, so [`WorkerStats::running`] never counts a slot taken while the buffer is empty.
 fn dispatch(shared: &Arc<Shared>) {
     loop {
-        let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
-            return;
-        };
-        let Some(job) = lock(&shared.buffer).pop_front() else {
-            return;
+        let (job, permit) = {
+            let mut buffer = lock(&shared.buffer);
+            if buffer.is_empty() {
+                return;
+            }
+            let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
+                return;
+            };
+            let Some(job) = buffer.pop_front() else {
+                return;
+            };
+            (job, permit)
         };
         run_job(shared, job, permit);
     }
