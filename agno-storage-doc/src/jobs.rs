@@ -177,6 +177,32 @@ impl<B: DocBackend> Docs<B> {
         Ok(guards)
     }
 
+    /// One job's heartbeat by compare-and-set, read afresh each round: whether `worker_id`
+    /// still holds it.
+    async fn heartbeat_job(&self, worker_id: &str, id: &str) -> Result<bool> {
+        for round in 0..CAS_ATTEMPTS {
+            let Some((stored, mut job)) = self
+                .job_doc(id)
+                .await?
+                .filter(|(_, j)| j.is_locked_by(worker_id))
+            else {
+                return Ok(false);
+            };
+            job.locked_at = Some(self.0.now().await?);
+            let write = self.put(
+                self.collection(Table::Jobs),
+                &stored.id,
+                &self.to_fields(&job, "a job")?,
+                stored.unchanged(),
+            );
+            match self.commit("heartbeat jobs", vec![write]).await? {
+                Commit::Done => return Ok(true),
+                Commit::Conflict => backoff(round).await,
+            }
+        }
+        Ok(false)
+    }
+
     /// [`Docs::transition`]: whether it wrote.
     async fn changed(
         &self,
@@ -367,32 +393,38 @@ impl<B: DocBackend> JobStore for Docs<B> {
         Ok(done)
     }
 
+    /// All the jobs read in one [`DocBackend::get_each`] and the clock read once; every
+    /// lease still held moved on in one [`DocBackend::commit_each`]; one that conflicted
+    /// is read and tried again alone.
     async fn heartbeat_jobs(&self, worker_id: &str, ids: &[String]) -> Result<u64> {
-        let mut held = 0;
-        for id in ids {
-            for round in 0..CAS_ATTEMPTS {
-                let Some((stored, mut job)) = self
-                    .job_doc(id)
-                    .await?
-                    .filter(|(_, j)| j.is_locked_by(worker_id))
-                else {
-                    break;
-                };
-                job.locked_at = Some(self.0.now().await?);
-                let write = self.put(
-                    self.collection(Table::Jobs),
-                    &stored.id,
-                    &self.to_fields(&job, "a job")?,
-                    stored.unchanged(),
-                );
-                match self.commit("heartbeat jobs", vec![write]).await? {
-                    Commit::Done => {
-                        held += 1;
-                        break;
-                    }
-                    Commit::Conflict => backoff(round).await,
-                }
+        let doc_ids: Vec<String> = ids.iter().map(|id| self.doc_id(id)).collect();
+        let docs = self
+            .get_each(self.collection(Table::Jobs), &doc_ids)
+            .await?;
+        let now = self.0.now().await?;
+        let (mut beating, mut commits) = (Vec::new(), Vec::new());
+        for (id, stored) in ids.iter().zip(docs) {
+            let Some(stored) = stored else { continue };
+            let mut job: Job = stored.decode("a job")?;
+            if job.id != *id || !job.is_locked_by(worker_id) {
+                continue;
             }
+            job.locked_at = Some(now);
+            commits.push(vec![self.put(
+                self.collection(Table::Jobs),
+                &stored.id,
+                &self.to_fields(&job, "a job")?,
+                stored.unchanged(),
+            )]);
+            beating.push(id);
+        }
+        let mut held = 0;
+        let outcomes = self.commit_each("heartbeat jobs", commits).await?;
+        for (id, outcome) in beating.into_iter().zip(outcomes) {
+            held += match outcome? {
+                Commit::Done => 1,
+                Commit::Conflict => u64::from(self.heartbeat_job(worker_id, id).await?),
+            };
         }
         Ok(held)
     }
