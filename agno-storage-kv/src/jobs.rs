@@ -27,7 +27,9 @@ use crate::docs::{score, text, KvDocs, Server, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "jobs";
+/// Tickets one claim reads at a time: at least [`PAGE`], up to [`MAX_PAGE`] for a batch.
 const PAGE: usize = 64;
+const MAX_PAGE: usize = 512;
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {
     // `QueuedJob.to_dict()`.
@@ -269,7 +271,7 @@ impl<S: Server> KvDocs<S> {
                         .arg(max)
                         .arg("LIMIT")
                         .arg(offset)
-                        .arg(PAGE),
+                        .arg(limit.clamp(PAGE, MAX_PAGE)),
                 )
                 .await?;
             if ids.is_empty() {
