@@ -342,7 +342,10 @@ impl SqlDb {
     }
 
     /// Bytes of run JSON that session reads may keep, to reuse while those runs provably have
-    /// not changed (default 64 MiB; 0 keeps nothing and drops what is kept). SQLite proves
+    /// not changed (default 64 MiB; 0 keeps nothing and drops what is kept). One session
+    /// larger than the bound is kept alone until another session is read, so a long
+    /// conversation re-read every turn stays cached: memory held is at most the bound or
+    /// that one session, whichever is larger. SQLite proves
     /// it by the database's version, PostgreSQL by a digest of the rows' `xmin`s; MySQL
     /// keeps nothing. Runs parsed through [`agno_storage_core::Session::shared_run_values`]
     /// are kept parsed while cached, so a session re-read every turn is parsed once; the

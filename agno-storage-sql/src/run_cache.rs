@@ -19,7 +19,9 @@
 //! per cache, so a changed set of runs keeps the cached digest with a chance of 2^-64.)
 //!
 //! Entries are bounded in bytes of run text, per [`crate::SqlDb`] (see
-//! [`crate::SqlDb::set_run_cache_bytes`]); the least recently read go first.
+//! [`crate::SqlDb::set_run_cache_bytes`]); the least recently read go first. A session
+//! larger than the bound is kept alone until another session is read: its runs are in
+//! memory while it is read anyway, and agno keeps its last 64 sessions whatever their size.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -173,7 +175,9 @@ impl RunCache {
     }
 
     /// Keeps `runs` of `session_id` as read at `stamp`, evicting the least recently read
-    /// sessions to stay within capacity; runs larger than the whole capacity are not kept.
+    /// sessions to stay within capacity. Runs larger than the whole capacity are kept alone
+    /// (every other session evicted) until another session is read, so a session re-read
+    /// every turn stays cached whatever its size; a capacity of 0 keeps nothing.
     pub(crate) fn put(&self, session_id: &str, stamp: Stamp, runs: Vec<SessionRun>) {
         let bytes: usize = runs
             .iter()
@@ -184,10 +188,10 @@ impl RunCache {
         if let Some(old) = entries.by_session.remove(session_id) {
             entries.bytes -= old.bytes;
         }
-        if bytes > capacity {
+        if capacity == 0 {
             return;
         }
-        entries.evict_to(capacity - bytes);
+        entries.evict_to(capacity.saturating_sub(bytes));
         entries.reads += 1;
         let last_read = entries.reads;
         entries.bytes += bytes;
@@ -249,7 +253,20 @@ mod tests {
         assert!(cache.at_version("a", version(1)).is_some());
         assert!(cache.at_version("c", version(1)).is_some());
         cache.put("d", stamp(1), runs(300));
-        assert!(cache.version("d").is_none(), "larger than the whole cache");
+        assert!(
+            cache.version("d").is_some(),
+            "larger than the whole cache: kept alone"
+        );
+        assert!(
+            cache.version("a").is_none() && cache.version("c").is_none(),
+            "every other session is evicted for it"
+        );
+        cache.put("a", stamp(1), runs(100));
+        assert!(
+            cache.version("d").is_none(),
+            "the oversized session goes when another is read"
+        );
+        cache.put("c", stamp(1), runs(100));
         cache.set_capacity(0);
         assert!(cache.version("a").is_none() && cache.version("c").is_none());
         cache.put("a", stamp(1), runs(100));
