@@ -736,7 +736,7 @@ impl<B: DocBackend> Docs<B> {
 /// The session guards ([`DocBackend::JOB_SESSION_GUARDS`]) one write or one claim round
 /// read: each read before anything reads its session's tickets, and moved on, conditioned
 /// on the version read, in the commit that sequences or claims a ticket of it.
-pub struct SessionGuards<B: DocBackend> {
+pub(crate) struct SessionGuards<B: DocBackend> {
     read: HashMap<String, Option<Stored<B>>>,
 }
 
@@ -751,7 +751,7 @@ impl<B: DocBackend> Default for SessionGuards<B> {
 impl<B: DocBackend> SessionGuards<B> {
     /// Reads the guard of `job`'s session if `job` is serialized and it was not read yet;
     /// call it before the session's tickets are read.
-    pub async fn read(&mut self, db: &B, job: &Job) -> Result<()> {
+    pub(crate) async fn read(&mut self, db: &B, job: &Job) -> Result<()> {
         if !B::JOB_SESSION_GUARDS || !job.is_serialized() || self.read.contains_key(&job.session_id)
         {
             return Ok(());
@@ -768,7 +768,7 @@ impl<B: DocBackend> SessionGuards<B> {
 
     /// The write that moves `job`'s session guard on from the version read (none for a
     /// ticket that is not serialized).
-    pub fn write(&self, db: &B, job: &Job) -> Option<B::Write> {
+    pub(crate) fn write(&self, db: &B, job: &Job) -> Option<B::Write> {
         if !B::JOB_SESSION_GUARDS || !job.is_serialized() {
             return None;
         }
@@ -800,6 +800,57 @@ impl<B: DocBackend> SessionGuards<B> {
             &fields,
             pre,
         ))
+    }
+}
+
+/// One pass of a claim over candidate tickets, oldest first: the session order and the
+/// session guards it has read, so a ticket claimed in the pass still holds back the later
+/// tickets of its session. Every claim loop (the engine's and a backend's native one)
+/// builds its claims here.
+pub struct ClaimPass<B: DocBackend> {
+    sessions: SessionOrder,
+    guards: SessionGuards<B>,
+}
+
+impl<B: DocBackend> Default for ClaimPass<B> {
+    fn default() -> Self {
+        ClaimPass {
+            sessions: SessionOrder::default(),
+            guards: SessionGuards::default(),
+        }
+    }
+}
+
+impl<B: DocBackend> ClaimPass<B> {
+    /// The writes that claim `job`, stored as `stored`, for `worker_id` at `now`: the
+    /// ticket with its lease taken (on `job` too), conditioned on `stored`'s version, and
+    /// its session's guard moved on. `None` when an earlier ticket of its session holds it
+    /// back.
+    pub async fn claim(
+        &mut self,
+        db: &B,
+        stored: &Stored<B>,
+        job: &mut Job,
+        worker_id: &str,
+        now: i64,
+    ) -> Result<Option<Vec<B::Write>>> {
+        self.guards.read(db, job).await?;
+        if !self
+            .sessions
+            .allows(job, |sid| async move { db.session_jobs(&sid).await })
+            .await?
+        {
+            return Ok(None);
+        }
+        job.take_lease(worker_id, now);
+        let mut writes = vec![db.put(
+            db.collection(Table::Jobs),
+            &stored.id,
+            &db.to_fields(job, "a job")?,
+            stored.unchanged(),
+        )];
+        writes.extend(self.guards.write(db, job));
+        Ok(Some(writes))
     }
 }
 
@@ -861,25 +912,12 @@ pub async fn claim_oldest_job<B: DocBackend>(
             }
         }
         candidates.sort_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)));
-        let mut sessions = SessionOrder::default();
-        let mut guards = SessionGuards::default();
+        let mut pass = ClaimPass::default();
         let mut lost_race = false;
         for (stored, mut job) in candidates {
-            guards.read(db, &job).await?;
-            if !sessions
-                .allows(&job, |sid| async move { db.session_jobs(&sid).await })
-                .await?
-            {
+            let Some(writes) = pass.claim(db, &stored, &mut job, worker_id, now).await? else {
                 continue;
-            }
-            job.take_lease(worker_id, now);
-            let mut writes = vec![db.put(
-                db.collection(Table::Jobs),
-                &stored.id,
-                &db.to_fields(&job, "a job")?,
-                stored.unchanged(),
-            )];
-            writes.extend(guards.write(db, &job));
+            };
             match db.commit("claim job", writes).await? {
                 Commit::Done => return Ok(Some(job)),
                 Commit::Conflict => lost_race = true,

@@ -31,7 +31,7 @@ pub use backend::{
     backoff, digest_id, get_one_by_one, matches_eq, object, opt, Commit, DocBackend, Fields, Guard,
     Pre, Stored, CAS_ATTEMPTS,
 };
-pub use jobs::{claim_oldest_job, decode_or_fail_job, SessionGuards};
+pub use jobs::{claim_oldest_job, decode_or_fail_job, ClaimPass};
 pub use legacy::legacy_page_by_id;
 pub use memory::InMemoryDb;
 pub use migrate::{holds_agno_docs, migration_steps, stamp_new_database};

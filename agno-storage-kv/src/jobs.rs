@@ -17,9 +17,9 @@
 //! at most a second) for a durable queue. A SQL store's job queue stays the record of
 //! truth where losing an accepted job is not acceptable.
 
-use agno_storage_core::job::{undecodable_job_error, SessionOrder};
+use agno_storage_core::job::undecodable_job_error;
 use agno_storage_core::{Error, ErrorKind, Job, JobWakeups, Result};
-use agno_storage_doc::{decode_or_fail_job, Commit, DocBackend, Fields, SessionGuards};
+use agno_storage_doc::{decode_or_fail_job, ClaimPass, Commit, DocBackend, Fields};
 use serde_json::Value;
 
 use crate::docs::Entry;
@@ -297,29 +297,17 @@ impl<S: Server> KvDocs<S> {
             let claimed_before = claimed.len();
             // Read once per page: a ticket claimed from it stays live in this view, so it
             // still holds back the later tickets of its session.
-            let mut sessions = SessionOrder::default();
-            let mut guards = SessionGuards::default();
+            let mut pass = ClaimPass::default();
             let mut claims = Vec::new();
             let mut commits = Vec::new();
             for (stored, mut job) in candidates {
                 if claimed.len() + claims.len() == limit {
                     break;
                 }
-                guards.read(self, &job).await?;
-                if !sessions
-                    .allows(&job, |sid| async move { self.session_jobs(&sid).await })
-                    .await?
-                {
+                let Some(writes) = pass.claim(self, &stored, &mut job, worker_id, now).await?
+                else {
                     continue;
-                }
-                job.take_lease(worker_id, now);
-                let mut writes = vec![self.put(
-                    TABLE,
-                    &stored.id,
-                    &self.to_fields(&job, "a job")?,
-                    stored.unchanged(),
-                )];
-                writes.extend(guards.write(self, &job));
+                };
                 claims.push(job);
                 commits.push(writes);
             }

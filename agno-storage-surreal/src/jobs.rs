@@ -2,9 +2,8 @@
 //! candidates come a page at a time from the `status` index instead of one read of every
 //! queued and running job.
 
-use agno_storage_core::job::SessionOrder;
 use agno_storage_core::{now_epoch_seconds, Job, JobStatus, Result};
-use agno_storage_doc::{decode_or_fail_job, DocBackend, SessionGuards, Table};
+use agno_storage_doc::{decode_or_fail_job, ClaimPass, DocBackend, Table};
 use surrealdb::types::Value as SValue;
 
 use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
@@ -59,24 +58,12 @@ impl SurrealDb {
                     let offset = usize::from(uuid::Uuid::new_v4().as_bytes()[0]) % spread;
                     candidates[..spread].rotate_left(offset);
                 }
-                let mut sessions = SessionOrder::default();
-                let mut guards = SessionGuards::default();
+                let mut pass = ClaimPass::default();
                 for (stored, mut job) in candidates {
-                    guards.read(self, &job).await?;
-                    if !sessions
-                        .allows(&job, |sid| async move { self.session_jobs(&sid).await })
-                        .await?
-                    {
+                    let Some(writes) = pass.claim(self, &stored, &mut job, worker_id, now).await?
+                    else {
                         continue;
-                    }
-                    job.take_lease(worker_id, now);
-                    let mut writes = vec![self.put(
-                        self.collection(Table::Jobs),
-                        &stored.id,
-                        &self.to_fields(&job, "a job")?,
-                        stored.unchanged(),
-                    )];
-                    writes.extend(guards.write(self, &job));
+                    };
                     match self.commit("claim job", writes).await? {
                         Commit::Done => return Ok(Some(job)),
                         Commit::Conflict => lost_race = true,
