@@ -49,6 +49,39 @@ impl<B: DocBackend> Docs<B> {
             .await
     }
 
+    /// The document of session `session_id` if `user_id` may delete it: every session for
+    /// an unscoped caller, only their own for a user ([`visible_to`]).
+    pub async fn deletable_session(
+        &self,
+        session_id: &str,
+        user_id: Option<&str>,
+    ) -> Result<Option<Stored<B>>> {
+        let Some(stored) = self.find_session(session_id).await? else {
+            return Ok(None);
+        };
+        let (s, _) = self.decode_session(&stored)?;
+        Ok(visible_to(s.user_id.as_deref(), user_id).then_some(stored))
+    }
+
+    /// The writes that delete session `session_id`, stored as `stored` (under `pre`), and
+    /// its run-index counter; its runs are the caller's to delete, in the same commit where
+    /// the backend has one.
+    pub fn session_deletes(
+        &self,
+        session_id: &str,
+        stored: &Stored<B>,
+        pre: Pre<B>,
+    ) -> Vec<B::Write> {
+        vec![
+            self.delete(self.collection(Table::Sessions), &stored.id, pre),
+            self.delete(
+                self.collection(Table::Meta),
+                &run_counter_id(session_id),
+                Pre::Any,
+            ),
+        ]
+    }
+
     /// `session` with its runs merged from the runs collection and the legacy blob.
     async fn with_runs(
         &self,
@@ -265,25 +298,10 @@ pub async fn delete_session_cas<B: DocBackend>(
     let docs = Docs::of(db);
     let runs = db.collection(Table::Runs);
     for attempt in 0..CAS_ATTEMPTS {
-        let Some(stored) = docs.find_session(session_id).await? else {
+        let Some(stored) = docs.deletable_session(session_id, user_id).await? else {
             return Ok(false);
         };
-        let (s, _) = docs.decode_session(&stored)?;
-        if !visible_to(s.user_id.as_deref(), user_id) {
-            return Ok(false);
-        }
-        let mut writes = vec![
-            db.delete(
-                db.collection(Table::Sessions),
-                &stored.id,
-                stored.unchanged(),
-            ),
-            db.delete(
-                db.collection(Table::Meta),
-                &run_counter_id(session_id),
-                Pre::Any,
-            ),
-        ];
+        let mut writes = docs.session_deletes(session_id, &stored, stored.unchanged());
         for run in db
             .query(runs, &[("session_id", opt(Some(session_id)))])
             .await?

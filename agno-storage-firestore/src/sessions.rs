@@ -2,8 +2,8 @@
 //! `agno-storage-doc`'s): the session, its run-index counter and its runs, in commits of up
 //! to 400 writes.
 
-use agno_storage_core::{visible_to, Result};
-use agno_storage_doc::{opt, run_counter_id, DocBackend, Docs, Table};
+use agno_storage_core::Result;
+use agno_storage_doc::{opt, DocBackend, Docs, Table};
 
 use crate::doc::Pre;
 use crate::FirestoreDb;
@@ -16,22 +16,11 @@ impl FirestoreDb {
         user_id: Option<&str>,
     ) -> Result<bool> {
         let docs = Docs::of(self);
-        let Some(stored) = docs.find_session(session_id).await? else {
+        let Some(stored) = docs.deletable_session(session_id, user_id).await? else {
             return Ok(false);
         };
-        let (s, _) = docs.decode_session(&stored)?;
-        if !visible_to(s.user_id.as_deref(), user_id) {
-            return Ok(false);
-        }
         let runs = self.collection(Table::Runs);
-        let mut writes = vec![
-            self.delete(self.collection(Table::Sessions), &stored.id, Pre::Any),
-            self.delete(
-                self.collection(Table::Meta),
-                &run_counter_id(session_id),
-                Pre::Any,
-            ),
-        ];
+        let mut writes = docs.session_deletes(session_id, &stored, Pre::Any);
         for run in self
             .query(runs, &[("session_id", opt(Some(session_id)))])
             .await?

@@ -3,10 +3,10 @@
 //! counter and exactly its runs. Sessions are records `agno_sessions:⟨session_id⟩`, the
 //! component id an `agent`/`team`/`workflow` record link and no `session_type` field.
 
-use agno_storage_core::{visible_to, Result};
-use agno_storage_doc::{run_counter_id, DocBackend, Docs, Table};
+use agno_storage_core::Result;
+use agno_storage_doc::{DocBackend, Docs, Table};
 
-use crate::doc::{backoff, Commit, Pre, CAS_ATTEMPTS};
+use crate::doc::{backoff, Commit, CAS_ATTEMPTS};
 use crate::SurrealDb;
 
 impl SurrealDb {
@@ -18,28 +18,13 @@ impl SurrealDb {
     ) -> Result<bool> {
         let docs = Docs::of(self);
         for attempt in 0..CAS_ATTEMPTS {
-            let Some(stored) = docs.find_session(session_id).await? else {
+            let Some(stored) = docs.deletable_session(session_id, user_id).await? else {
                 return Ok(false);
             };
-            let (s, _) = docs.decode_session(&stored)?;
-            if !visible_to(s.user_id.as_deref(), user_id) {
-                return Ok(false);
-            }
             // One transaction: the session as read, its run counter (which every run write
             // touches, so a concurrent append conflicts) and exactly its runs.
-            let writes = vec![
-                self.delete(
-                    self.collection(Table::Sessions),
-                    &stored.id,
-                    stored.unchanged(),
-                ),
-                self.delete(
-                    self.collection(Table::Meta),
-                    &run_counter_id(session_id),
-                    Pre::Any,
-                ),
-                self.delete_where(self.collection(Table::Runs), "session_id", session_id),
-            ];
+            let mut writes = docs.session_deletes(session_id, &stored, stored.unchanged());
+            writes.push(self.delete_where(self.collection(Table::Runs), "session_id", session_id));
             match self.commit("delete sessions", writes).await? {
                 Commit::Done => return Ok(true),
                 Commit::Conflict => backoff(attempt).await,
