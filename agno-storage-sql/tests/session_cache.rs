@@ -133,16 +133,35 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
     );
 }
 
+/// `db` with its run cache set to `cache_bytes`, if given.
+fn with_cache(db: SqlDb, cache_bytes: Option<usize>) -> AgnoDb {
+    if let Some(bytes) = cache_bytes {
+        db.set_run_cache_bytes(bytes);
+    }
+    db.agno_db()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_session_reads_see_every_change() {
+    sqlite_scenario(None).await;
+}
+
+/// A cache of one byte: every session is larger than the whole cache, so each is kept
+/// alone (its runs parsed once) until another is read, and every change is still seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_session_larger_than_the_cache_is_kept_and_sees_every_change() {
+    sqlite_scenario(Some(1)).await;
+}
+
+async fn sqlite_scenario(cache_bytes: Option<usize>) {
     let dir = std::env::temp_dir().join("agno-storage-tests");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{}.db", common::slug("session_cache")));
     let open = async || {
-        SqlDb::open_sqlite(&path, TableNames::default())
+        let db = SqlDb::open_sqlite(&path, TableNames::default())
             .await
-            .expect("open")
-            .agno_db()
+            .expect("open");
+        with_cache(db, cache_bytes)
     };
     let (a, b) = (open().await, open().await);
     let bare = rusqlite::Connection::open(&path).expect("bare connection");
@@ -159,6 +178,16 @@ async fn sqlite_session_reads_see_every_change() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_session_reads_see_every_change() {
+    postgres_scenario(None).await;
+}
+
+/// [`sqlite_a_session_larger_than_the_cache_is_kept_and_sees_every_change`] on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_session_larger_than_the_cache_is_kept_and_sees_every_change() {
+    postgres_scenario(Some(1)).await;
+}
+
+async fn postgres_scenario(cache_bytes: Option<usize>) {
     let Ok(url) = std::env::var("AGNO_TEST_POSTGRES_URL") else {
         assert!(!common::ci(), "CI=true needs AGNO_TEST_POSTGRES_URL");
         eprintln!("skipped: AGNO_TEST_POSTGRES_URL is not set");
@@ -171,10 +200,10 @@ async fn postgres_session_reads_see_every_change() {
     )
     .to_lowercase();
     let open = async || {
-        SqlDb::connect_postgres(&url, &schema, TableNames::default())
+        let db = SqlDb::connect_postgres(&url, &schema, TableNames::default())
             .await
-            .expect("connect")
-            .agno_db()
+            .expect("connect");
+        with_cache(db, cache_bytes)
     };
     let (a, b) = (open().await, open().await);
     let bare = sqlx::PgPool::connect(&url).await.expect("bare pool");
