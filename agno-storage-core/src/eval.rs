@@ -66,6 +66,22 @@ pub struct EvalRun {
 }
 
 impl EvalRun {
+    /// The fields of agno's `EvalRunRecord`, in its order (without the owner and the
+    /// timestamps, which each agno store places differently).
+    pub const RECORD_FIELDS: &'static [&'static str] = &[
+        "agent_id",
+        "model_id",
+        "model_provider",
+        "team_id",
+        "workflow_id",
+        "name",
+        "evaluated_component_name",
+        "run_id",
+        "eval_type",
+        "eval_data",
+        "eval_input",
+    ];
+
     /// Columns accepted by [`Sort::sort_by`] on eval runs.
     pub const SORTABLE: &'static [&'static str] = &[
         "run_id",

@@ -312,12 +312,12 @@ pub fn drop_deep(value: Value) {
 
 /// Deserializes `T` from JSON text nested up to any depth without overflowing the stack
 /// (serde_json alone stops at 128 levels; this grows the stack on the heap instead).
-pub fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+pub fn from_str<'a, T: serde::Deserialize<'a>>(text: &'a str) -> serde_json::Result<T> {
     from_slice(text.as_bytes())
 }
 
 /// [`from_str`] over bytes.
-pub fn from_slice<T: serde::de::DeserializeOwned>(text: &[u8]) -> serde_json::Result<T> {
+pub fn from_slice<'a, T: serde::Deserialize<'a>>(text: &'a [u8]) -> serde_json::Result<T> {
     let mut de = serde_json::Deserializer::from_slice(text);
     de.disable_recursion_limit();
     let value = T::deserialize(serde_stacker::Deserializer::new(&mut de))?;
@@ -328,6 +328,13 @@ pub fn from_slice<T: serde::de::DeserializeOwned>(text: &[u8]) -> serde_json::Re
 /// Deserializes `T` from a [`Value`] nested up to any depth without overflowing the stack
 /// (`serde_json::from_value` recurses once per level on the caller's stack).
 pub fn from_value<T: serde::de::DeserializeOwned>(value: Value) -> serde_json::Result<T> {
+    T::deserialize(serde_stacker::Deserializer::new(value))
+}
+
+/// [`from_value`] from a borrowed value, without copying it: `T` may borrow its strings.
+pub fn from_borrowed_value<'a, T: serde::Deserialize<'a>>(
+    value: &'a Value,
+) -> serde_json::Result<T> {
     T::deserialize(serde_stacker::Deserializer::new(value))
 }
 

@@ -52,6 +52,25 @@ pub struct Learning {
 }
 
 impl Learning {
+    /// agno's columns of `agno_learnings`, in its order (the order its stores write a
+    /// learning's fields).
+    pub const FIELDS: &'static [&'static str] = &[
+        "learning_id",
+        "learning_type",
+        "namespace",
+        "user_id",
+        "agent_id",
+        "team_id",
+        "workflow_id",
+        "session_id",
+        "entity_id",
+        "entity_type",
+        "content",
+        "metadata",
+        "created_at",
+        "updated_at",
+    ];
+
     /// Columns accepted by [`Sort::sort_by`] on learnings.
     pub const SORTABLE: &'static [&'static str] = &[
         "learning_id",

@@ -228,6 +228,7 @@ mod rules;
 pub mod run;
 pub mod run_events;
 mod run_json;
+mod run_view;
 pub mod schedule;
 pub mod session;
 mod tables;
@@ -260,6 +261,9 @@ pub use rules::{
 };
 pub use run::{RunQuery, RunRecord, RunStore, RunType, ACTIVE_RUN_STATUSES};
 pub use run_json::RunJson;
+pub use run_view::{
+    Content, FunctionCallView, MessageView, MetricsView, RunView, SharedRunView, ToolCallView,
+};
 pub use schedule::{Schedule, ScheduleRun, ScheduleStore, ScheduleUpdate};
 pub use session::{Session, SessionQuery, SessionRead, SessionStore, SessionType};
 pub use tables::{Table, TableNames};

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::pagination::{Page, Pagination, Sort};
 use crate::run_json::RunJson;
+use crate::run_view::{RunView, SharedRunView};
 
 /// The kind of component a session belongs to. Stored lowercase (`agent`, `team`, `workflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -142,6 +143,27 @@ impl Session {
         crate::run_json::values_of(
             self.runs.as_deref().unwrap_or_default(),
             RunJson::shared_value,
+        )
+    }
+
+    /// The fields applications read of every run of [`Session::runs`] ([`RunView`]),
+    /// borrowed from the runs (empty when runs were not read): the whole of each run is
+    /// checked, only those fields are built, so this costs a fraction of
+    /// [`Session::run_values`]. A long session's runs (over 1 MiB of text) are read on every
+    /// core. Nothing is kept: each call reads the runs again (see
+    /// [`Session::shared_run_views`] for views read once and shared).
+    pub fn run_views(&self) -> Result<Vec<RunView<'_>>> {
+        crate::run_json::values_of(self.runs.as_deref().unwrap_or_default(), RunJson::view)
+    }
+
+    /// [`Session::run_views`], each run's view read at most once and shared
+    /// ([`RunJson::shared_view`]): reading a session again from a store that keeps recent
+    /// reads (SQL) gives its unchanged runs' views read already, so a conversation that
+    /// re-reads its session every turn reads each run once.
+    pub fn shared_run_views(&self) -> Result<Vec<SharedRunView>> {
+        crate::run_json::values_of(
+            self.runs.as_deref().unwrap_or_default(),
+            RunJson::shared_view,
         )
     }
 

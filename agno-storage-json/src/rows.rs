@@ -2,7 +2,9 @@
 //! order, null handling, memory timestamps, keys this crate does not model carried forward:
 //! agno's `workflow_name`, fields of newer agno releases) and the fields a read hands over.
 
-use agno_storage_core::{Error, ErrorKind, Result};
+use std::sync::LazyLock;
+
+use agno_storage_core::{Error, ErrorKind, EvalRun, Result};
 use agno_storage_doc::layout::{shape, shape_serde, Nulls, KNOWLEDGE_ROW, METRICS_ROW, RUN_ROW};
 use agno_storage_doc::Fields;
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
@@ -122,7 +124,7 @@ pub(crate) fn layout(table: Table, mut fields: Fields, existing: Option<&Value>)
             (MEMORY_KEYS, Nulls::Drop)
         }
         Table::Metrics => (METRICS_ROW, Nulls::Keep),
-        Table::Evals => (EVAL_KEYS, Nulls::Keep),
+        Table::Evals => (&EVAL_KEYS[..], Nulls::Keep),
         Table::Knowledge => (KNOWLEDGE_ROW, Nulls::Keep),
         _ => return shape_serde(fields, existing),
     };
@@ -285,21 +287,9 @@ const MEMORY_KEYS: &[&str] = &[
     "team_id",
     "feedback",
 ];
-const EVAL_KEYS: &[&str] = &[
-    "agent_id",
-    "model_id",
-    "model_provider",
-    "team_id",
-    "workflow_id",
-    "name",
-    "evaluated_component_name",
-    "run_id",
-    "eval_type",
-    "eval_data",
-    "eval_input",
-    "created_at",
-    "updated_at",
-];
+/// agno's eval rows: the record's fields, then the timestamps.
+static EVAL_KEYS: LazyLock<Vec<&str>> =
+    LazyLock::new(|| [EvalRun::RECORD_FIELDS, &["created_at", "updated_at"][..]].concat());
 
 #[cfg(test)]
 mod tests {

@@ -2,29 +2,21 @@
 //! (`created_at`, `updated_at`, then the record's fields, then the owner), indexed by
 //! creation time (all, per owner). The store is the document engine's.
 
+use std::sync::LazyLock;
+
+use agno_storage_core::EvalRun;
+
 use crate::docs::{score, TableLayout, DEFAULT_LAYOUT};
 
 pub(crate) const TABLE: &str = "evals";
 
+/// agno's order: the timestamps, the record's fields, the owner.
+static ORDER: LazyLock<Vec<&str>> = LazyLock::new(|| {
+    [&["created_at", "updated_at"][..], EvalRun::RECORD_FIELDS, &["user_id"]].concat()
+});
+
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: |_| {
-        &[
-            "created_at",
-            "updated_at",
-            "agent_id",
-            "model_id",
-            "model_provider",
-            "team_id",
-            "workflow_id",
-            "name",
-            "evaluated_component_name",
-            "run_id",
-            "eval_type",
-            "eval_data",
-            "eval_input",
-            "user_id",
-        ]
-    },
+    order: |_| &ORDER[..],
     key_field: "run_id",
     score: |f| score(f, "created_at"),
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("created:user:{u}"))),

@@ -2,29 +2,14 @@
 //! `RedisDb` has no learnings), indexed by last update (all, per owner, global). The store
 //! is the document engine's.
 
+use agno_storage_core::Learning;
+
 use crate::docs::{score, TableLayout, DEFAULT_LAYOUT};
 
 pub(crate) const TABLE: &str = "learnings";
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {
-    order: |_| {
-        &[
-            "learning_id",
-            "learning_type",
-            "namespace",
-            "user_id",
-            "agent_id",
-            "team_id",
-            "workflow_id",
-            "session_id",
-            "entity_id",
-            "entity_type",
-            "content",
-            "metadata",
-            "created_at",
-            "updated_at",
-        ]
-    },
+    order: |_| Learning::FIELDS,
     key_field: "learning_id",
     // A learning agno wrote without `updated_at` is ordered by its creation.
     score: |f| match f.get("updated_at").filter(|v| !v.is_null()) {

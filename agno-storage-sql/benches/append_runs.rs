@@ -10,7 +10,8 @@
 //! concurrent writers (group commit; ours with 1 and 8 writers and the bare ceilings take
 //! turns, as do ours and bare sqlx with 8 writers on PostgreSQL). The read figure is the median of 5 reads, for agno
 //! too (both keep recently read runs, ours parsed); the first, uncached read (ours with every run
-//! parsed) is printed beside it. Prints per-run wall and CPU time and the ratios the
+//! parsed) is printed beside it, and both again with a typed view of every run
+//! (`Session::shared_run_views`) in place of the parse. Prints per-run wall and CPU time and the ratios the
 //! SQL issue sets. Needs `AGNO_TEST_POSTGRES_URL` for the PostgreSQL rows and
 //! `AGNO_TEST_MYSQL_URL` (with the `mysql` feature) for the MySQL ones. Files go to
 //! `BENCH_DIR` (default: the system temp dir) — put it on the disk you want to measure.
@@ -53,6 +54,11 @@ struct Sample {
     read_parsed: f64,
     /// The first read, before either side has anything cached; ours with every run parsed.
     first_read: f64,
+    /// Ours: the read plus a typed view of every run (`Session::shared_run_views`, so a run
+    /// read by an earlier read is not read again), median of [`READS`].
+    read_view: f64,
+    /// Ours: the first read (nothing cached) plus a typed view of every run.
+    first_view: f64,
 }
 
 /// Reads of the session per sample, ours and agno's alike; the figure is their median.
@@ -97,19 +103,24 @@ async fn append(db: &AgnoDb, range: Range<usize>) -> Vec<f64> {
 }
 
 /// `db` with the run cache `BENCH_RUN_CACHE_MB` sets (default: the store's, 64 MiB).
-fn with_run_cache(db: SqlDb) -> SqlDb {
-    if let Some(mb) = std::env::var("BENCH_RUN_CACHE_MB")
+/// Our run cache's size: `BENCH_RUN_CACHE_MB`, else the default 64 MiB.
+fn run_cache_bytes() -> usize {
+    std::env::var("BENCH_RUN_CACHE_MB")
         .ok()
         .and_then(|mb| mb.parse::<usize>().ok())
-    {
-        db.set_run_cache_bytes(mb << 20);
-    }
+        .map_or(64 << 20, |mb| mb << 20)
+}
+
+fn with_run_cache(db: SqlDb) -> SqlDb {
+    db.set_run_cache_bytes(run_cache_bytes());
     db
 }
 
 /// Reads session `bench` (holding `n` runs) into `s`, every run parsed after each read
-/// (`Session::shared_run_values`): the first read (nothing cached), then [`READS`] more.
-async fn read_back(db: &AgnoDb, n: usize, s: &mut Sample) {
+/// (`Session::shared_run_values`): the first read (nothing cached), then [`READS`] more;
+/// then the same with a typed view of every run (`Session::shared_run_views`), the first
+/// read after `sql`'s run cache is emptied.
+async fn read_back(db: &AgnoDb, sql: &SqlDb, n: usize, s: &mut Sample) {
     let sessions = db.sessions().unwrap();
     let read = || async {
         let t = Instant::now();
@@ -132,6 +143,25 @@ async fn read_back(db: &AgnoDb, n: usize, s: &mut Sample) {
     }
     s.read = median(&reads);
     s.read_parsed = median(&parsed_reads);
+    let view = || async {
+        let t = Instant::now();
+        let session = sessions
+            .get_session("bench", SessionRead::default())
+            .await
+            .unwrap()
+            .unwrap();
+        let views = session.shared_run_views().unwrap();
+        assert_eq!(views.len(), n);
+        t.elapsed().as_secs_f64()
+    };
+    sql.set_run_cache_bytes(0);
+    sql.set_run_cache_bytes(run_cache_bytes());
+    s.first_view = view().await;
+    let mut viewed = Vec::new();
+    for _ in 0..READS {
+        viewed.push(view().await);
+    }
+    s.read_view = median(&viewed);
 }
 
 /// Append laps, their total wall time and the CPU time they took, as a [`Sample`].
@@ -146,7 +176,7 @@ fn sample(laps: &[f64], wall: f64, cpu: f64) -> Sample {
     }
 }
 
-async fn ours(db: &AgnoDb, n: usize) -> Sample {
+async fn ours(db: &AgnoDb, sql: &SqlDb, n: usize) -> Sample {
     create_session(db).await;
     let (wall0, cpu0) = (Instant::now(), cpu_now());
     let laps = append(db, 0..n).await;
@@ -157,15 +187,15 @@ async fn ours(db: &AgnoDb, n: usize) -> Sample {
         wall0.elapsed().as_secs_f64()
     };
     let mut s = sample(&laps, wall, (cpu_now() - cpu0).as_secs_f64());
-    read_back(db, n, &mut s).await;
+    read_back(db, sql, n, &mut s).await;
     s
 }
 
 /// [`ours`] inside a spawned task, on a runtime worker, where a service's request handler
 /// runs.
-fn in_task(rt: &tokio::runtime::Runtime, db: &AgnoDb, n: usize) -> Sample {
-    let db = db.clone();
-    rt.block_on(rt.spawn(async move { ours(&db, n).await }))
+fn in_task(rt: &tokio::runtime::Runtime, sql: &SqlDb, n: usize) -> Sample {
+    let (db, sql) = (sql.agno_db(), sql.clone());
+    rt.block_on(rt.spawn(async move { ours(&db, &sql, n).await }))
         .expect("bench task")
 }
 
@@ -226,16 +256,17 @@ fn sqlite_side_by_side(
 ) -> (Sample, Sample, Sample) {
     let open = |name: &str| {
         let path = fresh(dir, name);
-        let db = rt
+        let sql = rt
             .block_on(SqlDb::open_sqlite(&path, TableNames::default()))
             .unwrap();
-        let db = with_run_cache(db).agno_db();
+        let sql = with_run_cache(sql);
+        let db = sql.agno_db();
         rt.block_on(create_session(&db));
-        (path, db)
+        (path, db, sql)
     };
-    let (_, db) = open("ours");
-    let (_, outside) = open("outside");
-    let (bare_path, _) = open("bare");
+    let (_, db, sql) = open("ours");
+    let (_, outside, _) = open("outside");
+    let (bare_path, _, _) = open("bare");
     let bare = bare_connection(&bare_path);
     // (laps, wall, cpu) of each contender.
     let mut totals: [(Vec<f64>, f64, f64); 3] = Default::default();
@@ -262,7 +293,7 @@ fn sqlite_side_by_side(
         print_laps(label, laps);
     }
     let [mut o, b, i] = totals.map(|(laps, wall, cpu)| sample(&laps, wall, cpu));
-    rt.block_on(read_back(&db, n, &mut o));
+    rt.block_on(read_back(&db, &sql, n, &mut o));
     (o, b, i)
 }
 
@@ -433,19 +464,35 @@ fn agno(target: &str, n: usize) -> Option<Sample> {
         read: v["read_s"].as_f64()?,
         read_parsed: v["read_s"].as_f64()?,
         first_read: v["first_read_s"].as_f64()?,
+        ..Sample::default()
     })
+}
+
+/// agno's read (it builds every run) over ours with a typed view of every run, warm and
+/// first.
+fn print_read_ratios(a: &Sample, o: &Sample) {
+    println!(
+        "    agno/ours read {:.1}x, read and parse every run {:.1}x, read and view every run {:.1}x (>= 5 wanted); first read and parse {:.1}x, first read and view {:.1}x (>= 5 wanted)",
+        a.read / o.read.max(1e-9),
+        a.read / o.read_parsed.max(1e-9),
+        a.read / o.read_view.max(1e-9),
+        a.first_read / o.first_read.max(1e-9),
+        a.first_read / o.first_view.max(1e-9)
+    );
 }
 
 fn print(label: &str, n: usize, s: &Sample) {
     println!(
-        "{label:<24} N={n:<6} wall/run {:>9.1} µs  user cpu/run {:>8.1} µs  10th-ish {:>8.1} µs  last {:>8.1} µs  read {:>9.2} ms  read+parse {:>9.2} ms  first read {:>9.2} ms",
+        "{label:<24} N={n:<6} wall/run {:>9.1} µs  user cpu/run {:>8.1} µs  10th-ish {:>8.1} µs  last {:>8.1} µs  read {:>9.2} ms  read+parse {:>9.2} ms  first read {:>9.2} ms  read+view {:>9.2} ms  first read+view {:>9.2} ms",
         s.wall_per_run * 1e6,
         s.cpu_per_run * 1e6,
         s.first10 * 1e6,
         s.last10 * 1e6,
         s.read * 1e3,
         s.read_parsed * 1e3,
-        s.first_read * 1e3
+        s.first_read * 1e3,
+        s.read_view * 1e3,
+        s.first_view * 1e3
     );
 }
 
@@ -505,12 +552,11 @@ fn main() {
         if let Some(a) = agno(&format!("sqlite:{}", fresh(&dir, "agno").display()), n) {
             print("sqlite agno 3.1.10", n, &a);
             println!(
-                "    agno/ours cpu per run {:.1}x (>= 20 wanted); read {:.1}x (>= 10 wanted); read and parse every run {:.1}x; first read {:.1}x",
+                "    agno/ours cpu per run {:.1}x (>= 20 wanted); read {:.1}x (>= 10 wanted)",
                 a.cpu_per_run / o.cpu_per_run,
                 a.read / o.read.max(1e-9),
-                a.read / o.read_parsed.max(1e-9),
-                a.first_read / o.first_read.max(1e-9)
             );
+            print_read_ratios(&a, &o);
         }
         if let Some(url) = &pg_url {
             let schema = format!(
@@ -521,10 +567,11 @@ fn main() {
             let db = rt
                 .block_on(SqlDb::connect_postgres(url, &schema, TableNames::default()))
                 .unwrap();
-            let db = with_run_cache(db).agno_db();
-            print("postgres ours", n, &in_task(&rt, &db, n));
+            let o = in_task(&rt, &with_run_cache(db), n);
+            print("postgres ours", n, &o);
             if let Some(a) = agno(&format!("postgres:{url}#{schema}_agno"), n) {
                 print("postgres agno 3.1.10", n, &a);
+                print_read_ratios(&a, &o);
             }
         }
         #[cfg(feature = "mysql")]
@@ -536,8 +583,7 @@ fn main() {
             );
             let db = rt
                 .block_on(SqlDb::connect_mysql(url, &database, TableNames::default()))
-                .unwrap()
-                .agno_db();
+                .unwrap();
             let o = in_task(&rt, &db, n);
             print("mysql ours", n, &o);
             println!(
@@ -547,12 +593,10 @@ fn main() {
             if let Some(a) = agno(&format!("mysql:{url}#{database}_agno"), n) {
                 print("mysql agno 3.1.10", n, &a);
                 println!(
-                    "    agno/ours cpu per run {:.1}x; read {:.1}x; read and parse every run {:.1}x; first read {:.1}x",
+                    "    agno/ours cpu per run {:.1}x",
                     a.cpu_per_run / o.cpu_per_run,
-                    a.read / o.read.max(1e-9),
-                    a.read / o.read_parsed.max(1e-9),
-                    a.first_read / o.first_read.max(1e-9)
                 );
+                print_read_ratios(&a, &o);
             }
         }
     }

@@ -36,22 +36,7 @@ impl LearningStore for SqlStore {
         let d = self.dialect;
         let sql = self.upsert_sql(&Upsert {
             table: Table::Learnings,
-            columns: &[
-                "learning_id",
-                "learning_type",
-                "namespace",
-                "user_id",
-                "agent_id",
-                "team_id",
-                "workflow_id",
-                "session_id",
-                "entity_id",
-                "entity_type",
-                "content",
-                "metadata",
-                "created_at",
-                "updated_at",
-            ],
+            columns: Learning::FIELDS,
             values: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".into(),
             conflict: "learning_id",
             set: vec![

@@ -1,6 +1,6 @@
 //! Runs: one row per run, atomic run_index, filters, merging with legacy blobs.
 
-use agno_storage_core::{ErrorKind, Pagination, RunQuery, SessionRead, SessionType};
+use agno_storage_core::{Content, ErrorKind, Pagination, RunQuery, SessionRead, SessionType};
 use serde_json::{json, Value};
 
 use super::{run_dict, run_ids, run_row, session, uid};
@@ -122,7 +122,9 @@ pub(crate) async fn run_index_assigned_atomically(ctx: &Ctx) -> CaseResult {
 
 /// A session holding more than a megabyte of runs (300 runs of ~5 KB, with escapes and
 /// non-ASCII text) reads back whole, every run exactly as written and in order: stores that
-/// page their reads or decode large results in parts must stitch them back together.
+/// page their reads or decode large results in parts must stitch them back together. Read
+/// as typed views (`Session::run_views`, and shared: `shared_run_views`), every run gives
+/// its id, status and content.
 pub(crate) async fn long_session_reads_back_whole(ctx: &Ctx) -> CaseResult {
     let db = ctx.db().await?;
     let (sessions, runs) = (db.sessions()?, db.runs()?);
@@ -139,6 +141,22 @@ pub(crate) async fn long_session_reads_back_whole(ctx: &Ctx) -> CaseResult {
         .get_session(&s.session_id, SessionRead::default())
         .await?
         .ok_or("the long session is missing")?;
+    let views = read.run_views()?;
+    ensure_eq(views.len(), written.len(), "views of the long session's runs")?;
+    ensure(
+        views.iter().zip(&written).all(|(view, run)| {
+            view.run_id.as_deref() == run["run_id"].as_str()
+                && view.status.as_deref() == run["status"].as_str()
+                && view.content.as_ref().map(Content::to_value).as_ref() == run.get("content")
+        }),
+        "every run of the long session reads as a view with its id, status and content",
+    )?;
+    let shared = read.shared_run_views()?;
+    ensure(
+        shared.iter().map(|v| v.get()).eq(views.iter()),
+        "shared views of the long session's runs are its views",
+    )?;
+    drop((views, shared));
     let read_runs = read.runs.unwrap_or_default();
     ensure_eq(read_runs.len(), written.len(), "runs of the long session")?;
     ensure(
