@@ -12,7 +12,12 @@ pub(crate) const TABLE: &str = "evals";
 
 /// agno's order: the timestamps, the record's fields, the owner.
 static ORDER: LazyLock<Vec<&str>> = LazyLock::new(|| {
-    [&["created_at", "updated_at"][..], EvalRun::RECORD_FIELDS, &["user_id"]].concat()
+    [
+        &["created_at", "updated_at"][..],
+        EvalRun::RECORD_FIELDS,
+        &["user_id"],
+    ]
+    .concat()
 });
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {

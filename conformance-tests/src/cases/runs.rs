@@ -142,7 +142,11 @@ pub(crate) async fn long_session_reads_back_whole(ctx: &Ctx) -> CaseResult {
         .await?
         .ok_or("the long session is missing")?;
     let views = read.run_views()?;
-    ensure_eq(views.len(), written.len(), "views of the long session's runs")?;
+    ensure_eq(
+        views.len(),
+        written.len(),
+        "views of the long session's runs",
+    )?;
     ensure(
         views.iter().zip(&written).all(|(view, run)| {
             view.run_id.as_deref() == run["run_id"].as_str()
