@@ -124,6 +124,15 @@ impl RunJson {
         }
     }
 
+    /// Whether both runs hold the same stored text, so that either may stand for the other
+    /// with what was read of it (its parse, its view). Runs held as values never do.
+    pub fn same_stored_text(&self, other: &RunJson) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Text(a), Repr::Text(b)) => Arc::ptr_eq(a, b) || a.text == b.text,
+            _ => false,
+        }
+    }
+
     /// Bytes of stored JSON text this run holds (0 when it holds a parsed value).
     pub fn stored_text_len(&self) -> usize {
         self.stored_text().map_or(0, str::len)

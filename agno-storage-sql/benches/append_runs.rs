@@ -59,6 +59,9 @@ struct Sample {
     read_view: f64,
     /// Ours: the first read (nothing cached) plus a typed view of every run.
     first_view: f64,
+    /// Ours: the read plus a typed view of every run right after one more run was appended
+    /// (a conversation's turn), median of [`READS`] turns; the append is not timed.
+    turn_view: f64,
 }
 
 /// Reads of the session per sample, ours and agno's alike; the figure is their median.
@@ -119,7 +122,8 @@ fn with_run_cache(db: SqlDb) -> SqlDb {
 /// Reads session `bench` (holding `n` runs) into `s`, every run parsed after each read
 /// (`Session::shared_run_values`): the first read (nothing cached), then [`READS`] more;
 /// then the same with a typed view of every run (`Session::shared_run_views`), the first
-/// read after `sql`'s run cache is emptied.
+/// read after `sql`'s run cache is emptied; then [`READS`] turns of one more run appended
+/// and the session read and viewed.
 async fn read_back(db: &AgnoDb, sql: &SqlDb, n: usize, s: &mut Sample) {
     let sessions = db.sessions().unwrap();
     let read = || async {
@@ -162,6 +166,19 @@ async fn read_back(db: &AgnoDb, sql: &SqlDb, n: usize, s: &mut Sample) {
         viewed.push(view().await);
     }
     s.read_view = median(&viewed);
+    let mut turns = Vec::new();
+    for k in 0..READS {
+        append(db, n + k..n + k + 1).await;
+        let t = Instant::now();
+        let session = sessions
+            .get_session("bench", SessionRead::default())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(session.shared_run_views().unwrap().len(), n + k + 1);
+        turns.push(t.elapsed().as_secs_f64());
+    }
+    s.turn_view = median(&turns);
 }
 
 /// Append laps, their total wall time and the CPU time they took, as a [`Sample`].
@@ -472,18 +489,19 @@ fn agno(target: &str, n: usize) -> Option<Sample> {
 /// first.
 fn print_read_ratios(a: &Sample, o: &Sample) {
     println!(
-        "    agno/ours read {:.1}x, read and parse every run {:.1}x, read and view every run {:.1}x (>= 5 wanted); first read and parse {:.1}x, first read and view {:.1}x (>= 5 wanted)",
+        "    agno/ours read {:.1}x, read and parse every run {:.1}x, read and view every run {:.1}x (>= 5 wanted); first read and parse {:.1}x, first read and view {:.1}x (>= 5 wanted); agno's read / ours read and view after an append {:.1}x",
         a.read / o.read.max(1e-9),
         a.read / o.read_parsed.max(1e-9),
         a.read / o.read_view.max(1e-9),
         a.first_read / o.first_read.max(1e-9),
-        a.first_read / o.first_view.max(1e-9)
+        a.first_read / o.first_view.max(1e-9),
+        a.read / o.turn_view.max(1e-9)
     );
 }
 
 fn print(label: &str, n: usize, s: &Sample) {
     println!(
-        "{label:<24} N={n:<6} wall/run {:>9.1} µs  user cpu/run {:>8.1} µs  10th-ish {:>8.1} µs  last {:>8.1} µs  read {:>9.2} ms  read+parse {:>9.2} ms  first read {:>9.2} ms  read+view {:>9.2} ms  first read+view {:>9.2} ms",
+        "{label:<24} N={n:<6} wall/run {:>9.1} µs  user cpu/run {:>8.1} µs  10th-ish {:>8.1} µs  last {:>8.1} µs  read {:>9.2} ms  read+parse {:>9.2} ms  first read {:>9.2} ms  read+view {:>9.2} ms  first read+view {:>9.2} ms  after an append {:>9.2} ms",
         s.wall_per_run * 1e6,
         s.cpu_per_run * 1e6,
         s.first10 * 1e6,
@@ -492,7 +510,8 @@ fn print(label: &str, n: usize, s: &Sample) {
         s.read_parsed * 1e3,
         s.first_read * 1e3,
         s.read_view * 1e3,
-        s.first_view * 1e3
+        s.first_view * 1e3,
+        s.turn_view * 1e3
     );
 }
 

@@ -4,7 +4,9 @@
 //! cost, and a conversation re-reads its session every turn. Two proofs of "unchanged":
 //! - SQLite tells the database's version (any commit by any connection or process, any
 //!   schema change, or any change by the store's own connection changes it): a read at the
-//!   version its session's runs were read at reuses them without a query.
+//!   version its session's runs were read at reuses them without a query. A read at
+//!   another version reads every run again, and keeps the cached copy of each run whose
+//!   stored text is unchanged, with its parse and its view.
 //! - PostgreSQL tells each row's version (`xmin`, the transaction that wrote it). A read
 //!   first computes, on the server, a digest of the session's runs' ids and versions; if it
 //!   is the cached one, the cached runs are returned and nothing else is sent. Otherwise the
@@ -204,6 +206,23 @@ impl RunCache {
                 last_read,
             },
         );
+    }
+}
+
+/// Puts in `runs` the cached copy of each run of `cached` still the same (id, index,
+/// creation time and stored text), so what was read of it (its parse, its view) carries
+/// over a read that could not prove the session unchanged (SQLite after any commit).
+pub(crate) fn keep_unchanged(runs: &mut [SessionRun], cached: &[SessionRun]) {
+    let by_id: HashMap<&str, &SessionRun> = cached.iter().map(|r| (r.run_id.as_str(), r)).collect();
+    for run in runs {
+        if let Some(old) = by_id.get(run.run_id.as_str()) {
+            if old.run_index == run.run_index
+                && old.created_at == run.created_at
+                && old.run.same_stored_text(&run.run)
+            {
+                run.run = old.run.clone();
+            }
+        }
     }
 }
 

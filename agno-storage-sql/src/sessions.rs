@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::dialect::{like_pattern, RowVersioning};
 use crate::exec::Versioned;
-use crate::run_cache::{RowVersions, Stamp};
+use crate::run_cache::{keep_unchanged, RowVersions, Stamp};
 use crate::schema::Table;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -117,11 +117,14 @@ impl SqlStore {
                 "the executor reported no change to a read that knew no version",
             ));
         };
-        let runs: Vec<SessionRun> = rows
+        let mut runs: Vec<SessionRun> = rows
             .into_iter()
             .map(|row| session_run_from_row(row).map(|(_, run)| run))
             .collect::<Result<_>>()?;
         if let Some(version) = version {
+            if let Some((_, cached)) = self.run_cache.get(session_id) {
+                keep_unchanged(&mut runs, &cached);
+            }
             self.run_cache
                 .put(session_id, Stamp::Database(version), runs.clone());
         }

@@ -1,5 +1,5 @@
-//! Session reads reuse the runs they read while those provably have not changed, and see
-//! every change: by their own handle, by another handle (another connection), by a bare
+//! Session reads reuse the runs they read while those provably have not changed (with their
+//! parse and their views, also across a change to other runs), and see every change: by their own handle, by another handle (another connection), by a bare
 //! connection, and to the schema. SQLite proves "unchanged" by the database's version,
 //! PostgreSQL by a digest of its rows' `xmin`s.
 //!
@@ -8,7 +8,9 @@
 
 mod common;
 
-use agno_storage_core::{now_epoch_seconds, AgnoDb, RunRecord, Session, SessionRead, SessionType};
+use agno_storage_core::{
+    now_epoch_seconds, AgnoDb, RunRecord, Session, SessionRead, SessionType, SharedRunView,
+};
 use agno_storage_sql::{SqlDb, TableNames};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -23,6 +25,19 @@ async fn shared_runs(db: &AgnoDb) -> Vec<Arc<Value>> {
         .unwrap()
         .expect("session")
         .shared_run_values()
+        .expect("run JSON")
+}
+
+/// Session `s`'s runs as `db` reads them, as typed views, shared
+/// (`Session::shared_run_views`: runs viewed by an earlier read are handed over viewed).
+async fn shared_views(db: &AgnoDb) -> Vec<SharedRunView> {
+    db.sessions()
+        .unwrap()
+        .get_session("s", SessionRead::default())
+        .await
+        .unwrap()
+        .expect("session")
+        .shared_run_views()
         .expect("run JSON")
 }
 
@@ -77,8 +92,22 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
         parsed.iter().zip(&again).all(|(x, y)| Arc::ptr_eq(x, y)),
         "an unchanged session's runs are parsed once"
     );
+    let (views, views_again) = (shared_views(a).await, shared_views(a).await);
+    assert!(
+        views
+            .iter()
+            .zip(&views_again)
+            .all(|(x, y)| std::ptr::eq(x.get(), y.get())),
+        "an unchanged session's runs are viewed once"
+    );
 
     b.runs().unwrap().upsert_run(run(3, "one")).await.unwrap();
+    let after = shared_runs(a).await;
+    assert_eq!(after.len(), 4, "another handle's insert");
+    assert!(
+        parsed.iter().zip(&after).all(|(x, y)| Arc::ptr_eq(x, y)),
+        "the runs another handle's insert left unchanged keep their parse"
+    );
     assert_eq!(
         ids(&session_runs(a).await),
         ["r0", "r1", "r2", "r3"],
