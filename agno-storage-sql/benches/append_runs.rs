@@ -126,57 +126,47 @@ fn with_run_cache(db: SqlDb) -> SqlDb {
 /// and the session read and viewed.
 async fn read_back(db: &AgnoDb, sql: &SqlDb, n: usize, s: &mut Sample) {
     let sessions = db.sessions().unwrap();
-    let read = || async {
-        let t = Instant::now();
-        let session = sessions
-            .get_session("bench", SessionRead::default())
-            .await
-            .unwrap()
-            .unwrap();
-        let read = t.elapsed().as_secs_f64();
-        let runs = session.shared_run_values().unwrap();
-        assert_eq!(runs.len(), n);
-        (read, t.elapsed().as_secs_f64())
+    // Seconds to read the session and, with its views or its parse, to use every run.
+    let read = |views: bool, runs: usize| {
+        let sessions = &sessions;
+        async move {
+            let t = Instant::now();
+            let session = sessions
+                .get_session("bench", SessionRead::default())
+                .await
+                .unwrap()
+                .unwrap();
+            let read = t.elapsed().as_secs_f64();
+            let used = if views {
+                session.shared_run_views().unwrap().len()
+            } else {
+                session.shared_run_values().unwrap().len()
+            };
+            assert_eq!(used, runs);
+            (read, t.elapsed().as_secs_f64())
+        }
     };
-    s.first_read = read().await.1;
+    s.first_read = read(false, n).await.1;
     let (mut reads, mut parsed_reads) = (Vec::new(), Vec::new());
     for _ in 0..READS {
-        let (read, parsed) = read().await;
+        let (read, parsed) = read(false, n).await;
         reads.push(read);
         parsed_reads.push(parsed);
     }
     s.read = median(&reads);
     s.read_parsed = median(&parsed_reads);
-    let view = || async {
-        let t = Instant::now();
-        let session = sessions
-            .get_session("bench", SessionRead::default())
-            .await
-            .unwrap()
-            .unwrap();
-        let views = session.shared_run_views().unwrap();
-        assert_eq!(views.len(), n);
-        t.elapsed().as_secs_f64()
-    };
     sql.set_run_cache_bytes(0);
     sql.set_run_cache_bytes(run_cache_bytes());
-    s.first_view = view().await;
+    s.first_view = read(true, n).await.1;
     let mut viewed = Vec::new();
     for _ in 0..READS {
-        viewed.push(view().await);
+        viewed.push(read(true, n).await.1);
     }
     s.read_view = median(&viewed);
     let mut turns = Vec::new();
     for k in 0..READS {
         append(db, n + k..n + k + 1).await;
-        let t = Instant::now();
-        let session = sessions
-            .get_session("bench", SessionRead::default())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(session.shared_run_views().unwrap().len(), n + k + 1);
-        turns.push(t.elapsed().as_secs_f64());
+        turns.push(read(true, n + k + 1).await.1);
     }
     s.turn_view = median(&turns);
 }

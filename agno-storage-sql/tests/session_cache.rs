@@ -18,27 +18,23 @@ use std::sync::Arc;
 /// Session `s`'s runs as `db` reads them, parsed and shared
 /// (`Session::shared_run_values`: runs parsed by an earlier read are handed over parsed).
 async fn shared_runs(db: &AgnoDb) -> Vec<Arc<Value>> {
+    read(db).await.shared_run_values().expect("run JSON")
+}
+
+/// Session `s` as `db` reads it.
+async fn read(db: &AgnoDb) -> Session {
     db.sessions()
         .unwrap()
         .get_session("s", SessionRead::default())
         .await
         .unwrap()
         .expect("session")
-        .shared_run_values()
-        .expect("run JSON")
 }
 
 /// Session `s`'s runs as `db` reads them, as typed views, shared
 /// (`Session::shared_run_views`: runs viewed by an earlier read are handed over viewed).
 async fn shared_views(db: &AgnoDb) -> Vec<SharedRunView> {
-    db.sessions()
-        .unwrap()
-        .get_session("s", SessionRead::default())
-        .await
-        .unwrap()
-        .expect("session")
-        .shared_run_views()
-        .expect("run JSON")
+    read(db).await.shared_run_views().expect("run JSON")
 }
 
 /// The run ids and contents of session `s` as `db` reads it.
