@@ -163,10 +163,12 @@ impl RunJson {
         self.fields()
     }
 
-    /// [`RunJson::view`], read at most once for this run and every copy of it, then shared
-    /// (as [`RunJson::shared_value`] shares a parse): a session read again from a store's
-    /// cache of recent reads (SQL) gives views read already. The view keeps the run's text
-    /// alive. Malformed text is an error on every call.
+    /// [`RunJson::view`], kept with the run: for a run held as text, read at most once for
+    /// it and every copy of it, then shared (as [`RunJson::shared_value`] shares a parse),
+    /// so a session read again from a store's cache of recent reads (SQL) gives views read
+    /// already; for a run held as a value, read from the value on each call (no parse).
+    /// The view keeps the run's text or value alive. Malformed text is an error on every
+    /// call.
     pub fn shared_view(&self) -> Result<SharedRunView> {
         match &self.0 {
             Repr::Parsed(value) => SharedRunView::of(value.clone()),
