@@ -306,6 +306,21 @@ impl<'de> Deserialize<'de> for RunJson {
     }
 }
 
+/// `n` runs `r0`, `r1`, ... of ~1 KB of stored text each: past 1 MiB from 1,050 on, where
+/// a session's runs are read on several threads.
+#[cfg(test)]
+pub(crate) fn padded_runs(n: usize) -> Vec<RunJson> {
+    let pad = "x".repeat(1000);
+    (0..n)
+        .map(|i| {
+            RunJson::from_stored_text(
+                serde_json::json!({"run_id": format!("r{i}"), "pad": pad}).to_string(),
+            )
+            .expect("valid JSON")
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,15 +329,7 @@ mod tests {
     /// Past 1 MiB the runs are parsed in chunks on several threads: in order all the same.
     #[test]
     fn many_runs_parse_in_order() {
-        let pad = "x".repeat(1000);
-        let runs: Vec<RunJson> = (0..3000)
-            .map(|i| {
-                RunJson::from_stored_text(
-                    json!({"run_id": format!("r{i}"), "pad": pad}).to_string(),
-                )
-                .expect("valid JSON")
-            })
-            .collect();
+        let runs = padded_runs(3000);
         let values = values_of(&runs, RunJson::to_value).expect("parsed");
         let ids: Vec<&str> = values.iter().filter_map(|v| v["run_id"].as_str()).collect();
         let expected: Vec<String> = (0..3000).map(|i| format!("r{i}")).collect();

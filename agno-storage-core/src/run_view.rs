@@ -434,17 +434,8 @@ mod tests {
     /// A session's views come in the order of its runs, on several threads past 1 MiB.
     #[test]
     fn a_sessions_views_follow_its_runs() {
-        let pad = "x".repeat(1000);
-        let runs: Vec<RunJson> = (0..3000)
-            .map(|i| {
-                RunJson::from_stored_text(
-                    json!({"run_id": format!("r{i}"), "pad": pad}).to_string(),
-                )
-                .expect("an object")
-            })
-            .collect();
         let mut session = crate::Session::new("s1", crate::SessionType::Agent, "a1");
-        session.runs = Some(runs);
+        session.runs = Some(crate::run_json::padded_runs(3000));
         let ids: Vec<String> = session
             .run_views()
             .expect("reads")
