@@ -41,14 +41,48 @@ impl NamedLock {
     }
 }
 
-/// A database's version: equal versions mean no commit by any connection and no schema
-/// change in between (SQLite's `data_version` and `schema_version`, and the changes its own
-/// connection made).
+/// A database's version: equal versions mean no commit by another connection, no schema
+/// change, and no change by the executor's own connection to the watched table (to any
+/// table, when the table is not watched) in between (SQLite's `data_version` and
+/// `schema_version`, and its own connection's changes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DataVersion {
     pub(crate) data: i64,
     pub(crate) schema: i64,
     pub(crate) own_changes: u64,
+    /// Whether `own_changes` counts the changes to the watched table ([`RowWatch`]) only.
+    pub(crate) watched: bool,
+}
+
+/// How a read of one table's rows can fetch only the rows that changed since the caller's
+/// last read (SQLite: its update hook notes, by `rowid`, each row its own connection
+/// changes, and the caller holds the rows of its last read with their `rowid`s).
+#[cfg(feature = "sqlite")]
+pub(crate) struct RowWatch {
+    /// The table, unquoted.
+    pub(crate) table: String,
+    /// The read, with each row's `rowid` as `row_id` (same parameters).
+    pub(crate) read: String,
+    /// The `rowid` (as `row_id`) of each row `read` returns (same parameters).
+    pub(crate) row_ids: String,
+    /// `read`'s columns for the rows whose `rowid` is in the JSON array bound to its one
+    /// `?`.
+    pub(crate) rows_by_id: String,
+    /// The `rowid`s of the rows the caller holds as read at `known`.
+    pub(crate) held: std::sync::Arc<Vec<i64>>,
+}
+
+/// A read that a database's version can prove unchanged ([`Executor::query_versioned`]).
+pub(crate) struct VersionedRead {
+    /// The query and its parameters.
+    pub(crate) sql: String,
+    pub(crate) params: Vec<SqlValue>,
+    /// The version of the caller's last read, if it kept one.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) known: Option<DataVersion>,
+    /// How to fetch only what the executor's own connection changed, where it can.
+    #[cfg(feature = "sqlite")]
+    pub(crate) watch: Option<RowWatch>,
 }
 
 /// What [`Executor::query_versioned`] found.
@@ -59,6 +93,15 @@ pub(crate) enum Versioned {
     Unchanged,
     /// The rows, with the version they were read at when the executor can tell it.
     Rows(Option<DataVersion>, Vec<Row>),
+    /// Only the executor's own connection changed the watched table since the version the
+    /// caller knew: `row_ids` lists the `rowid` of every row the read returns now, and
+    /// `rows` holds those of them the caller does not hold or that changed since.
+    #[cfg(feature = "sqlite")]
+    Changed {
+        version: DataVersion,
+        row_ids: Vec<i64>,
+        rows: Vec<Row>,
+    },
 }
 
 /// What one call `agno_note(value, 'tag', more…)` in a statement saw (see
@@ -95,15 +138,14 @@ pub(crate) trait Executor: Send + Sync {
     /// [`Executor::query`] unless the database is provably unchanged since `known` was
     /// read: then [`Versioned::Unchanged`]. Rows come with the database's version as of
     /// their read, when the executor can tell it (SQLite; others answer `None` and never
-    /// `Unchanged`).
-    async fn query_versioned(
-        &self,
-        sql: &str,
-        params: Vec<SqlValue>,
-        known: Option<DataVersion>,
-    ) -> Result<Versioned> {
-        let _ = known;
-        Ok(Versioned::Rows(None, self.query(sql, params).await?))
+    /// `Unchanged`). With `watch`, where the executor keeps track of its own changes to the
+    /// watched table, the rows are `watch.read`'s and a read after changes of its own only
+    /// fetches the rows that changed ([`Versioned::Changed`]).
+    async fn query_versioned(&self, read: VersionedRead) -> Result<Versioned> {
+        Ok(Versioned::Rows(
+            None,
+            self.query(&read.sql, read.params).await?,
+        ))
     }
 
     /// Rows affected by a statement (rows matched, for updates).

@@ -64,6 +64,8 @@ mod mysql;
 mod named;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sqlite")]
+mod row_log;
 mod run_cache;
 mod runs;
 mod schedules;

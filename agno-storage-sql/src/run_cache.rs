@@ -2,11 +2,14 @@
 //!
 //! A session read fetches every run's JSON text, which for a long session is most of its
 //! cost, and a conversation re-reads its session every turn. Two proofs of "unchanged":
-//! - SQLite tells the database's version (any commit by any connection or process, any
-//!   schema change, or any change by the store's own connection changes it): a read at the
-//!   version its session's runs were read at reuses them without a query. A read at
-//!   another version reads every run again, and keeps the cached copy of each run whose
-//!   stored text is unchanged, with its parse and its view.
+//! - SQLite tells the database's version (any commit by another connection or process, any
+//!   schema change, or any change by the store's own connection to the runs table changes
+//!   it): a read at the version its session's runs were read at reuses them without a
+//!   query. After changes by the store's own connection only (the next turn's run, say),
+//!   which its update hook notes row by row ([`crate::row_log`]), a read lists the
+//!   session's `rowid`s and fetches only the runs that are new or changed. A read after
+//!   another connection's commit reads every run again, and keeps the cached copy of each
+//!   run whose stored text is unchanged, with its parse and its view.
 //! - PostgreSQL tells each row's version (`xmin`, the transaction that wrote it). A read
 //!   first computes, on the server, a digest of the session's runs' ids and versions; if it
 //!   is the cached one, the cached runs are returned and nothing else is sent. Otherwise the
@@ -39,8 +42,9 @@ pub(crate) const DEFAULT_RUN_CACHE_BYTES: usize = 64 << 20;
 /// How a session's cached runs are known to be current.
 #[derive(Clone)]
 pub(crate) enum Stamp {
-    /// The database's version when they were read.
-    Database(DataVersion),
+    /// The database's version when they were read, and each run's `rowid` when the
+    /// executor watched the table (else none).
+    Database(DataVersion, Arc<Vec<i64>>),
     /// Each run's row version.
     Rows(Arc<RowVersions>),
 }
@@ -156,22 +160,24 @@ impl RunCache {
         Some((entry.stamp.clone(), entry.runs.clone()))
     }
 
-    /// The database version `session_id`'s cached runs were read at, if cached that way.
-    pub(crate) fn version(&self, session_id: &str) -> Option<DataVersion> {
-        match self.entries().by_session.get(session_id)?.stamp {
-            Stamp::Database(version) => Some(version),
+    /// The database version `session_id`'s cached runs were read at, with their `rowid`s,
+    /// if cached that way.
+    pub(crate) fn version(&self, session_id: &str) -> Option<(DataVersion, Arc<Vec<i64>>)> {
+        match &self.entries().by_session.get(session_id)?.stamp {
+            Stamp::Database(version, row_ids) => Some((*version, row_ids.clone())),
             Stamp::Rows(_) => None,
         }
     }
 
-    /// The cached runs of `session_id` if they were read at database version `version`.
+    /// The cached runs of `session_id` and their `rowid`s if they were read at database
+    /// version `version`.
     pub(crate) fn at_version(
         &self,
         session_id: &str,
         version: DataVersion,
-    ) -> Option<Vec<SessionRun>> {
+    ) -> Option<(Arc<Vec<i64>>, Arc<Vec<SessionRun>>)> {
         match self.get(session_id)? {
-            (Stamp::Database(v), runs) if v == version => Some(runs.as_ref().clone()),
+            (Stamp::Database(v, row_ids), runs) if v == version => Some((row_ids, runs)),
             _ => None,
         }
     }
@@ -209,20 +215,28 @@ impl RunCache {
     }
 }
 
-/// Puts in `runs` the cached copy of each run of `cached` still the same (id, index,
-/// creation time and stored text), so what was read of it (its parse, its view) carries
-/// over a read that could not prove the session unchanged (SQLite after any commit).
+/// Puts in `runs` the cached copy of each run of `cached` still the same
+/// ([`keep_if_unchanged`]), so what was read of it (its parse, its view) carries over a
+/// read that could not prove the session unchanged (SQLite after another connection's
+/// commit).
 pub(crate) fn keep_unchanged(runs: &mut [SessionRun], cached: &[SessionRun]) {
     let by_id: HashMap<&str, &SessionRun> = cached.iter().map(|r| (r.run_id.as_str(), r)).collect();
     for run in runs {
         if let Some(old) = by_id.get(run.run_id.as_str()) {
-            if old.run_index == run.run_index
-                && old.created_at == run.created_at
-                && old.run.same_stored_text(&run.run)
-            {
-                run.run = old.run.clone();
-            }
+            keep_if_unchanged(run, old);
         }
+    }
+}
+
+/// Replaces `run` by the cached `old` if it is the same run unchanged: same id, index,
+/// creation time and stored text.
+pub(crate) fn keep_if_unchanged(run: &mut SessionRun, old: &SessionRun) {
+    if old.run_id == run.run_id
+        && old.run_index == run.run_index
+        && old.created_at == run.created_at
+        && old.run.same_stored_text(&run.run)
+    {
+        run.run = old.run.clone();
     }
 }
 
@@ -246,11 +260,12 @@ mod tests {
             data,
             schema: 1,
             own_changes: 0,
+            watched: false,
         }
     }
 
     fn stamp(data: i64) -> Stamp {
-        Stamp::Database(version(data))
+        Stamp::Database(version(data), Arc::default())
     }
 
     #[test]
@@ -261,7 +276,10 @@ mod tests {
             cache.at_version("a", version(2)).is_none(),
             "another version"
         );
-        assert_eq!(cache.at_version("a", version(1)).map(|r| r.len()), Some(1));
+        assert_eq!(
+            cache.at_version("a", version(1)).map(|(_, r)| r.len()),
+            Some(1)
+        );
         cache.put("b", stamp(1), runs(100));
         assert!(cache.at_version("a", version(1)).is_some());
         cache.put("c", stamp(1), runs(100));

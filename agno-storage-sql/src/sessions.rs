@@ -1,5 +1,6 @@
 //! Sessions (`agno_sessions`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use agno_storage_core::legacy::{last_context_runs, merge_runs, SessionRun};
@@ -10,8 +11,8 @@ use agno_storage_core::{
 use serde_json::Value;
 
 use crate::dialect::{like_pattern, RowVersioning};
-use crate::exec::Versioned;
-use crate::run_cache::{keep_unchanged, RowVersions, Stamp};
+use crate::exec::{Versioned, VersionedRead};
+use crate::run_cache::{keep_if_unchanged, keep_unchanged, RowVersions, Stamp};
 use crate::schema::Table;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -71,11 +72,38 @@ impl SqlStore {
     fn session_runs_query(&self, session_ids: &[String]) -> (String, Vec<SqlValue>) {
         let (list, params) = in_list(session_ids);
         let sql = format!(
-            "SELECT session_id, run_id, run_index, created_at, {} AS run_data FROM {} WHERE session_id IN {list}",
-            self.dialect.json_as_text("run_data"),
+            "SELECT {} FROM {} WHERE session_id IN {list}",
+            self.session_runs_columns(),
             self.t(Table::Runs)
         );
         (sql, params)
+    }
+
+    /// The columns of [`SqlStore::session_runs_query`].
+    fn session_runs_columns(&self) -> String {
+        format!(
+            "session_id, run_id, run_index, created_at, {} AS run_data",
+            self.dialect.json_as_text("run_data")
+        )
+    }
+
+    /// How a read of `session_id`'s runs fetches only what the store's own connection
+    /// changed, holding the runs whose `rowid`s are `held`, where the dialect can tell
+    /// ([`crate::dialect::Dialect::row_id`]).
+    #[cfg(feature = "sqlite")]
+    fn runs_watch(&self, held: Arc<Vec<i64>>) -> Option<crate::exec::RowWatch> {
+        let row_id = self.dialect.row_id()?;
+        let (columns, table) = (self.session_runs_columns(), self.t(Table::Runs));
+        Some(crate::exec::RowWatch {
+            table: self.names.get(Table::Runs).to_owned(),
+            read: format!("SELECT {row_id} AS row_id, {columns} FROM {table} WHERE session_id = ?"),
+            row_ids: format!("SELECT {row_id} AS row_id FROM {table} WHERE session_id = ?"),
+            rows_by_id: format!(
+                "SELECT {row_id} AS row_id, {columns} FROM {table} \
+                 WHERE {row_id} IN (SELECT value FROM json_each(?))"
+            ),
+            held,
+        })
     }
 
     /// Runs of these sessions, each with its session id.
@@ -98,35 +126,139 @@ impl SqlStore {
         if let Some(versioning) = self.dialect.row_versioning("runs", "run_id") {
             return self.runs_of_session_by_row(session_id, &versioning).await;
         }
-        let (sql, params) = self.session_runs_query(&[session_id.to_owned()]);
         let known = self.run_cache.version(session_id);
-        let mut answer = self
-            .exec
-            .query_versioned(&sql, params.clone(), known)
-            .await?;
-        if let Versioned::Unchanged = answer {
-            if let Some(runs) = known.and_then(|v| self.run_cache.at_version(session_id, v)) {
-                return Ok(runs);
+        if let Some((version, held)) = known {
+            match self.versioned_runs(session_id, Some(version), held).await? {
+                Versioned::Unchanged => {
+                    if let Some((_, runs)) = self.run_cache.at_version(session_id, version) {
+                        return Ok(runs.as_ref().clone());
+                    }
+                }
+                Versioned::Rows(version, rows) => {
+                    return self.keep_session_runs(session_id, version, rows, None);
+                }
+                #[cfg(feature = "sqlite")]
+                Versioned::Changed {
+                    version: now,
+                    row_ids,
+                    rows,
+                } => {
+                    if let Some(held) = self.run_cache.at_version(session_id, version) {
+                        return self.keep_session_runs(
+                            session_id,
+                            Some(now),
+                            rows,
+                            Some((row_ids, held)),
+                        );
+                    }
+                }
             }
-            // Another read replaced the entry meanwhile: read again.
-            answer = self.exec.query_versioned(&sql, params, None).await?;
+            // Another read replaced the cached runs meanwhile: read them all.
         }
-        let Versioned::Rows(version, rows) = answer else {
-            return Err(Error::new(
+        match self
+            .versioned_runs(session_id, None, Arc::default())
+            .await?
+        {
+            Versioned::Rows(version, rows) => {
+                self.keep_session_runs(session_id, version, rows, None)
+            }
+            _ => Err(Error::new(
                 ErrorKind::Unexpected,
                 "the executor reported no change to a read that knew no version",
-            ));
+            )),
+        }
+    }
+
+    /// Reads `session_id`'s runs unless they are provably unchanged since `known`, when
+    /// the cached ones, whose `rowid`s are `held`, were read.
+    async fn versioned_runs(
+        &self,
+        session_id: &str,
+        known: Option<crate::exec::DataVersion>,
+        held: Arc<Vec<i64>>,
+    ) -> Result<Versioned> {
+        let (sql, params) = self.session_runs_query(&[session_id.to_owned()]);
+        #[cfg(not(feature = "sqlite"))]
+        let _ = held;
+        self.exec
+            .query_versioned(VersionedRead {
+                sql,
+                params,
+                known,
+                #[cfg(feature = "sqlite")]
+                watch: self.runs_watch(held),
+            })
+            .await
+    }
+
+    /// The runs of `rows`, cached at `version` when there is one. With `patch` (the
+    /// `rowid` of every run of the session now, and the cached runs with their `rowid`s),
+    /// `rows` holds only the new and changed runs, and the others are the cached ones.
+    /// Either way a cached run whose stored text is unchanged is kept, with its parse.
+    fn keep_session_runs(
+        &self,
+        session_id: &str,
+        version: Option<crate::exec::DataVersion>,
+        rows: Vec<Row>,
+        patch: Option<(Vec<i64>, (Arc<Vec<i64>>, Arc<Vec<SessionRun>>))>,
+    ) -> Result<Vec<SessionRun>> {
+        let watched = version.is_some_and(|v| v.watched);
+        let mut read = HashMap::with_capacity(rows.len());
+        let mut row_ids = Vec::with_capacity(rows.len());
+        let mut runs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let row_id = if watched {
+                Some(row.i64("row_id")?)
+            } else {
+                None
+            };
+            let (_, run) = session_run_from_row(row)?;
+            match (row_id, patch.is_some()) {
+                (Some(id), true) => {
+                    read.insert(id, run);
+                }
+                (id, _) => {
+                    row_ids.extend(id);
+                    runs.push(run);
+                }
+            }
+        }
+        let cached = match patch {
+            Some((now, (held_ids, held_runs))) => {
+                let held: HashMap<i64, &SessionRun> =
+                    held_ids.iter().copied().zip(held_runs.iter()).collect();
+                for id in now {
+                    let run = match (read.remove(&id), held.get(&id)) {
+                        (Some(mut run), old) => {
+                            if let Some(old) = old {
+                                keep_if_unchanged(&mut run, old);
+                            }
+                            run
+                        }
+                        (None, Some(old)) => (*old).clone(),
+                        (None, None) => {
+                            return Err(Error::new(
+                                ErrorKind::Unexpected,
+                                format!("run row {id} was neither read nor cached"),
+                            ))
+                        }
+                    };
+                    row_ids.push(id);
+                    runs.push(run);
+                }
+                None
+            }
+            None => self.run_cache.get(session_id).map(|(_, runs)| runs),
         };
-        let mut runs: Vec<SessionRun> = rows
-            .into_iter()
-            .map(|row| session_run_from_row(row).map(|(_, run)| run))
-            .collect::<Result<_>>()?;
         if let Some(version) = version {
-            if let Some((_, cached)) = self.run_cache.get(session_id) {
+            if let Some(cached) = cached {
                 keep_unchanged(&mut runs, &cached);
             }
-            self.run_cache
-                .put(session_id, Stamp::Database(version), runs.clone());
+            self.run_cache.put(
+                session_id,
+                Stamp::Database(version, Arc::new(row_ids)),
+                runs.clone(),
+            );
         }
         Ok(runs)
     }
@@ -195,28 +327,30 @@ impl SqlStore {
                 digest = row.take_opt_str("run_data")?;
                 continue;
             };
+            let cached_run = cached
+                .as_ref()
+                .and_then(|(v, cached_runs)| cached_runs.get(*v.position.get(&run_id)?));
             let run = match row.take_opt_str("run_data")? {
                 Some(text) => stored_run(&run_id, text)?,
-                None => cached
-                    .as_ref()
-                    .and_then(|(v, cached_runs)| {
-                        let i = *v.position.get(&run_id)?;
-                        cached_runs.get(i).map(|r| r.run.clone())
-                    })
-                    .ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::Unexpected,
-                            format!("run {run_id} came back unchanged but is not cached"),
-                        )
-                    })?,
+                None => cached_run.map(|old| old.run.clone()).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Unexpected,
+                        format!("run {run_id} came back unchanged but is not cached"),
+                    )
+                })?,
             };
             versions.push(row.take_str("row_version")?);
-            runs.push(SessionRun {
+            let mut run = SessionRun {
                 run_index: row.opt_i64("run_index")?,
                 created_at: row.i64("created_at")?,
                 run_id,
                 run,
-            });
+            };
+            // Written again with the same text (a new row version): keep what was read of it.
+            if let Some(old) = cached_run {
+                keep_if_unchanged(&mut run, old);
+            }
+            runs.push(run);
         }
         let digest = digest.ok_or_else(|| {
             Error::new(ErrorKind::Unexpected, "the runs read brought no digest row")

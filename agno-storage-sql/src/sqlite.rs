@@ -36,7 +36,8 @@ use agno_storage_core::{async_trait, Error, ErrorKind, OpenMode, Result};
 use rusqlite::types::{Value as SqliteValue, ValueRef};
 use rusqlite::{Connection, ErrorCode};
 
-use crate::exec::{DataVersion, Executor, Note, Statement, Versioned};
+use crate::exec::{DataVersion, Executor, Note, RowWatch, Statement, Versioned, VersionedRead};
+use crate::row_log::RowLogs;
 use crate::value::{Row, SqlValue, PARALLEL_JSON_BYTES};
 
 const BACKEND: &str = "sqlite";
@@ -68,6 +69,8 @@ struct Conn {
     shapes: RefCell<HashMap<String, Shape>>,
     /// What `agno_note` saw since [`Executor::execute_noting`] last took it.
     notes: Arc<Mutex<Vec<Note>>>,
+    /// The rows this connection changed in the watched tables.
+    row_logs: RowLogs,
 }
 
 impl Deref for Conn {
@@ -842,6 +845,8 @@ impl SqliteExecutor {
         };
         let notes = Arc::new(Mutex::new(Vec::new()));
         register_note(&conn, notes.clone()).map_err(map_err)?;
+        let row_logs = RowLogs::default();
+        row_logs.install(&conn).map_err(map_err)?;
         Ok(SqliteExecutor {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
@@ -850,6 +855,7 @@ impl SqliteExecutor {
                     db: conn,
                     shapes: RefCell::default(),
                     notes,
+                    row_logs,
                 }),
                 writers: AtomicUsize::new(0),
                 commit_micros: AtomicU64::new(0),
@@ -1042,17 +1048,76 @@ impl SqliteExecutor {
     }
 }
 
-/// The database's version as `conn` sees it now.
-fn data_version(conn: &Connection) -> rusqlite::Result<DataVersion> {
-    let pragma = |sql: &str| {
-        conn.prepare_cached(sql)?
-            .query_row([], |r| r.get::<_, i64>(0))
+/// [`Executor::query_versioned`] on the connection. The version and the rows come from one
+/// read transaction, so the version is exactly the rows'.
+fn versioned_read(
+    c: &Conn,
+    sql: &str,
+    params: Vec<SqliteValue>,
+    known: Option<DataVersion>,
+    watch: Option<RowWatch>,
+) -> rusqlite::Result<Versioned> {
+    // Inside a transaction the rows may include writes that are not committed yet: they
+    // get no version, so nobody keeps them.
+    if !c.is_autocommit() {
+        return Ok(Versioned::Rows(None, run_query(c, sql, params, false)?));
+    }
+    let tx = c.unchecked_transaction()?;
+    let pragma = |sql: &str| c.prepare_cached(sql)?.query_row([], |r| r.get::<_, i64>(0));
+    let (data, schema) = (
+        pragma("PRAGMA data_version")?,
+        pragma("PRAGMA schema_version")?,
+    );
+    let position = match &watch {
+        Some(w) => c.row_logs.position(c, &w.table, schema)?,
+        None => None,
     };
-    Ok(DataVersion {
-        data: pragma("PRAGMA data_version")?,
-        schema: pragma("PRAGMA schema_version")?,
-        own_changes: conn.total_changes(),
-    })
+    let now = DataVersion {
+        data,
+        schema,
+        own_changes: position.unwrap_or_else(|| c.total_changes()),
+        watched: position.is_some(),
+    };
+    let answer = match watch.filter(|_| now.watched) {
+        _ if known == Some(now) => Versioned::Unchanged,
+        None => Versioned::Rows(Some(now), run_query(c, sql, params, false)?),
+        Some(w) => {
+            // Nobody else committed since `known`: fetch the rows this connection changed
+            // and those the caller does not hold.
+            let changed = known
+                .filter(|k| k.watched && (k.data, k.schema) == (data, schema))
+                .and_then(|k| c.row_logs.changed_since(&w.table, k.own_changes));
+            match changed {
+                Some(changed) => {
+                    let row_ids: Vec<i64> = c
+                        .prepare_cached(&w.row_ids)?
+                        .query_map(rusqlite::params_from_iter(params), |r| r.get(0))?
+                        .collect::<rusqlite::Result<_>>()?;
+                    let held: std::collections::HashSet<i64> = w.held.iter().copied().collect();
+                    let wanted: Vec<i64> = row_ids
+                        .iter()
+                        .filter(|id| changed.contains(id) || !held.contains(id))
+                        .copied()
+                        .collect();
+                    let rows = if wanted.is_empty() {
+                        Vec::new()
+                    } else {
+                        let ids = serde_json::to_string(&wanted)
+                            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+                        run_query(c, &w.rows_by_id, vec![SqliteValue::Text(ids)], false)?
+                    };
+                    Versioned::Changed {
+                        version: now,
+                        row_ids,
+                        rows,
+                    }
+                }
+                None => Versioned::Rows(Some(now), run_query(c, &w.read, params, false)?),
+            }
+        }
+    };
+    tx.commit()?;
+    Ok(answer)
 }
 
 fn is_read(sql: &str) -> bool {
@@ -1077,25 +1142,16 @@ impl Executor for SqliteExecutor {
             .await
     }
 
-    async fn query_versioned(
-        &self,
-        sql: &str,
-        params: Vec<SqlValue>,
-        known: Option<DataVersion>,
-    ) -> Result<Versioned> {
-        let (sql, params) = (sql.to_owned(), encode(params));
+    async fn query_versioned(&self, read: VersionedRead) -> Result<Versioned> {
+        let VersionedRead {
+            sql,
+            params,
+            known,
+            watch,
+        } = read;
+        let params = encode(params);
         self.call(false, false, move |c| {
-            // Inside a transaction the rows may include writes that are not committed yet:
-            // they get no version, so nobody keeps them.
-            let version = if c.is_autocommit() {
-                Some(data_version(c)?)
-            } else {
-                None
-            };
-            if version.is_some() && version == known {
-                return Ok(Versioned::Unchanged);
-            }
-            Ok(Versioned::Rows(version, run_query(c, &sql, params, false)?))
+            versioned_read(c, &sql, params, known, watch)
         })
         .await
     }
@@ -1245,6 +1301,95 @@ mod tests {
             assert!(e.message().contains("full"), "{who}: {}", e.message());
         }
         drop(exec);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
+    /// A watched read ([`RowWatch`]) after the connection's own writes fetches only the
+    /// rows that are new or changed, sees its deletes, and reads everything after another
+    /// connection's commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_watched_read_fetches_only_what_its_own_connection_changed() {
+        let dir = std::env::temp_dir().join("agno-storage-tests");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(format!("watch_{}.db", uuid::Uuid::new_v4().simple()));
+        let exec = SqliteExecutor::open_with_mode(&path, OpenMode::CreateMissing).expect("open");
+        let run = async |sql: &str| exec.execute(sql, vec![]).await.expect(sql);
+        run("CREATE TABLE t (id TEXT PRIMARY KEY, s TEXT, v TEXT)").await;
+        run("INSERT INTO t VALUES ('a', 's', '1'), ('b', 's', '2'), ('c', 'x', '3')").await;
+        let read = |known: Option<DataVersion>, held: &[i64]| VersionedRead {
+            sql: "SELECT id, v FROM t WHERE s = ?".into(),
+            params: vec![SqlValue::text("s")],
+            known,
+            watch: Some(RowWatch {
+                table: "t".into(),
+                read: "SELECT rowid AS row_id, id, v FROM t WHERE s = ?".into(),
+                row_ids: "SELECT rowid AS row_id FROM t WHERE s = ?".into(),
+                rows_by_id: "SELECT rowid AS row_id, id, v FROM t \
+                             WHERE rowid IN (SELECT value FROM json_each(?))"
+                    .into(),
+                held: Arc::new(held.to_vec()),
+            }),
+        };
+        let ids = |rows: &[Row]| -> Vec<String> {
+            let mut ids: Vec<String> = rows.iter().map(|r| r.str("id").expect("id")).collect();
+            ids.sort();
+            ids
+        };
+        let Versioned::Rows(Some(v1), rows) = exec.query_versioned(read(None, &[])).await.unwrap()
+        else {
+            panic!("a first read reads every row, with a version");
+        };
+        assert!(v1.watched);
+        assert_eq!(ids(&rows), ["a", "b"]);
+        let held: Vec<i64> = rows
+            .iter()
+            .map(|r| r.i64("row_id").expect("rowid"))
+            .collect();
+        assert!(matches!(
+            exec.query_versioned(read(Some(v1), &held)).await.unwrap(),
+            Versioned::Unchanged
+        ));
+
+        run("INSERT INTO t VALUES ('d', 's', '4')").await;
+        run("UPDATE t SET v = '5' WHERE id = 'c'").await;
+        let Versioned::Changed {
+            version: v2,
+            row_ids,
+            rows,
+        } = exec.query_versioned(read(Some(v1), &held)).await.unwrap()
+        else {
+            panic!("its own insert: only the new row");
+        };
+        assert_eq!((row_ids.len(), ids(&rows)), (3, vec!["d".to_owned()]));
+        run("UPDATE t SET v = '6' WHERE id = 'a'").await;
+        run("DELETE FROM t WHERE id = 'b'").await;
+        let Versioned::Changed {
+            version: v3,
+            row_ids: now,
+            rows,
+        } = exec
+            .query_versioned(read(Some(v2), &row_ids))
+            .await
+            .unwrap()
+        else {
+            panic!("its own update and delete: only the updated row");
+        };
+        assert_eq!((now.len(), ids(&rows)), (2, vec!["a".to_owned()]));
+        assert_eq!(rows[0].str("v").expect("v"), "6");
+
+        let other = Connection::open(&path).expect("another connection");
+        other
+            .execute("UPDATE t SET v = '7' WHERE id = 'd'", [])
+            .expect("update");
+        let Versioned::Rows(Some(_), rows) =
+            exec.query_versioned(read(Some(v3), &now)).await.unwrap()
+        else {
+            panic!("another connection's commit: every row");
+        };
+        assert_eq!(ids(&rows), ["a", "d"]);
+        drop((other, exec));
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
         }

@@ -1,6 +1,7 @@
 //! Session reads reuse the runs they read while those provably have not changed (with their
-//! parse and their views, also across a change to other runs), and see every change: by their own handle, by another handle (another connection), by a bare
-//! connection, and to the schema. SQLite proves "unchanged" by the database's version,
+//! parse and their views, also across a change to other runs), and see every change: by
+//! their own handle, by another handle (another connection), by a bare connection, and to
+//! the schema. SQLite proves "unchanged" by the database's version,
 //! PostgreSQL by a digest of its rows' `xmin`s.
 //!
 //! PostgreSQL comes from `AGNO_TEST_POSTGRES_URL`; without it that case is skipped, except
@@ -67,7 +68,7 @@ fn run(i: usize, content: &str) -> RunRecord {
 /// The scenario on two handles `a` and `b` of one database. `bare` runs SQL on a
 /// connection of its own: step 1 sets run r2's content to "three"; step 2 creates a table
 /// and deletes run r3.
-async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
+async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, small_cache: bool, bare: impl AsyncFn(u8)) {
     a.sessions()
         .unwrap()
         .upsert_session(Session::new("s", SessionType::Agent, "a").with_user("u"))
@@ -139,6 +140,8 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
         "another handle's delete, back to rows read two reads before"
     );
 
+    its_own_writes_are_seen(a, b, small_cache).await;
+
     bare(1).await;
     assert_eq!(
         session_runs(a).await[1].1,
@@ -155,6 +158,75 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, bare: impl AsyncFn(u8)) {
         session_runs(b).await,
         session_runs(a).await,
         "the other handle agrees"
+    );
+}
+
+/// Writes by `a` itself to session `s` (holding r0, r2 and r3) and to another session: each
+/// read of `a` agrees with `b`'s, and the runs a write left unchanged keep their parse (when
+/// the other session's writes, which read it, leave `s` cached: not with a `small_cache`).
+async fn its_own_writes_are_seen(a: &AgnoDb, b: &AgnoDb, small_cache: bool) {
+    let (sessions, runs) = (a.sessions().unwrap(), a.runs().unwrap());
+    let same = |x: &[Arc<Value>], y: &[Arc<Value>]| x.iter().zip(y).all(|(x, y)| Arc::ptr_eq(x, y));
+    let before = shared_runs(a).await;
+    assert_eq!(before.len(), 3);
+    runs.upsert_run(run(5, "own")).await.unwrap();
+    let after = shared_runs(a).await;
+    assert_eq!(after.len(), 4, "its own insert");
+    assert!(
+        same(&before, &after),
+        "the runs its own insert left unchanged keep their parse"
+    );
+    assert_eq!(
+        session_runs(a).await,
+        session_runs(b).await,
+        "its own insert"
+    );
+    runs.upsert_run(run(5, "own, again")).await.unwrap();
+    runs.upsert_run(run(2, "one")).await.unwrap();
+    let updated = shared_runs(a).await;
+    assert_eq!(updated[3]["content"], "own, again", "its own update");
+    assert!(
+        same(&after[..3], &updated[..3]),
+        "a run written again with the same text keeps its parse"
+    );
+    assert_eq!(
+        session_runs(a).await,
+        session_runs(b).await,
+        "its own update"
+    );
+
+    sessions
+        .upsert_session(Session::new("t", SessionType::Agent, "a").with_user("u"))
+        .await
+        .unwrap();
+    let other = |i: usize| {
+        RunRecord::from_run_data(
+            "t",
+            Some("u".into()),
+            json!({"run_id": format!("t{i}"), "agent_id": "a", "content": "t"}),
+        )
+        .unwrap()
+    };
+    runs.upsert_run(other(0)).await.unwrap();
+    runs.upsert_run(other(1)).await.unwrap();
+    runs.delete_runs(&["t0".into()], None).await.unwrap();
+    let unrelated = shared_runs(a).await;
+    assert_eq!(unrelated, updated, "its own writes to another session");
+    assert!(
+        small_cache || same(&updated, &unrelated),
+        "its own writes to another session leave this one's runs parsed"
+    );
+    runs.delete_runs(&["r5".into()], None).await.unwrap();
+    sessions.delete_sessions(&["t".into()], None).await.unwrap();
+    assert_eq!(
+        ids(&session_runs(a).await),
+        ["r0", "r2", "r3"],
+        "its own deletes"
+    );
+    assert_eq!(
+        session_runs(a).await,
+        session_runs(b).await,
+        "its own deletes"
     );
 }
 
@@ -190,7 +262,7 @@ async fn sqlite_scenario(cache_bytes: Option<usize>) {
     };
     let (a, b) = (open().await, open().await);
     let bare = rusqlite::Connection::open(&path).expect("bare connection");
-    every_change_is_seen(&a, &b, async |step| {
+    every_change_is_seen(&a, &b, cache_bytes.is_some(), async |step| {
         let sql = match step {
             1 => "UPDATE agno_runs SET run_data = json_set(run_data, '$.content', 'three') WHERE run_id = 'r2'",
             _ => "CREATE TABLE unrelated (x INTEGER); DELETE FROM agno_runs WHERE run_id = 'r3'",
@@ -232,7 +304,7 @@ async fn postgres_scenario(cache_bytes: Option<usize>) {
     };
     let (a, b) = (open().await, open().await);
     let bare = sqlx::PgPool::connect(&url).await.expect("bare pool");
-    every_change_is_seen(&a, &b, async |step| {
+    every_change_is_seen(&a, &b, cache_bytes.is_some(), async |step| {
         let statements = match step {
             1 => vec![format!(
                 "UPDATE \"{schema}\".agno_runs SET run_data = jsonb_set(run_data, '{{content}}', '\"three\"') WHERE run_id = 'r2'"

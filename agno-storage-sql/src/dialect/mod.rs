@@ -210,6 +210,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         true
     }
 
+    /// The pseudo-column naming a row's place in its table, by which the executor notes the
+    /// rows its own connection changes (SQLite's `rowid`; see [`crate::exec::RowWatch`]).
+    #[cfg(feature = "sqlite")]
+    fn row_id(&self) -> Option<&'static str> {
+        None
+    }
+
     /// How rows of the table aliased `alias`, keyed by column `key`, tell their version,
     /// where the dialect can (PostgreSQL's `xmin`).
     fn row_versioning(&self, alias: &str, key: &str) -> Option<RowVersioning> {

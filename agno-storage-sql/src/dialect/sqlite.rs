@@ -53,6 +53,10 @@ impl Dialect for Sqlite {
         "sqlite"
     }
 
+    fn row_id(&self) -> Option<&'static str> {
+        Some("rowid")
+    }
+
     fn max_id_chars(&self) -> Option<usize> {
         None
     }
