@@ -348,8 +348,9 @@ impl SqlDb {
     /// larger than the bound is kept alone until another session is read, so a long
     /// conversation re-read every turn stays cached: memory held is at most the bound or
     /// that one session, whichever is larger. SQLite proves
-    /// it by the database's version, PostgreSQL by a digest of the rows' `xmin`s; MySQL
-    /// keeps nothing. Runs parsed through [`agno_storage_core::Session::shared_run_values`]
+    /// it by the database's version and the rows its own connection changed (after the
+    /// store's own writes only new and changed runs are read), PostgreSQL by a digest of the
+    /// rows' `xmin`s; MySQL keeps nothing. Runs parsed through [`agno_storage_core::Session::shared_run_values`]
     /// are kept parsed while cached, so a session re-read every turn is parsed once; the
     /// bound counts their text, and a parsed tree takes a few times its text beside it.
     pub fn set_run_cache_bytes(&self, bytes: usize) {
