@@ -92,6 +92,30 @@ async fn create_session(db: &AgnoDb) {
         .unwrap();
 }
 
+/// Drops what the bench created on a shared server at `url`: PostgreSQL schemas or MySQL
+/// databases `names` (agno's too), with everything in them.
+fn drop_created(rt: &tokio::runtime::Runtime, url: &str, names: &[String]) {
+    let dropped = rt.block_on(async {
+        if url.starts_with("postgres") {
+            let pool = sqlx::PgPool::connect(url).await?;
+            for name in names {
+                let sql = format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE");
+                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await?;
+            }
+        } else {
+            let pool = sqlx::MySqlPool::connect(url).await?;
+            for name in names {
+                let sql = format!("DROP DATABASE IF EXISTS `{name}`");
+                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await?;
+            }
+        }
+        Ok::<_, sqlx::Error>(())
+    });
+    if let Err(e) = dropped {
+        eprintln!("could not drop the bench's {names:?}: {e}");
+    }
+}
+
 /// Appends runs `range` to session `bench`; returns each append's wall time.
 async fn append(db: &AgnoDb, range: Range<usize>) -> Vec<f64> {
     let runs = db.runs().unwrap();
@@ -582,6 +606,7 @@ fn main() {
                 print("postgres agno 3.1.10", n, &a);
                 print_read_ratios(&a, &o);
             }
+            drop_created(&rt, url, &[schema.clone(), format!("{schema}_agno")]);
         }
         #[cfg(feature = "mysql")]
         if let Some(url) = &my_url {
@@ -607,6 +632,7 @@ fn main() {
                 );
                 print_read_ratios(&a, &o);
             }
+            drop_created(&rt, url, &[database.clone(), format!("{database}_agno")]);
         }
     }
     // Group commit: ours with 1 writer and with 8, and the bare ceilings, take turns for
@@ -670,6 +696,7 @@ fn main() {
         }
         let [ours8, bare8] = [ours_secs, bare_secs].map(|s| (8 * ROUNDS * per) as f64 / s);
         println!("postgres 8 writers: ours {ours8:.0} runs/s, bare sqlx {bare8:.0} runs/s = bare/ours {:.2}x (<= 1.3 wanted)", bare8 / ours8);
+        drop_created(&rt, url, &[schema]);
     }
     #[cfg(feature = "mysql")]
     if let Some(url) = &my_url {
@@ -686,5 +713,6 @@ fn main() {
         let ours8 = (8 * per) as f64 / rt.block_on(concurrent(&db, "c", 8, 0..per));
         let bare8 = rt.block_on(bare_mysql_concurrent(url, &database, 8, per));
         println!("mysql 8 writers: ours {ours8:.0} runs/s, bare sqlx {bare8:.0} runs/s = bare/ours {:.2}x", bare8 / ours8);
+        drop_created(&rt, url, &[database]);
     }
 }

@@ -81,6 +81,13 @@ impl RowVersions {
     }
 }
 
+/// A session's cached runs, read at one database version.
+pub(crate) struct Held {
+    /// Each run's `rowid`, in order, when the executor watched the table (else none).
+    pub(crate) row_ids: Arc<Vec<i64>>,
+    pub(crate) runs: Arc<Vec<SessionRun>>,
+}
+
 /// One session's runs as read at `stamp`.
 struct Entry {
     stamp: Stamp,
@@ -169,15 +176,10 @@ impl RunCache {
         }
     }
 
-    /// The cached runs of `session_id` and their `rowid`s if they were read at database
-    /// version `version`.
-    pub(crate) fn at_version(
-        &self,
-        session_id: &str,
-        version: DataVersion,
-    ) -> Option<(Arc<Vec<i64>>, Arc<Vec<SessionRun>>)> {
+    /// The cached runs of `session_id` if they were read at database version `version`.
+    pub(crate) fn at_version(&self, session_id: &str, version: DataVersion) -> Option<Held> {
         match self.get(session_id)? {
-            (Stamp::Database(v, row_ids), runs) if v == version => Some((row_ids, runs)),
+            (Stamp::Database(v, row_ids), runs) if v == version => Some(Held { row_ids, runs }),
             _ => None,
         }
     }
@@ -277,7 +279,7 @@ mod tests {
             "another version"
         );
         assert_eq!(
-            cache.at_version("a", version(1)).map(|(_, r)| r.len()),
+            cache.at_version("a", version(1)).map(|h| h.runs.len()),
             Some(1)
         );
         cache.put("b", stamp(1), runs(100));

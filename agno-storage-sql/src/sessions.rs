@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::dialect::{like_pattern, RowVersioning};
 use crate::exec::{Versioned, VersionedRead};
-use crate::run_cache::{keep_if_unchanged, keep_unchanged, RowVersions, Stamp};
+use crate::run_cache::{keep_if_unchanged, keep_unchanged, Held, RowVersions, Stamp};
 use crate::schema::Table;
 use crate::store::{in_list, limit_offset, order_by, owned_by_other, SqlStore, Upsert, Where};
 use crate::value::{Row, SqlValue};
@@ -130,8 +130,8 @@ impl SqlStore {
         if let Some((version, held)) = known {
             match self.versioned_runs(session_id, Some(version), held).await? {
                 Versioned::Unchanged => {
-                    if let Some((_, runs)) = self.run_cache.at_version(session_id, version) {
-                        return Ok(runs.as_ref().clone());
+                    if let Some(held) = self.run_cache.at_version(session_id, version) {
+                        return Ok(held.runs.as_ref().clone());
                     }
                 }
                 Versioned::Rows(version, rows) => {
@@ -200,7 +200,7 @@ impl SqlStore {
         session_id: &str,
         version: Option<crate::exec::DataVersion>,
         rows: Vec<Row>,
-        patch: Option<(Vec<i64>, (Arc<Vec<i64>>, Arc<Vec<SessionRun>>))>,
+        patch: Option<(Vec<i64>, Held)>,
     ) -> Result<Vec<SessionRun>> {
         let watched = version.is_some_and(|v| v.watched);
         let mut read = HashMap::with_capacity(rows.len());
@@ -224,9 +224,13 @@ impl SqlStore {
             }
         }
         let cached = match patch {
-            Some((now, (held_ids, held_runs))) => {
-                let held: HashMap<i64, &SessionRun> =
-                    held_ids.iter().copied().zip(held_runs.iter()).collect();
+            Some((now, cached)) => {
+                let held: HashMap<i64, &SessionRun> = cached
+                    .row_ids
+                    .iter()
+                    .copied()
+                    .zip(cached.runs.iter())
+                    .collect();
                 for id in now {
                     let run = match (read.remove(&id), held.get(&id)) {
                         (Some(mut run), old) => {
