@@ -159,6 +159,87 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, small_cache: bool, bare: i
         session_runs(a).await,
         "the other handle agrees"
     );
+    concurrent_writes_are_seen(a, b).await;
+}
+
+/// Run id to content of session `session` as `db` reads it.
+async fn contents(db: &AgnoDb, session: &str) -> std::collections::BTreeMap<String, String> {
+    db.sessions()
+        .unwrap()
+        .get_session(session, SessionRead::default())
+        .await
+        .unwrap()
+        .expect("session")
+        .run_values()
+        .expect("run JSON")
+        .iter()
+        .map(|v| {
+            let text = |key: &str| v[key].as_str().unwrap_or_default().to_owned();
+            (text("run_id"), text("content"))
+        })
+        .collect()
+}
+
+/// Four writers append 25 runs each to session `c` through `a`, each marking its previous
+/// run updated ("!"), while a reader reads `c` through `a`: no read loses a run an earlier
+/// read held or an update it saw, and the read after the writers agrees with `b`'s.
+async fn concurrent_writes_are_seen(a: &AgnoDb, b: &AgnoDb) {
+    a.sessions()
+        .unwrap()
+        .upsert_session(Session::new("c", SessionType::Agent, "a").with_user("u"))
+        .await
+        .unwrap();
+    let write = |id: String, content: String| async move {
+        let data = json!({"run_id": id, "agent_id": "a", "content": content});
+        let run = RunRecord::from_run_data("c", Some("u".into()), data).unwrap();
+        a.runs().unwrap().upsert_run(run).await.unwrap();
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let writers = async {
+        futures::future::join_all((0..4).map(|w| async move {
+            for k in 0..25 {
+                write(format!("c{w}_{k:02}"), format!("c{w}_{k:02}")).await;
+                if k > 0 {
+                    write(format!("c{w}_{:02}", k - 1), format!("c{w}_{:02}!", k - 1)).await;
+                }
+            }
+        }))
+        .await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let reader = async {
+        let mut last: std::collections::BTreeMap<String, String> = Default::default();
+        let mut reads = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let now = contents(a, "c").await;
+            for (id, content) in &last {
+                let seen = now.get(id);
+                assert!(
+                    seen == Some(content) || seen == Some(&format!("{content}!")),
+                    "read {reads}: run {id} went from {content} to {seen:?}"
+                );
+            }
+            for (id, content) in &now {
+                assert_eq!(content.trim_end_matches('!'), id, "read {reads}");
+            }
+            last = now;
+            reads += 1;
+        }
+        reads
+    };
+    let ((), reads) = tokio::join!(writers, reader);
+    let ours = contents(a, "c").await;
+    assert_eq!(
+        ours.len(),
+        100,
+        "every run, after {reads} reads during the writes"
+    );
+    assert_eq!(
+        ours.values().filter(|c| c.ends_with('!')).count(),
+        96,
+        "every update"
+    );
+    assert_eq!(ours, contents(b, "c").await, "the other handle agrees");
 }
 
 /// Writes by `a` itself to session `s` (holding r0, r2 and r3) and to another session: each
