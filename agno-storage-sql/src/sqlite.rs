@@ -1082,42 +1082,53 @@ fn versioned_read(
         _ if known == Some(now) => Versioned::Unchanged,
         None => Versioned::Rows(Some(now), run_query(c, sql, params, false)?),
         Some(w) => {
-            // Nobody else committed since `known`: fetch the rows this connection changed
-            // and those the caller does not hold.
+            // When nobody else committed since `known` and the log holds every change of
+            // this connection since, fetch only the rows it changed and those the caller
+            // does not hold.
             let changed = known
                 .filter(|k| k.watched && (k.data, k.schema) == (data, schema))
                 .and_then(|k| c.row_logs.changed_since(&w.table, k.own_changes));
             match changed {
-                Some(changed) => {
-                    let row_ids: Vec<i64> = c
-                        .prepare_cached(&w.row_ids)?
-                        .query_map(rusqlite::params_from_iter(params), |r| r.get(0))?
-                        .collect::<rusqlite::Result<_>>()?;
-                    let held: std::collections::HashSet<i64> = w.held.iter().copied().collect();
-                    let wanted: Vec<i64> = row_ids
-                        .iter()
-                        .filter(|id| changed.contains(id) || !held.contains(id))
-                        .copied()
-                        .collect();
-                    let rows = if wanted.is_empty() {
-                        Vec::new()
-                    } else {
-                        let ids = serde_json::to_string(&wanted)
-                            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
-                        run_query(c, &w.rows_by_id, vec![SqliteValue::Text(ids)], false)?
-                    };
-                    Versioned::Changed {
-                        version: now,
-                        row_ids,
-                        rows,
-                    }
-                }
+                Some(changed) => changed_rows(c, &w, params, &changed, now)?,
                 None => Versioned::Rows(Some(now), run_query(c, &w.read, params, false)?),
             }
         }
     };
     tx.commit()?;
     Ok(answer)
+}
+
+/// [`Versioned::Changed`] at `now`: the `rowid` of every row `w.read` returns, and the rows
+/// among them that are `changed` or that the caller does not hold.
+fn changed_rows(
+    c: &Conn,
+    w: &RowWatch,
+    params: Vec<SqliteValue>,
+    changed: &std::collections::HashSet<i64>,
+    now: DataVersion,
+) -> rusqlite::Result<Versioned> {
+    let row_ids: Vec<i64> = c
+        .prepare_cached(&w.row_ids)?
+        .query_map(rusqlite::params_from_iter(params), |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let held: std::collections::HashSet<i64> = w.held.iter().copied().collect();
+    let wanted: Vec<i64> = row_ids
+        .iter()
+        .filter(|id| changed.contains(id) || !held.contains(id))
+        .copied()
+        .collect();
+    let rows = if wanted.is_empty() {
+        Vec::new()
+    } else {
+        let ids = serde_json::to_string(&wanted)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+        run_query(c, &w.rows_by_id, vec![SqliteValue::Text(ids)], false)?
+    };
+    Ok(Versioned::Changed {
+        version: now,
+        row_ids,
+        rows,
+    })
 }
 
 fn is_read(sql: &str) -> bool {

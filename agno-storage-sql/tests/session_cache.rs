@@ -24,12 +24,23 @@ async fn shared_runs(db: &AgnoDb) -> Vec<Arc<Value>> {
 
 /// Session `s` as `db` reads it.
 async fn read(db: &AgnoDb) -> Session {
+    read_session(db, "s").await
+}
+
+/// Session `session` as `db` reads it.
+async fn read_session(db: &AgnoDb, session: &str) -> Session {
     db.sessions()
         .unwrap()
-        .get_session("s", SessionRead::default())
+        .get_session(session, SessionRead::default())
         .await
         .unwrap()
         .expect("session")
+}
+
+/// A run's id and content.
+fn id_and_content(run: &Value) -> (String, String) {
+    let text = |key: &str| run[key].as_str().unwrap_or_default().to_owned();
+    (text("run_id"), text("content"))
 }
 
 /// Session `s`'s runs as `db` reads them, as typed views, shared
@@ -43,12 +54,7 @@ async fn session_runs(db: &AgnoDb) -> Vec<(String, String)> {
     shared_runs(db)
         .await
         .iter()
-        .map(|v| {
-            (
-                v["run_id"].as_str().unwrap_or_default().to_owned(),
-                v["content"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
+        .map(|v| id_and_content(v))
         .collect()
 }
 
@@ -164,20 +170,8 @@ async fn every_change_is_seen(a: &AgnoDb, b: &AgnoDb, small_cache: bool, bare: i
 
 /// Run id to content of session `session` as `db` reads it.
 async fn contents(db: &AgnoDb, session: &str) -> std::collections::BTreeMap<String, String> {
-    db.sessions()
-        .unwrap()
-        .get_session(session, SessionRead::default())
-        .await
-        .unwrap()
-        .expect("session")
-        .run_values()
-        .expect("run JSON")
-        .iter()
-        .map(|v| {
-            let text = |key: &str| v[key].as_str().unwrap_or_default().to_owned();
-            (text("run_id"), text("content"))
-        })
-        .collect()
+    let runs = read_session(db, session).await.run_values();
+    runs.expect("run JSON").iter().map(id_and_content).collect()
 }
 
 /// Four writers append 25 runs each to session `c` through `a`, each marking its previous
