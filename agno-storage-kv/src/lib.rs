@@ -57,8 +57,6 @@
 #[cfg(feature = "redis")]
 mod codec;
 #[cfg(feature = "redis")]
-mod coordination;
-#[cfg(feature = "redis")]
 mod docs;
 #[cfg(feature = "redis")]
 mod evals;
@@ -91,8 +89,6 @@ mod store;
 
 #[cfg(feature = "redis")]
 pub use client::{IndexReport, KvDb, KvOptions};
-#[cfg(feature = "redis")]
-pub use coordination::Coordination;
 #[cfg(feature = "redis")]
 pub use follower::{
     FollowError, FollowerStatus, IndexFollower, KEYSPACE_EVENTS_SETTING, REQUIRED_KEYSPACE_EVENTS,

@@ -5,7 +5,7 @@
 //! that end at a terminal status. Only tails in the same process see them: a client whose
 //! reconnect lands on another replica reads the run's outcome from the durable store
 //! instead, as agno's in-memory stream does. For tails from any replica, use the Redis
-//! stream (`agno_storage_kv::Coordination`), which is agno's layout.
+//! stream (`agno_storage_redis_events::Coordination`), which is agno's layout.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

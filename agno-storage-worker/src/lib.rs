@@ -23,7 +23,7 @@
 //! - **Live runs** (optional): handlers publish events ([`JobContext::publish`]) to a
 //!   [`RunEvents`] stream ([`WorkerBuilder::events`]), each attempt fenced by its number,
 //!   and shared cancellation flags ([`WorkerBuilder::cancellations`]) stop a flagged job
-//!   within [`CANCEL_POLL`]. On Redis both are agno's layout (`agno_storage_kv::Coordination`);
+//!   within [`CANCEL_POLL`]. On Redis both are agno's layout (`agno_storage_redis_events::Coordination`);
 //!   [`LocalRunEvents`] serves one process.
 //! - **Graceful shutdown**: [`Worker::shutdown`] stops claiming, hands back the jobs it
 //!   claimed ahead, lets running handlers finish within a deadline, cancels the rest, and
@@ -282,7 +282,7 @@ impl WorkerBuilder {
     }
 
     /// Where handlers' events go ([`JobContext::publish`]) and the runs' statuses are kept
-    /// for tails: the Redis stream (`agno_storage_kv::Coordination`, agno's layout, tailed
+    /// for tails: the Redis stream (`agno_storage_redis_events::Coordination`, agno's layout, tailed
     /// from any replica) or a [`LocalRunEvents`] (this process only). The worker begins
     /// each attempt on it (a retry drops the attempt before it's events, indices go on),
     /// marks the run running, and ends it `COMPLETED`, `PAUSED`, `CANCELLED` or, once no
@@ -294,7 +294,7 @@ impl WorkerBuilder {
     }
 
     /// Shared cancellation flags (agno's Redis `RedisRunCancellationManager` layout:
-    /// `agno_storage_kv::Coordination`): every [`CANCEL_POLL`] the worker asks which of
+    /// `agno_storage_redis_events::Coordination`): every [`CANCEL_POLL`] the worker asks which of
     /// the jobs it holds are flagged and fires their [`JobContext::cancelled`] token, so a
     /// cancel from any replica, ours or agno's, stops a job at once. Without them a job
     /// cancelled through the store ([`JobStore::cancel_running_job`]) stops at the next

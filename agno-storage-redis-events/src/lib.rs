@@ -1,7 +1,9 @@
-//! Live coordination over Redis: run event streams and cross-replica cancellation.
+//! Live coordination over Redis or Valkey for agno-storage workers: run event streams and
+//! cross-replica cancellation ([`Coordination`], which implements the core's [`RunEvents`]
+//! and [`RunCancellations`]). It needs no storage adapter: the jobs may live in any store.
 //!
 //! Redis here is a transport, never the truth: jobs and run results live in a durable store
-//! (the SQL adapter's job queue). Every call fails open — when Redis is slow or down,
+//! (a SQL store's job queue, say). Every call fails open — when Redis is slow or down,
 //! `publish_event` and `request_cancel` return `false`, `read_events` returns nothing and
 //! `is_cancelled` returns `false`, and the [`RunEvents`] calls return `Unavailable` — so a
 //! Redis fault degrades the live view and can neither lose nor corrupt a job. The
@@ -16,6 +18,16 @@
 //! generation, fenced with agno's scripts), all expiring 1,800 s after the last write; and
 //! `{prefix}:run:cancellation:{run_id}` (`"1"` once cancelled). agno's default `prefix`
 //! is `agno`.
+//!
+//! ```no_run
+//! # async fn demo() -> agno_storage_core::Result<()> {
+//! use agno_storage_core::run_events::RunEvents;
+//! use agno_storage_redis_events::Coordination;
+//! let events = Coordination::new("redis://127.0.0.1:6379", "agno")?;
+//! events.begin_attempt("run-1", 1).await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use agno_storage_core::{Job, JobStatus};
 use agno_storage_doc::InMemoryDb;
-use agno_storage_kv::Coordination;
+use agno_storage_redis_events::Coordination;
 use serde_json::json;
 
 fn start_redis(port: u16) -> Option<Child> {

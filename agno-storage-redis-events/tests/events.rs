@@ -12,7 +12,7 @@ use std::time::Duration;
 use agno_storage_core::run_events::{
     format_sse, EventTail, RunCancellations, RunEvents, StreamStatus,
 };
-use agno_storage_kv::Coordination;
+use agno_storage_redis_events::Coordination;
 use serde_json::{json, Value};
 
 fn servers() -> Vec<String> {
