@@ -375,24 +375,11 @@ impl KvStore {
     /// many were removed.
     pub(crate) async fn prune_ledger(&self, scripts: &Scripts, segment: &str) -> Result<u64> {
         let ledger = self.ledger(segment);
-        let mut cursor: u64 = 0;
-        let mut ids: Vec<String> = Vec::new();
-        loop {
-            let (next, pairs): (u64, Vec<String>) = self
-                .query(
-                    redis::cmd("HSCAN")
-                        .arg(&ledger)
-                        .arg(cursor)
-                        .arg("COUNT")
-                        .arg(500),
-                )
-                .await?;
-            ids.extend(pairs.into_iter().step_by(2));
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        let mut hscan = redis::cmd("HSCAN");
+        hscan.arg(&ledger).cursor_arg(0).arg("COUNT").arg(500);
+        // Fields and values alternate; the fields are the record ids.
+        let pairs: Vec<String> = self.cursor(hscan, false).await?;
+        let mut ids: Vec<String> = pairs.into_iter().step_by(2).collect();
         ids.sort();
         ids.dedup();
         let mut removed = 0;

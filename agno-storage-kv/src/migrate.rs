@@ -55,27 +55,7 @@ impl KvStore {
             return Ok(true);
         }
         let pattern = format!("{}:*", glob_escape(&self.prefix));
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = self
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(1000),
-                )
-                .await?;
-            if !batch.is_empty() {
-                return Ok(true);
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        Ok(false)
+        Ok(!self.scan_keys(&pattern, true).await?.is_empty())
     }
 
     /// Stamps every table `3.0.0` when nothing lives under the prefix yet (a new database);

@@ -143,28 +143,38 @@ impl KvStore {
         Ok(seconds)
     }
 
-    /// Every key matching `pattern` (a `SCAN MATCH` glob). O(keys in the database): for
-    /// migrations and index rebuilds only.
-    pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
-        let mut cursor: u64 = 0;
-        let mut keys = Vec::new();
-        loop {
-            let (next, batch): (u64, Vec<String>) = self
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(1000),
-                )
-                .await?;
-            keys.extend(batch);
-            if next == 0 {
+    /// Every item of a cursor command (`SCAN`, `HSCAN`, with `cursor_arg(0)`), page after
+    /// page through the client's `iter_async`. `first_only` stops at the first item.
+    pub(crate) async fn cursor<T: redis::FromRedisValue + Unpin + Send>(
+        &self,
+        cmd: redis::Cmd,
+        first_only: bool,
+    ) -> Result<Vec<T>> {
+        let mut conn = self.conn();
+        let mut items = cmd
+            .iter_async::<T>(&mut conn)
+            .await
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        while let Some(item) = items.next_item().await {
+            out.push(item.map_err(|e| self.err(e))?);
+            if first_only {
                 break;
             }
-            cursor = next;
         }
+        Ok(out)
+    }
+
+    /// Every key matching `pattern` (a `SCAN MATCH` glob), or only the first one found.
+    /// O(keys in the database): for migrations and index rebuilds only.
+    pub(crate) async fn scan_keys(&self, pattern: &str, first_only: bool) -> Result<Vec<String>> {
+        let mut scan = redis::cmd("SCAN");
+        scan.cursor_arg(0)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let mut keys: Vec<String> = self.cursor(scan, first_only).await?;
         keys.sort();
         keys.dedup();
         Ok(keys)
@@ -174,7 +184,7 @@ impl KvStore {
     pub(crate) async fn scan_records(&self, table: &str) -> Result<Vec<(String, String)>> {
         let pattern = format!("{}:{table}:*", glob_escape(&self.prefix));
         let keys: Vec<String> = self
-            .scan(&pattern)
+            .scan_keys(&pattern, false)
             .await?
             .into_iter()
             .filter(|k| self.record_id(table, k).is_some())
