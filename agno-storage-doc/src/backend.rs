@@ -121,6 +121,10 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// age at which that version broke stale locks.
     const LEGACY_LOCK_STALE_SECONDS: i64 = 15 * 60;
 
+    /// The most writes one [`DocBackend::commit`] takes (at least 1; default: no limit):
+    /// [`DocBackend::commit_all`] splits longer lists.
+    const MAX_COMMIT_WRITES: usize = usize::MAX;
+
     /// What a compare-and-set compares (an update time, the record as read).
     type Version: Clone + std::fmt::Debug + Send + Sync;
     /// One write of a commit.
@@ -160,20 +164,31 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         Ok(outcomes)
     }
 
-    /// Commits `writes` (perhaps in several commits); a failed precondition is a `Conflict`
-    /// error (default: one [`DocBackend::commit`]; override it where a commit has a size limit).
-    async fn commit_all(&self, operation: &'static str, writes: Vec<Self::Write>) -> Result<()> {
-        match self.commit(operation, writes).await? {
-            Commit::Done => Ok(()),
-            Commit::Conflict => Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "{operation}: a concurrent writer changed the {} first; retry",
-                    Self::ITEM
-                ),
-            )
-            .with_backend(Self::BACKEND)
-            .set_temporary(true)),
+    /// Commits `writes` in order, in commits of at most [`DocBackend::MAX_COMMIT_WRITES`]
+    /// (always at least one, even of none); a failed precondition is a `Conflict` error and
+    /// leaves the earlier commits applied.
+    async fn commit_all(
+        &self,
+        operation: &'static str,
+        mut writes: Vec<Self::Write>,
+    ) -> Result<()> {
+        loop {
+            let rest = writes.split_off(writes.len().min(Self::MAX_COMMIT_WRITES));
+            if self.commit(operation, writes).await? == Commit::Conflict {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "{operation}: a concurrent writer changed the {} first; retry",
+                        Self::ITEM
+                    ),
+                )
+                .with_backend(Self::BACKEND)
+                .set_temporary(true));
+            }
+            if rest.is_empty() {
+                return Ok(());
+            }
+            writes = rest;
         }
     }
 
@@ -413,6 +428,13 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// counter; whether it was deleted (default: [`crate::delete_session_cas`], one commit).
     async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool> {
         crate::delete_session_cas(self, session_id, user_id).await
+    }
+
+    /// One write that deletes every run of session `session_id`, for
+    /// [`crate::delete_session_cas`] (default `None`: the runs are queried and each deleted
+    /// as read).
+    fn delete_session_runs(&self, _session_id: &str) -> Option<Self::Write> {
+        None
     }
 
     /// [`MigrationTarget::lock`](agno_storage_core::migration::MigrationTarget::lock)

@@ -137,12 +137,7 @@ impl<B: DocBackend> Docs<B> {
             if change(&mut run)?.is_none() {
                 return Ok(None);
             }
-            let write = self.put(
-                coll,
-                &stored.id,
-                &self.to_fields(&run, "an eval run")?,
-                stored.unchanged(),
-            );
+            let write = self.rewrite(Table::Evals, &stored, &run, "an eval run")?;
             match self.commit(operation, vec![write]).await? {
                 Commit::Done => return Ok(Some(run)),
                 Commit::Conflict => backoff(attempt).await,

@@ -124,12 +124,7 @@ impl<B: DocBackend> Docs<B> {
             if !change(&mut job, self.0.now().await?) {
                 return Ok(Some((job, false)));
             }
-            let write = self.put(
-                self.collection(Table::Jobs),
-                &stored.id,
-                &self.to_fields(&job, "a job")?,
-                stored.unchanged(),
-            );
+            let write = self.rewrite(Table::Jobs, &stored, &job, "a job")?;
             match self.commit(operation, vec![write]).await? {
                 Commit::Done => return Ok(Some((job, true))),
                 Commit::Conflict => backoff(round).await,
@@ -156,12 +151,7 @@ impl<B: DocBackend> Docs<B> {
             return Err(lease_lost(&c.id, worker_id, c.attempt));
         }
         job.finish(c.status, c.error.clone(), now);
-        Ok(self.put(
-            self.collection(Table::Jobs),
-            &stored.id,
-            &self.to_fields(&job, "a job")?,
-            stored.unchanged(),
-        ))
+        self.rewrite(Table::Jobs, &stored, &job, "a job")
     }
 
     /// Gives a serialized `job` the next place of its session (read after the session's
@@ -189,12 +179,7 @@ impl<B: DocBackend> Docs<B> {
                 return Ok(false);
             };
             job.locked_at = Some(self.0.now().await?);
-            let write = self.put(
-                self.collection(Table::Jobs),
-                &stored.id,
-                &self.to_fields(&job, "a job")?,
-                stored.unchanged(),
-            );
+            let write = self.rewrite(Table::Jobs, &stored, &job, "a job")?;
             match self.commit("heartbeat jobs", vec![write]).await? {
                 Commit::Done => return Ok(true),
                 Commit::Conflict => backoff(round).await,
@@ -410,12 +395,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 continue;
             }
             job.locked_at = Some(now);
-            commits.push(vec![self.put(
-                self.collection(Table::Jobs),
-                &stored.id,
-                &self.to_fields(&job, "a job")?,
-                stored.unchanged(),
-            )]);
+            commits.push(vec![self.rewrite(Table::Jobs, &stored, &job, "a job")?]);
             beating.push(id);
         }
         let mut held = 0;
@@ -518,12 +498,7 @@ impl<B: DocBackend> JobStore for Docs<B> {
             }
             // A requeued serialized ticket rejoins its session behind every live one.
             let guards = self.sequence(&mut job).await?;
-            let mut writes = vec![self.put(
-                self.collection(Table::Jobs),
-                &stored.id,
-                &self.to_fields(&job, "a job")?,
-                stored.unchanged(),
-            )];
+            let mut writes = vec![self.rewrite(Table::Jobs, &stored, &job, "a job")?];
             writes.extend(guards.write(&self.0, &job));
             match self.commit("requeue job", writes).await? {
                 Commit::Done => {
@@ -843,12 +818,7 @@ impl<B: DocBackend> ClaimPass<B> {
             return Ok(None);
         }
         job.take_lease(worker_id, now);
-        let mut writes = vec![db.put(
-            db.collection(Table::Jobs),
-            &stored.id,
-            &db.to_fields(job, "a job")?,
-            stored.unchanged(),
-        )];
+        let mut writes = vec![Docs::of(db).rewrite(Table::Jobs, stored, job, "a job")?];
         writes.extend(self.guards.write(db, job));
         Ok(Some(writes))
     }
@@ -878,12 +848,7 @@ pub async fn decode_or_fail_job<B: DocBackend>(
         "completed_at": now,
     });
     fields.extend(object(failed));
-    let write = db.put(
-        db.collection(Table::Jobs),
-        &stored.id,
-        &fields,
-        stored.unchanged(),
-    );
+    let write = Docs::of(db).rewrite_fields(Table::Jobs, stored, &fields);
     // A conflict means another writer changed it since: theirs stands.
     db.commit("fail undecodable job", vec![write]).await?;
     Ok(None)

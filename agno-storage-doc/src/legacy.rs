@@ -90,12 +90,7 @@ impl<B: DocBackend> LegacyRunsStore for Docs<B> {
                     done = true;
                     break;
                 }
-                let write = self.put(
-                    self.collection(Table::Sessions),
-                    &current.id,
-                    &fields,
-                    current.unchanged(),
-                );
+                let write = self.rewrite_fields(Table::Sessions, &current, &fields);
                 match self.commit("drop legacy runs", vec![write]).await? {
                     Commit::Done => {
                         changed += 1;

@@ -69,6 +69,33 @@ impl<B> std::ops::Deref for Docs<B> {
 }
 
 impl<B: DocBackend> Docs<B> {
+    /// The write that replaces `stored`, a document of `table`, with `fields`, conditioned
+    /// on the version read.
+    pub(crate) fn rewrite_fields(
+        &self,
+        table: Table,
+        stored: &Stored<B>,
+        fields: &Fields,
+    ) -> B::Write {
+        self.put(
+            self.collection(table),
+            &stored.id,
+            fields,
+            stored.unchanged(),
+        )
+    }
+
+    /// [`Docs::rewrite_fields`] with `record` (`what`, for errors) as the body.
+    pub(crate) fn rewrite<T: serde::Serialize + ?Sized>(
+        &self,
+        table: Table,
+        stored: &Stored<B>,
+        record: &T,
+        what: &str,
+    ) -> Result<B::Write> {
+        Ok(self.rewrite_fields(table, stored, &self.to_fields(record, what)?))
+    }
+
     /// Deletes the document of `table` whose `key_field` is `key` when `user_id` may see it
     /// (its stored `user_id`, read without decoding it): whether it was deleted. The delete
     /// is conditioned on the document as read, so an owner changed meanwhile is seen.

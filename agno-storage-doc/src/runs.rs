@@ -205,12 +205,7 @@ impl<B: DocBackend> RunStore for Docs<B> {
                 }
                 let mut fields = current.fields.clone();
                 fields.insert(LEGACY_RUNS.into(), Value::Array(kept));
-                let write = self.put(
-                    self.collection(Table::Sessions),
-                    &current.id,
-                    &fields,
-                    current.unchanged(),
-                );
+                let write = self.rewrite_fields(Table::Sessions, &current, &fields);
                 match self.commit("delete runs", vec![write]).await? {
                     Commit::Done => break,
                     Commit::Conflict => {
@@ -317,12 +312,7 @@ pub async fn write_run_cas<B: DocBackend>(db: &B, run: RunRecord) -> Result<RunR
         };
         let floor = next.run_index.map_or(0, |i| i + 1);
         let mut writes = vec![
-            db.put(
-                db.collection(Table::Sessions),
-                &session.id,
-                &session.fields,
-                session.unchanged(),
-            ),
+            docs.rewrite_fields(Table::Sessions, &session, &session.fields),
             db.put(runs, &id, &db.to_fields(&next, "a run")?, pre),
         ];
         if counter.next.is_none_or(|n| n < floor) {

@@ -208,12 +208,8 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
             }
             let updated = update.apply_to(&current, now_epoch_seconds())?;
             let renamed = updated.name != current.name || updated.user_id != current.user_id;
-            let mut writes = vec![self.put(
-                self.collection(Table::Schedules),
-                &stored.id,
-                &self.to_fields(&updated, "a schedule")?,
-                stored.unchanged(),
-            )];
+            let mut writes =
+                vec![self.rewrite(Table::Schedules, &stored, &updated, "a schedule")?];
             if renamed {
                 writes.extend(self.free_name(&current));
                 writes.extend(self.take_name(&updated));
@@ -278,12 +274,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
             for (stored, mut s) in due {
                 s.locked_by = Some(worker_id.to_owned());
                 s.locked_at = Some(now);
-                let write = self.put(
-                    self.collection(Table::Schedules),
-                    &stored.id,
-                    &self.to_fields(&s, "a schedule")?,
-                    stored.unchanged(),
-                );
+                let write = self.rewrite(Table::Schedules, &stored, &s, "a schedule")?;
                 if let Commit::Done = self.commit("claim schedule", vec![write]).await? {
                     return Ok(Some(s));
                 }
@@ -307,12 +298,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
             if !s.release(worker_id, locked_at, next_run_at, now_epoch_seconds()) {
                 return Ok(false);
             }
-            let write = self.put(
-                self.collection(Table::Schedules),
-                &stored.id,
-                &self.to_fields(&s, "a schedule")?,
-                stored.unchanged(),
-            );
+            let write = self.rewrite(Table::Schedules, &stored, &s, "a schedule")?;
             match self.commit("release schedule", vec![write]).await? {
                 Commit::Done => return Ok(true),
                 Commit::Conflict => backoff(attempt).await,
@@ -363,12 +349,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
                 created_at: current.created_at,
                 ..run.clone()
             };
-            let write = self.put(
-                self.collection(Table::ScheduleRuns),
-                &stored.id,
-                &self.to_fields(&next, "a schedule run")?,
-                stored.unchanged(),
-            );
+            let write = self.rewrite(Table::ScheduleRuns, &stored, &next, "a schedule run")?;
             match self.commit("update schedule run", vec![write]).await? {
                 Commit::Done => return Ok(Some(next)),
                 Commit::Conflict => backoff(attempt).await,

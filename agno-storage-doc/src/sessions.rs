@@ -225,12 +225,7 @@ impl<B: DocBackend> SessionStore for Docs<B> {
             s.updated_at = Some(now_epoch_seconds());
             let mut fields = stored.fields.clone();
             fields.extend(self.encode_session(&s)?);
-            let write = self.put(
-                self.collection(Table::Sessions),
-                &stored.id,
-                &fields,
-                stored.unchanged(),
-            );
+            let write = self.rewrite_fields(Table::Sessions, &stored, &fields);
             match self.commit("rename session", vec![write]).await? {
                 Commit::Done => return Ok(Some(self.with_runs(s, legacy.as_ref(), None).await?)),
                 Commit::Conflict => backoff(attempt).await,
@@ -263,12 +258,7 @@ impl<B: DocBackend> SessionStore for Docs<B> {
             }
             let mut fields = stored.fields.clone();
             fields.insert("user_id".into(), opt(user_id));
-            let write = self.put(
-                self.collection(Table::Sessions),
-                &stored.id,
-                &fields,
-                stored.unchanged(),
-            );
+            let write = self.rewrite_fields(Table::Sessions, &stored, &fields);
             match self.commit("reassign session owner", vec![write]).await? {
                 Commit::Done => return Ok(true),
                 Commit::Conflict => backoff(attempt).await,
@@ -289,7 +279,8 @@ impl<B: DocBackend> SessionStore for Docs<B> {
 }
 
 /// [`DocBackend::delete_session`] in one commit: the session as read (a concurrent write to
-/// it conflicts and the delete is retried), its run-index counter and its runs.
+/// it conflicts and the delete is retried), its run-index counter and its runs (by
+/// [`DocBackend::delete_session_runs`] when the backend has one write for them).
 pub async fn delete_session_cas<B: DocBackend>(
     db: &B,
     session_id: &str,
@@ -302,11 +293,16 @@ pub async fn delete_session_cas<B: DocBackend>(
             return Ok(false);
         };
         let mut writes = docs.session_deletes(session_id, &stored, stored.unchanged());
-        for run in db
-            .query(runs, &[("session_id", opt(Some(session_id)))])
-            .await?
-        {
-            writes.push(db.delete(runs, &run.id, run.unchanged()));
+        match db.delete_session_runs(session_id) {
+            Some(write) => writes.push(write),
+            None => {
+                for run in db
+                    .query(runs, &[("session_id", opt(Some(session_id)))])
+                    .await?
+                {
+                    writes.push(db.delete(runs, &run.id, run.unchanged()));
+                }
+            }
         }
         match db.commit("delete sessions", writes).await? {
             Commit::Done => return Ok(true),

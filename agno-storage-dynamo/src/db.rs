@@ -432,16 +432,7 @@ impl DynamoDb {
                     .with_backend(BACKEND),
             );
         }
-        Ok(DynamoDb {
-            inner: Arc::new(Inner {
-                client: self.inner.client.clone(),
-                names: self.inner.names.clone(),
-                ensured: Mutex::new(HashSet::new()),
-                create: self.inner.create,
-                page_size,
-                lock_lease: self.inner.lock_lease,
-            }),
-        })
+        Ok(self.rebuilt(page_size, self.inner.lock_lease))
     }
 
     /// This handle with another migration lock lease (default
@@ -457,16 +448,22 @@ impl DynamoDb {
     pub fn with_migration_lock_lease(self, lease: Duration) -> Result<Self> {
         let lease =
             agno_storage_core::lease::check_lease(lease).map_err(|e| e.with_backend(BACKEND))?;
-        Ok(DynamoDb {
+        Ok(self.rebuilt(self.inner.page_size, lease))
+    }
+
+    /// A new handle on this client and tables with `page_size` and `lock_lease` (tables are
+    /// described again on first use).
+    fn rebuilt(&self, page_size: Option<i32>, lock_lease: Duration) -> Self {
+        DynamoDb {
             inner: Arc::new(Inner {
                 client: self.inner.client.clone(),
                 names: self.inner.names.clone(),
                 ensured: Mutex::new(HashSet::new()),
                 create: self.inner.create,
-                page_size: self.inner.page_size,
-                lock_lease: lease,
+                page_size,
+                lock_lease,
             }),
-        })
+        }
     }
 
     /// The migration lock lease in use (see [`DynamoDb::with_migration_lock_lease`]).
@@ -651,14 +648,17 @@ impl DynamoDb {
         Ok(out.item)
     }
 
-    /// One consistent Scan request of `tbl` from `start` (exclusive; `None`: the beginning):
-    /// its items and the `LastEvaluatedKey` to continue from (`None`: the scan is complete).
+    /// One consistent Scan request of `tbl` from `start` (exclusive; `None`: the beginning),
+    /// filtered on the server by `eq` (a null: absent; empty: no filter): its items and the
+    /// `LastEvaluatedKey` to continue from (`None`: the scan is complete).
     pub(crate) async fn scan_page(
         &self,
         tbl: Table,
+        eq: &[(&str, serde_json::Value)],
         start: Option<Item>,
     ) -> Result<(Vec<Item>, Option<Item>)> {
         let name = self.ensure(tbl).await?;
+        let (filter, names, values) = crate::doc::filter_of(eq).parts();
         let out = self
             .inner
             .client
@@ -666,6 +666,9 @@ impl DynamoDb {
             .table_name(name)
             .consistent_read(true)
             .set_limit(self.inner.page_size)
+            .set_filter_expression(filter)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
             .set_exclusive_start_key(start)
             .send()
             .await
@@ -674,39 +677,22 @@ impl DynamoDb {
         Ok((out.items.unwrap_or_default(), next))
     }
 
-    /// The items of `tbl` whose attributes equal `eq` (a null: absent), by a consistent
-    /// Scan filtered on the server, following `LastEvaluatedKey` through empty pages.
+    /// The items of `tbl` whose attributes equal `eq` (a null: absent), by [`DynamoDb::scan_page`]
+    /// through empty pages to the end.
     pub(crate) async fn scan_where(
         &self,
         tbl: Table,
         eq: &[(&str, serde_json::Value)],
     ) -> Result<Vec<Item>> {
-        let name = self.ensure(tbl).await?;
-        let (filter, names, values) = crate::doc::filter_of(eq).parts();
-        let mut items = Vec::new();
-        let mut start: Option<Item> = None;
+        let (mut items, mut start) = (Vec::new(), None);
         loop {
-            let out = self
-                .inner
-                .client
-                .scan()
-                .table_name(name)
-                .consistent_read(true)
-                .set_limit(self.inner.page_size)
-                .set_filter_expression(filter.clone())
-                .set_expression_attribute_names(names.clone())
-                .set_expression_attribute_values(values.clone())
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(sdk_err("scan"))?;
-            items.extend(out.items.unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
+            let (page, next) = self.scan_page(tbl, eq, start).await?;
+            items.extend(page);
+            if next.is_none() {
+                return Ok(items);
             }
+            start = next;
         }
-        Ok(items)
     }
 
     /// The items of `tbl` whose string attribute `attr` is `value`, through agno's GSI

@@ -143,6 +143,7 @@ impl DocBackend for DynamoDb {
     const MAX_JSON_DEPTH: Option<usize> = None;
     /// Versions without heartbeats broke a lock once its `locked_at` was 10 minutes old.
     const LEGACY_LOCK_STALE_SECONDS: i64 = 600;
+    const MAX_COMMIT_WRITES: usize = MAX_TRANSACTION_WRITES;
 
     type Version = Item;
     type Write = DynamoWrite;
@@ -207,21 +208,6 @@ impl DocBackend for DynamoDb {
         }
     }
 
-    async fn commit_all(
-        &self,
-        operation: &'static str,
-        mut writes: Vec<DynamoWrite>,
-    ) -> Result<()> {
-        while !writes.is_empty() {
-            let rest = writes.split_off(writes.len().min(MAX_TRANSACTION_WRITES));
-            if self.commit(operation, writes).await? == Commit::Conflict {
-                return Err(self.contended(operation));
-            }
-            writes = rest;
-        }
-        Ok(())
-    }
-
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>> {
         let table = self.table_named(collection)?;
         Ok(DynamoDb::get(self, table, id)
@@ -244,12 +230,7 @@ impl DocBackend for DynamoDb {
         Ok(items
             .into_iter()
             .filter_map(|item| Self::stored(table, item))
-            .filter(|d| {
-                eq.iter().all(|(k, v)| match v {
-                    Value::Null => d.fields.get(*k).is_none_or(Value::is_null),
-                    v => d.fields.get(*k) == Some(v),
-                })
-            })
+            .filter(|d| agno_storage_doc::matches_eq(&d.fields, eq))
             .collect())
     }
 
@@ -257,7 +238,7 @@ impl DocBackend for DynamoDb {
         let table = self.table_named(collection)?;
         let mut start = None;
         loop {
-            let (items, next) = self.scan_page(table, start).await?;
+            let (items, next) = self.scan_page(table, &[], start).await?;
             if !items.is_empty() {
                 return Ok(true);
             }

@@ -238,7 +238,7 @@ impl DynamoDb {
         }
         let mut start = after.map(|a| Item::from([("session_id".to_owned(), sv(a))]));
         loop {
-            let (items, next) = self.scan_page(Table::Sessions, start.take()).await?;
+            let (items, next) = self.scan_page(Table::Sessions, &[], start.take()).await?;
             for item in &items {
                 let Some(raw) = item.get(LEGACY) else {
                     continue;

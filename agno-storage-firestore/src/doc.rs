@@ -313,6 +313,8 @@ impl DocBackend for FirestoreDb {
     const MAX_JSON_DEPTH: Option<usize> = Some(20);
     const ITEM: &'static str = "document";
     const SCHEDULE_NAME_GUARDS: bool = true;
+    /// Firestore's commit limit is 500 writes; 400 leaves room.
+    const MAX_COMMIT_WRITES: usize = 400;
 
     type Version = Option<Timestamp>;
     type Write = Write;
@@ -355,24 +357,6 @@ impl DocBackend for FirestoreDb {
             Some(_) => Commit::Done,
             None => Commit::Conflict,
         })
-    }
-
-    /// Commits `writes`; a failed precondition is an error (for writes without one).
-    async fn commit_all(&self, operation: &'static str, writes: Vec<Write>) -> Result<()> {
-        for chunk in chunks(writes, 400) {
-            match self.commit(operation, chunk).await? {
-                Commit::Done => {}
-                Commit::Conflict => {
-                    return Err(Error::new(
-                        ErrorKind::Conflict,
-                        format!("{operation}: a concurrent writer changed the documents"),
-                    )
-                    .with_backend(BACKEND)
-                    .set_temporary(true))
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Document `id` of `collection`, if it exists.
@@ -496,21 +480,6 @@ fn quote_path(field: &str) -> String {
     } else {
         format!("`{}`", field.replace('\\', "\\\\").replace('`', "\\`"))
     }
-}
-
-fn chunks(writes: Vec<Write>, size: usize) -> Vec<Vec<Write>> {
-    let mut out = Vec::new();
-    let mut current = Vec::new();
-    for w in writes {
-        current.push(w);
-        if current.len() == size {
-            out.push(std::mem::take(&mut current));
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
 }
 
 #[cfg(test)]

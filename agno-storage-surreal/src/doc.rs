@@ -37,8 +37,8 @@ pub(crate) type Pre = agno_storage_doc::Pre<SurrealDb>;
 struct Codec {
     /// The field that becomes the record id's key (removed from the body on write).
     key_field: Option<&'static str>,
-    /// `(agno field, stored field, linked table)`: a string id stored as a record link.
-    links: &'static [(&'static str, &'static str, LinkTable)],
+    /// String ids stored as record links.
+    links: Links,
     /// Epoch-second fields stored as `datetime` (a null becomes now, as agno's
     /// `surrealize_dates`).
     datetimes: &'static [&'static str],
@@ -62,66 +62,54 @@ enum LinkTable {
     Users,
 }
 
-const COMPONENT_LINKS: &[(&str, &str, LinkTable)] = &[
+/// `(agno field, stored field, linked table)` of each string id stored as a record link.
+type Links = &'static [(&'static str, &'static str, LinkTable)];
+
+const COMPONENT_LINKS: Links = &[
     ("agent_id", "agent", LinkTable::Agents),
     ("team_id", "team", LinkTable::Teams),
     ("workflow_id", "workflow", LinkTable::Workflows),
 ];
 const DATES: &[&str] = &["created_at", "updated_at"];
 
+impl Codec {
+    /// A table keyed by `key_field`, with `links` and the dates stored as `datetime`.
+    fn dated(key_field: Option<&'static str>, links: Links) -> Codec {
+        Codec {
+            key_field,
+            links,
+            datetimes: DATES,
+            ..Codec::default()
+        }
+    }
+}
+
 impl Layout {
     fn codec(&self, table: &str) -> Codec {
         if table == self.sessions {
             Codec {
-                key_field: Some("session_id"),
-                links: COMPONENT_LINKS,
-                datetimes: DATES,
                 derive_session_type: true,
-                ..Codec::default()
+                ..Codec::dated(Some("session_id"), COMPONENT_LINKS)
             }
         } else if table == self.runs {
-            Codec {
-                key_field: None,
-                datetimes: DATES,
-                ..Codec::default()
-            }
+            Codec::dated(None, &[])
         } else if table == self.memories {
-            Codec {
-                key_field: Some("memory_id"),
-                links: &[("user_id", "user", LinkTable::Users)],
-                datetimes: DATES,
-                ..Codec::default()
-            }
+            Codec::dated(Some("memory_id"), &[("user_id", "user", LinkTable::Users)])
         } else if table == self.evals {
-            Codec {
-                key_field: Some("run_id"),
-                links: COMPONENT_LINKS,
-                datetimes: DATES,
-                ..Codec::default()
-            }
+            Codec::dated(Some("run_id"), COMPONENT_LINKS)
         } else if table == self.knowledge {
-            Codec {
-                key_field: Some("id"),
-                datetimes: DATES,
-                ..Codec::default()
-            }
+            Codec::dated(Some("id"), &[])
         } else if table == self.metrics {
             Codec {
-                key_field: Some("id"),
-                datetimes: DATES,
                 day: Some("date"),
-                ..Codec::default()
-            }
-        } else if table == self.schedules {
-            Codec {
-                key_field: Some("id"),
-                name_key: true,
-                ..Codec::default()
+                ..Codec::dated(Some("id"), &[])
             }
         } else {
-            // Ours (jobs, learnings, meta, schedule runs) and the version stamps: plain JSON.
+            // Schedules (with their name digest), ours (jobs, learnings, meta, schedule runs)
+            // and the version stamps: plain JSON.
             Codec {
                 key_field: Some("id"),
+                name_key: table == self.schedules,
                 ..Codec::default()
             }
         }
@@ -740,8 +728,10 @@ impl DocBackend for SurrealDb {
         self.copy_runs_checked(rows).await
     }
 
-    async fn delete_session(&self, session_id: &str, user_id: Option<&str>) -> Result<bool> {
-        self.delete_session_and_runs(session_id, user_id).await
+    /// Exactly the session's runs, in the transaction that deletes the session as read and
+    /// its run counter (which every run write touches, so a concurrent append conflicts).
+    fn delete_session_runs(&self, session_id: &str) -> Option<Write> {
+        Some(self.delete_where(self.collection(Table::Runs), "session_id", session_id))
     }
 
     fn lock_lease(&self) -> Duration {

@@ -51,8 +51,6 @@ mod jobs;
 mod legacy;
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod runs;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
-mod sessions;
 
 #[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;

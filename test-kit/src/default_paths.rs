@@ -57,6 +57,7 @@ impl<B: DocBackend> DocBackend for DefaultPaths<B> {
     const MAX_JSON_DEPTH: Option<usize> = B::MAX_JSON_DEPTH;
     const DURABLE: bool = B::DURABLE;
     const LEGACY_LOCK_STALE_SECONDS: i64 = B::LEGACY_LOCK_STALE_SECONDS;
+    const MAX_COMMIT_WRITES: usize = B::MAX_COMMIT_WRITES;
 
     type Version = B::Version;
     type Write = B::Write;
