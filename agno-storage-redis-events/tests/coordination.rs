@@ -15,6 +15,7 @@ use std::time::Duration;
 use agno_storage_core::{Job, JobStatus};
 use agno_storage_doc::InMemoryDb;
 use agno_storage_redis_events::Coordination;
+use agno_storage_testkit::servers::{self, run_stem};
 use serde_json::json;
 
 fn start_redis(port: u16) -> Option<Child> {
@@ -53,7 +54,7 @@ async fn wait_until(mut ok: impl FnMut() -> bool) {
 
 #[test]
 fn redis_fault_degrades_the_live_view_and_loses_no_job() {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let ci = servers::ci();
     let port = free_port();
     let Some(first) = start_redis(port) else {
         assert!(
@@ -74,10 +75,7 @@ fn redis_fault_degrades_the_live_view_and_loses_no_job() {
         let redis = server;
         let db = InMemoryDb::new().agno_db();
         let url = format!("redis://127.0.0.1:{port}");
-        let coord = Arc::new(
-            Coordination::new(&url, &format!("agno_ct_{}", uuid::Uuid::new_v4().simple()))
-                .expect("url"),
-        );
+        let coord = Arc::new(Coordination::new(&url, &run_stem()).expect("url"));
         // Wait for the private server to answer.
         for _ in 0..200 {
             if coord.request_cancel("warm-up").await {

@@ -4,8 +4,6 @@
 //! `RedisRunCancellationManager`'s flags read by ours (`AGNO_TEST_PYTHON_V3`). Skipped with a note when a server or the venv is not set,
 //! failing under `CI=true`.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
@@ -13,25 +11,12 @@ use agno_storage_core::run_events::{
     format_sse, EventTail, RunCancellations, RunEvents, StreamStatus,
 };
 use agno_storage_redis_events::Coordination;
+use agno_storage_testkit::interop::{agno_python, runtime};
+use agno_storage_testkit::servers::{self, run_stem, Backend};
 use serde_json::{json, Value};
 
 fn servers() -> Vec<String> {
-    let mut urls: Vec<String> = match common::url("AGNO_TEST_REDIS_URL") {
-        Ok(u) => u.into_iter().collect(),
-        Err(e) => panic!("{e}"),
-    };
-    if let Ok(v) = std::env::var("AGNO_TEST_VALKEY_URL") {
-        urls.push(v);
-    }
-    urls
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
+    servers::urls_blocking(&[Backend::Redis, Backend::Valkey])
 }
 
 async fn drain(tail: &mut Box<dyn EventTail>) -> Vec<(i64, Value)> {
@@ -50,7 +35,7 @@ async fn drain(tail: &mut Box<dyn EventTail>) -> Vec<(i64, Value)> {
 fn events_are_indexed_fenced_and_tailed_from_an_offset() {
     for url in servers() {
         runtime().block_on(async {
-            let prefix = common::run_stem();
+            let prefix = run_stem();
             let events = Coordination::new(&url, &prefix).unwrap();
             let run = "run-1";
             events.begin_attempt(run, 1).await.unwrap();
@@ -127,11 +112,15 @@ fn events_are_indexed_fenced_and_tailed_from_an_offset() {
 fn quiet_runs_are_kept_alive_and_dead_producers_end_tails() {
     for url in servers() {
         runtime().block_on(async {
-            let prefix = common::run_stem();
+            let prefix = run_stem();
             let events = Coordination::new(&url, &prefix)
                 .unwrap()
                 .with_tail_block(Duration::from_millis(200));
-            let mut conn = common::connection(&url).await.unwrap();
+            let mut conn = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection_manager()
+                .await
+                .unwrap();
             let status_key = |run: &str| format!("{prefix}:os:events:{run}:status");
             let reader = conn.clone();
             let ttl = |key: String| {
@@ -183,14 +172,6 @@ fn quiet_runs_are_kept_alive_and_dead_producers_end_tails() {
     }
 }
 
-/// The venv with agno 3.1.10, or `None` (with a note; an error under `CI=true`).
-fn agno_python() -> Option<String> {
-    match common::url("AGNO_TEST_PYTHON_V3") {
-        Ok(p) => p,
-        Err(e) => panic!("{e}"),
-    }
-}
-
 fn agno_events(python: &str, args: &[&str]) -> Value {
     let driver = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -211,10 +192,12 @@ fn agno_events(python: &str, args: &[&str]) -> Value {
 
 #[test]
 fn agno_tails_our_events_and_we_tail_agnos() {
-    let Some(python) = agno_python() else { return };
+    let Some(python) = agno_python("AGNO_TEST_PYTHON_V3") else {
+        return;
+    };
     for url in servers() {
         runtime().block_on(async {
-            let prefix = common::run_stem();
+            let prefix = run_stem();
             let agno_prefix = format!("{prefix}:os:events:");
             let events = Coordination::new(&url, &prefix).unwrap();
 
@@ -304,10 +287,12 @@ fn agno_tails_our_events_and_we_tail_agnos() {
 /// reopened through both legs, skipping our reopen marker as its own.
 #[test]
 fn agno_and_we_reopen_each_others_paused_runs() {
-    let Some(python) = agno_python() else { return };
+    let Some(python) = agno_python("AGNO_TEST_PYTHON_V3") else {
+        return;
+    };
     for url in servers() {
         runtime().block_on(async {
-            let prefix = common::run_stem();
+            let prefix = run_stem();
             let agno_prefix = format!("{prefix}:os:events:");
             let events = Coordination::new(&url, &prefix).unwrap();
             let leg = |run: &'static str, content: &'static str| {

@@ -217,6 +217,35 @@ pub fn url_for_suite(backend: Backend) -> std::result::Result<String, std::proce
     }
 }
 
+/// The URLs of those of `backends` that can be had ([`url_blocking`]), for a test that runs
+/// once per server; the others are skipped with a note.
+///
+/// # Panics
+///
+/// When one of them cannot be had under `CI=true`.
+pub fn urls_blocking(backends: &[Backend]) -> Vec<String> {
+    backends
+        .iter()
+        .filter_map(|&backend| url_blocking(backend).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+/// What every test key prefix, database and schema name starts with: a later run drops
+/// those older than three hours, which a crashed run left behind.
+pub const TEST_STEM: &str = "agno_ct_";
+
+/// `agno_ct_<epoch>_<8 hex>`: a fresh stem for this process's names ([`TEST_STEM`], then the
+/// epoch the leftover sweeps read).
+pub fn run_stem() -> String {
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "{TEST_STEM}{epoch}_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
 /// Stops and removes every container [`url`] started in this process. Call it from
 /// synchronous code once the suite has run (after [`conformance_tests::main`] returns); later calls to
 /// [`url`] for those backends answer the old, now dead, URL. Without the `containers`
