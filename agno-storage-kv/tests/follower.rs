@@ -20,6 +20,8 @@ use std::time::Duration;
 use agno_storage_core::json::to_python_json;
 use agno_storage_core::{AgnoDb, MemoryQuery, RunQuery, SessionQuery};
 use agno_storage_kv::{FollowError, KvDb, KvOptions, KEYSPACE_EVENTS_SETTING};
+use agno_storage_testkit::interop::agno_python;
+use agno_storage_testkit::servers::{self, Backend};
 use redis::aio::ConnectionManager;
 use serde_json::json;
 
@@ -35,19 +37,8 @@ fn exclusive() -> RwLockWriteGuard<'static, ()> {
     SERVER.write().unwrap_or_else(|p| p.into_inner())
 }
 
-fn env(var: &str) -> Option<String> {
-    match common::url(var) {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
-}
-
 fn servers() -> Vec<String> {
-    let mut urls: Vec<String> = env("AGNO_TEST_REDIS_URL").into_iter().collect();
-    if let Ok(v) = std::env::var("AGNO_TEST_VALKEY_URL") {
-        urls.push(v);
-    }
-    urls
+    servers::urls_blocking(&[Backend::Redis, Backend::Valkey])
 }
 
 /// Runs `body(url, prefix, conn)` on every server with a fresh prefix, deleting it after.
@@ -498,7 +489,7 @@ fn agno(python: &str, command: &str, url: &str, prefix: &str) {
 /// and they leave our indexes.
 #[test]
 fn agno_writes_are_listed_live() {
-    let Some(python) = env("AGNO_TEST_PYTHON_V3") else {
+    let Some(python) = agno_python("AGNO_TEST_PYTHON_V3") else {
         return;
     };
     let _guard = shared();

@@ -17,14 +17,8 @@ use agno_storage_core::{
 };
 use agno_storage_kv::{KvDb, KvOptions};
 use agno_storage_testkit::interop::{agno, agno_python, runtime, FixtureReadBack, InteropTarget};
+use agno_storage_testkit::servers::{self, Backend};
 use serde_json::{json, Value};
-
-fn env(var: &str) -> Option<String> {
-    match common::url(var) {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
-}
 
 /// One key prefix on one server, reachable from both sides; its keys go when dropped.
 struct Target {
@@ -95,11 +89,7 @@ impl Drop for Target {
 
 /// The servers to run on: Redis, and Valkey when configured.
 fn servers() -> Vec<String> {
-    let mut urls: Vec<String> = env("AGNO_TEST_REDIS_URL").into_iter().collect();
-    if let Ok(v) = std::env::var("AGNO_TEST_VALKEY_URL") {
-        urls.push(v);
-    }
-    urls
+    servers::urls_blocking(&[Backend::Redis, Backend::Valkey])
 }
 
 /// agno 2.9.0 writes A and B; we migrate A, agno 3.1.10 migrates B; agno reads both the

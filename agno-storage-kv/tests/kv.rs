@@ -13,17 +13,11 @@ use agno_storage_core::{
     SchemaVersion, Session, SessionQuery, SessionRead, SessionType, TableType,
 };
 use agno_storage_kv::{KvDb, KvOptions};
+use agno_storage_testkit::servers::{self, Backend};
 use serde_json::{json, Value};
 
 fn servers() -> Vec<String> {
-    let mut urls: Vec<String> = match common::url("AGNO_TEST_REDIS_URL") {
-        Ok(u) => u.into_iter().collect(),
-        Err(e) => panic!("{e}"),
-    };
-    if let Ok(v) = std::env::var("AGNO_TEST_VALKEY_URL") {
-        urls.push(v);
-    }
-    urls
+    servers::urls_blocking(&[Backend::Redis, Backend::Valkey])
 }
 
 /// Runs `body(url, prefix, conn)` on every server with a fresh prefix, deleting it after.

@@ -14,34 +14,13 @@ use agno_storage_core::{
 };
 use agno_storage_kv::{KvDb, KvOptions};
 use agno_storage_testkit::default_paths::DefaultPathsOf;
-use agno_storage_testkit::servers::{self, Backend};
+use agno_storage_testkit::servers::{self, Backend, TEST_STEM};
 use conformance_tests::{async_trait, Harness, LegacyDb, LegacyWriter, RawRunWriter, RawRunsDb};
+use redis::AsyncCommands;
 use serde_json::{json, Value};
 
-/// Every test prefix starts with this, then `<epoch>_<run>_`: a later run drops prefixes
-/// older than [`STALE_AFTER`] that a crashed run left behind.
-pub const PREFIX: &str = "agno_ct_";
+/// How old a leftover test prefix is before a run drops it.
 pub const STALE_AFTER: i64 = 3 * 3600;
-
-/// Whether unreachable servers must fail the run instead of skipping it.
-pub fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-/// The server URL in `var`, or `None` (with a note) when unset. Under `CI=true` an unset
-/// variable is an error.
-pub fn url(var: &str) -> std::result::Result<Option<String>, String> {
-    match std::env::var(var) {
-        Ok(u) if !u.is_empty() => Ok(Some(u)),
-        _ if ci() => Err(format!(
-            "CI=true but {var} is not set; run ./scripts/test.sh"
-        )),
-        _ => {
-            eprintln!("note: {var} is not set; skipping (./scripts/test.sh sets it)");
-            Ok(None)
-        }
-    }
-}
 
 /// A key-safe name for a case.
 pub fn slug(case: &str) -> String {
@@ -51,14 +30,7 @@ pub fn slug(case: &str) -> String {
         .collect()
 }
 
-/// `agno_ct_<epoch>_<8 hex>`: this process's prefix stem.
-pub fn run_stem() -> String {
-    format!(
-        "{PREFIX}{}_{}",
-        now_epoch_seconds(),
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    )
-}
+pub use agno_storage_testkit::servers::run_stem;
 
 fn kv_err(e: redis::RedisError) -> Error {
     Error::new(ErrorKind::Unavailable, e.to_string())
@@ -80,34 +52,24 @@ pub async fn delete_matching(
 /// Drops the keys of test prefixes older than [`STALE_AFTER`] (left by crashed runs).
 pub async fn drop_stale_prefixes(conn: &mut redis::aio::ConnectionManager) -> Result<u64> {
     let cutoff = now_epoch_seconds() - STALE_AFTER;
-    let mut cursor: u64 = 0;
     let mut stale = std::collections::BTreeSet::new();
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{PREFIX}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .map_err(kv_err)?;
-        for key in keys {
-            let epoch = key
-                .strip_prefix(PREFIX)
-                .and_then(|rest| rest.split('_').next())
-                .and_then(|e| e.parse::<i64>().ok());
-            if epoch.is_some_and(|e| e < cutoff) {
-                if let Some(stem) = key.strip_prefix(PREFIX).and_then(|r| r.split('_').next()) {
-                    stale.insert(format!("{PREFIX}{stem}_*"));
-                }
-            }
+    let mut keys = conn
+        .scan_match::<_, String>(format!("{TEST_STEM}*"))
+        .await
+        .map_err(kv_err)?;
+    while let Some(key) = keys.next_item().await {
+        let key = key.map_err(kv_err)?;
+        let stem = key
+            .strip_prefix(TEST_STEM)
+            .and_then(|rest| rest.split('_').next());
+        if stem
+            .and_then(|e| e.parse::<i64>().ok())
+            .is_some_and(|e| e < cutoff)
+        {
+            stale.insert(format!("{TEST_STEM}{}_*", stem.unwrap_or_default()));
         }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
     }
+    drop(keys);
     let mut deleted = 0;
     for pattern in stale {
         deleted += delete_matching(conn, &pattern).await?;
