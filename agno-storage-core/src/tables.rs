@@ -68,6 +68,24 @@ impl Table {
             Table::Meta => "agno_storage_meta",
         }
     }
+
+    /// The field that identifies a row in agno's layout (`session_id`, `run_id`, ...;
+    /// `table_name` for the stamps, `id` for ours and the rest).
+    pub const fn key_field(self) -> &'static str {
+        match self {
+            Table::Sessions => "session_id",
+            Table::Runs | Table::Evals => "run_id",
+            Table::Memories => "memory_id",
+            Table::Learnings => "learning_id",
+            Table::Versions => "table_name",
+            Table::Metrics
+            | Table::Knowledge
+            | Table::Schedules
+            | Table::ScheduleRuns
+            | Table::Jobs
+            | Table::Meta => "id",
+        }
+    }
 }
 
 impl From<TableType> for Table {

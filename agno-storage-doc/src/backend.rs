@@ -334,10 +334,7 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// The sessions visible to `user_id` that may keep agno 2.x's legacy `runs` field (a
     /// run deleted is scrubbed from them); default: every session visible to `user_id`.
     async fn legacy_sessions(&self, user_id: Option<&str>) -> Result<Vec<Stored<Self>>> {
-        let mut eq = Vec::new();
-        if let Some(u) = user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[("user_id", user_id)]);
         self.query(self.collection(Table::Sessions), &eq).await
     }
 
@@ -450,8 +447,12 @@ pub trait DocBackend: Clone + std::fmt::Debug + Send + Sync + 'static {
         "migration_lock".to_owned()
     }
 
-    /// The migration lock's lease.
-    fn lock_lease(&self) -> Duration;
+    /// The migration lock's lease (default
+    /// [`DEFAULT_MIGRATION_LOCK_LEASE`](agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE),
+    /// 30 s).
+    fn lock_lease(&self) -> Duration {
+        agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE
+    }
 
     /// Where the migration lock lives, for messages.
     fn lock_location(&self) -> String;
@@ -521,6 +522,14 @@ pub fn matches_eq(fields: &Fields, eq: &[(&str, Value)]) -> bool {
 /// An optional string as JSON.
 pub fn opt(value: Option<&str>) -> Value {
     value.map_or(Value::Null, |v| Value::String(v.to_owned()))
+}
+
+/// Equality filters on the fields of `pairs` that have a value, in order.
+pub(crate) fn given<'a>(pairs: &[(&'a str, Option<&str>)]) -> Vec<(&'a str, Value)> {
+    pairs
+        .iter()
+        .filter_map(|&(field, value)| Some((field, opt(Some(value?)))))
+        .collect()
 }
 
 /// A JSON object's fields (empty for anything else).

@@ -6,7 +6,8 @@ use agno_storage_core::{
     EvalRun, EvalStore, Page, Result,
 };
 
-use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
+use crate::backend::given;
+use crate::{backoff, Commit, DocBackend, Docs, Pre, Table, CAS_ATTEMPTS};
 
 fn exists(run_id: &str) -> Error {
     Error::new(
@@ -47,10 +48,7 @@ impl<B: DocBackend> EvalStore for Docs<B> {
 
     async fn get_eval_runs(&self, query: EvalQuery) -> Result<Page<EvalRun>> {
         query.pagination.validate()?;
-        let mut eq = Vec::new();
-        if let Some(u) = &query.user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[("user_id", query.user_id.as_deref())]);
         let coll = self.collection(Table::Evals);
         let sort = query.effective_sort();
         let owner_only = query.agent_id.is_none()

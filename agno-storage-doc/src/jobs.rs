@@ -21,18 +21,12 @@ use std::collections::HashMap;
 
 use serde_json::json;
 
+use crate::backend::given;
 use crate::{backoff, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 impl<B: DocBackend> Docs<B> {
     async fn job_doc(&self, id: &str) -> Result<Option<(Stored<B>, Job)>> {
-        let Some(stored) = self
-            .get(self.collection(Table::Jobs), &self.doc_id(id))
-            .await?
-        else {
-            return Ok(None);
-        };
-        let job: Job = stored.decode("a job")?;
-        Ok((job.id == id).then_some((stored, job)))
+        self.keyed(Table::Jobs, id, "a job", |j: &Job| &j.id).await
     }
 
     /// The jobs matching `eq`, and the documents among them that do not decode (a claim
@@ -594,14 +588,9 @@ impl<B: DocBackend> JobStore for Docs<B> {
 
     async fn list_jobs(&self, query: JobQuery) -> Result<Page<Job>> {
         query.pagination.validate()?;
-        if query.status.is_none() && (query.session_id.is_none() || query.user_id.is_none()) {
-            let mut eq = Vec::new();
-            if let Some(s) = &query.session_id {
-                eq.push(("session_id", opt(Some(s))));
-            }
-            if let Some(u) = &query.user_id {
-                eq.push(("user_id", opt(Some(u))));
-            }
+        let (session_id, user_id) = (query.session_id.as_deref(), query.user_id.as_deref());
+        if query.status.is_none() && (session_id.is_none() || user_id.is_none()) {
+            let eq = given(&[("session_id", session_id), ("user_id", user_id)]);
             let coll = self.collection(Table::Jobs);
             let page = self
                 .query_page(coll, &eq, "created_at", SortOrder::Desc, &query.pagination)
@@ -614,16 +603,11 @@ impl<B: DocBackend> JobStore for Docs<B> {
                 return Ok(Page::new(items, total));
             }
         }
-        let mut eq = Vec::new();
-        if let Some(s) = query.status {
-            eq.push(("status", opt(Some(s.as_str()))));
-        }
-        if let Some(s) = &query.session_id {
-            eq.push(("session_id", opt(Some(s))));
-        }
-        if let Some(u) = &query.user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[
+            ("status", query.status.map(JobStatus::as_str)),
+            ("session_id", session_id),
+            ("user_id", user_id),
+        ]);
         let (jobs, undecodable) = self.jobs_where(&eq).await?;
         let rows: Vec<Job> = jobs
             .into_iter()

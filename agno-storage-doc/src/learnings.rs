@@ -48,17 +48,16 @@ impl<B: DocBackend> LearningStore for Docs<B> {
         learning_id: &str,
         user_id: Option<&str>,
     ) -> Result<Option<Learning>> {
-        let Some(stored) = self
-            .get(self.collection(Table::Learnings), &self.doc_id(learning_id))
+        Ok(self
+            .keyed(
+                Table::Learnings,
+                learning_id,
+                "a learning",
+                |l: &Learning| &l.learning_id,
+            )
             .await?
-        else {
-            return Ok(None);
-        };
-        let l: Learning = stored.decode("a learning")?;
-        Ok(
-            (l.learning_id == learning_id && visible_to(l.user_id.as_deref(), user_id))
-                .then_some(l),
-        )
+            .map(|(_, l)| l)
+            .filter(|l| visible_to(l.user_id.as_deref(), user_id)))
     }
 
     async fn list_learnings(&self, query: LearningQuery) -> Result<Page<Learning>> {

@@ -6,8 +6,9 @@ use agno_storage_core::legacy::{
 };
 use agno_storage_core::{async_trait, Result, RunRecord};
 
-use crate::sessions::LEGACY_RUNS;
-use crate::{backoff, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
+use crate::{
+    backoff, Commit, DocBackend, Docs, Fields, Pre, Stored, Table, CAS_ATTEMPTS, LEGACY_RUNS,
+};
 
 impl<B: DocBackend> Docs<B> {
     /// Session documents with a non-null `runs` field, ordered by `session_id`.
@@ -20,6 +21,39 @@ impl<B: DocBackend> Docs<B> {
             .collect();
         docs.sort_by(|a, b| a.str("session_id").cmp(&b.str("session_id")));
         Ok(docs)
+    }
+
+    /// Rewrites session `stored` with the fields `change` makes of it, by compare-and-set;
+    /// after a conflict the session is read again and changed afresh. Whether it was
+    /// written (not when `change` gives `None` or the session is gone), `None` when every
+    /// attempt lost a race.
+    pub(crate) async fn rewrite_session(
+        &self,
+        stored: Stored<B>,
+        operation: &'static str,
+        change: impl Fn(&Stored<B>) -> Result<Option<Fields>>,
+    ) -> Result<Option<bool>> {
+        let mut current = stored;
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some(fields) = change(&current)? else {
+                return Ok(Some(false));
+            };
+            let write = self.rewrite_fields(Table::Sessions, &current, &fields);
+            match self.commit(operation, vec![write]).await? {
+                Commit::Done => return Ok(Some(true)),
+                Commit::Conflict => {
+                    backoff(attempt).await;
+                    match self
+                        .get(self.collection(Table::Sessions), &current.id)
+                        .await?
+                    {
+                        Some(fresh) => current = fresh,
+                        None => return Ok(Some(false)),
+                    }
+                }
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -82,38 +116,13 @@ impl<B: DocBackend> LegacyRunsStore for Docs<B> {
             .into_iter()
             .filter(|d| d.fields.contains_key(LEGACY_RUNS))
         {
-            let mut current = stored;
-            let mut done = false;
-            for attempt in 0..CAS_ATTEMPTS {
+            let dropped = self.rewrite_session(stored, "drop legacy runs", |current| {
                 let mut fields = current.fields.clone();
-                if fields.remove(LEGACY_RUNS).is_none() {
-                    done = true;
-                    break;
-                }
-                let write = self.rewrite_fields(Table::Sessions, &current, &fields);
-                match self.commit("drop legacy runs", vec![write]).await? {
-                    Commit::Done => {
-                        changed += 1;
-                        done = true;
-                        break;
-                    }
-                    Commit::Conflict => {
-                        backoff(attempt).await;
-                        match self
-                            .get(self.collection(Table::Sessions), &current.id)
-                            .await?
-                        {
-                            Some(fresh) => current = fresh,
-                            None => {
-                                done = true;
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-            if !done {
-                return Err(self.contended("drop legacy runs"));
+                Ok(fields.remove(LEGACY_RUNS).map(|_| fields))
+            });
+            match dropped.await? {
+                Some(written) => changed += u64::from(written),
+                None => return Err(self.contended("drop legacy runs")),
             }
         }
         Ok(changed)

@@ -36,7 +36,7 @@ pub use legacy::legacy_page_by_id;
 pub use memory::InMemoryDb;
 pub use migrate::{holds_agno_docs, migration_steps, stamp_new_database};
 pub use runs::{copy_runs_cas, next_indexes_after, run_counter_id, updated_run, write_run_cas};
-pub use sessions::delete_session_cas;
+pub use sessions::{delete_session_cas, LEGACY_RUNS};
 
 use std::sync::Arc;
 
@@ -94,6 +94,22 @@ impl<B: DocBackend> Docs<B> {
         what: &str,
     ) -> Result<B::Write> {
         Ok(self.rewrite_fields(table, stored, &self.to_fields(record, what)?))
+    }
+
+    /// Document [`DocBackend::doc_id`] of `id` of `table` and its record (`what`, for
+    /// errors), if the record's key (`key`) is `id`.
+    pub(crate) async fn keyed<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+        id: &str,
+        what: &str,
+        key: impl Fn(&T) -> &String,
+    ) -> Result<Option<(Stored<B>, T)>> {
+        let Some(stored) = self.get(self.collection(table), &self.doc_id(id)).await? else {
+            return Ok(None);
+        };
+        let record: T = stored.decode(what)?;
+        Ok((*key(&record) == id).then_some((stored, record)))
     }
 
     /// Deletes the document of `table` whose `key_field` is `key` when `user_id` may see it

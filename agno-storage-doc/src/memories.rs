@@ -8,7 +8,8 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
+use crate::backend::given;
+use crate::{backoff, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 impl<B: DocBackend> Docs<B> {
     /// A stored memory; agno writes `created_at` (and on some backends `updated_at`) as
@@ -36,10 +37,7 @@ impl<B: DocBackend> Docs<B> {
     }
 
     async fn memories_of(&self, user_id: Option<&str>) -> Result<Vec<UserMemory>> {
-        let mut eq = Vec::new();
-        if let Some(u) = user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[("user_id", user_id)]);
         self.query(self.collection(Table::Memories), &eq)
             .await?
             .iter()

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use agno_storage_core::migration::{SchemaVersion, TableType};
 use agno_storage_core::{async_trait, AgnoDb, MetricsRecord, Result, Session};
@@ -226,10 +225,6 @@ impl DocBackend for InMemoryDb {
                 Some(record.stored_user_id()),
             ],
         ))
-    }
-
-    fn lock_lease(&self) -> Duration {
-        agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE
     }
 
     fn lock_location(&self) -> String {

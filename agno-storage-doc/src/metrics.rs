@@ -7,6 +7,7 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
+use crate::backend::given;
 use crate::{backoff, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 fn decode_metrics<B: DocBackend>(stored: &Stored<B>) -> Result<MetricsRecord> {
@@ -57,10 +58,7 @@ impl<B: DocBackend> MetricsStore for Docs<B> {
     }
 
     async fn get_metrics(&self, query: MetricsQuery) -> Result<MetricsPage> {
-        let mut eq = Vec::new();
-        if let Some(u) = &query.user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[("user_id", query.user_id.as_deref())]);
         let mut candidates = Vec::new();
         for stored in self.query(self.collection(Table::Metrics), &eq).await? {
             let legacy = self.is_legacy_metric(&stored.fields);

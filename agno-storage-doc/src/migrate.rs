@@ -99,8 +99,15 @@ fn expired<B: DocBackend>(lock: &Stored<B>, now_ms: i64) -> bool {
 }
 
 impl<B: DocBackend> Docs<B> {
-    /// Renews `holder`'s lease: `false` when the lock is gone or carries another token.
-    async fn renew_lock(&self, holder: &str, lease: Duration) -> Result<bool> {
+    /// Writes `write` over the lock document while `holder` holds it, by compare-and-set
+    /// (a conflict: a heartbeat or release in flight changed it meanwhile; read it again):
+    /// `false` when it is gone or carries another token.
+    async fn on_held_lock(
+        &self,
+        holder: &str,
+        operation: &'static str,
+        write: impl Fn(&Stored<B>) -> B::Write,
+    ) -> Result<bool> {
         let meta = self.collection(Table::Meta);
         for attempt in 0..LOCK_CAS_ATTEMPTS {
             let Some(lock) = self.get(meta, &self.lock_id()).await? else {
@@ -109,35 +116,12 @@ impl<B: DocBackend> Docs<B> {
             if lock.str("holder") != Some(holder) {
                 return Ok(false);
             }
-            let fields = lock_fields(holder, now_epoch_millis(), lease);
-            let write = self.put(meta, &self.lock_id(), &fields, lock.unchanged());
-            if let Commit::Done = self.commit("migration lock heartbeat", vec![write]).await? {
+            if let Commit::Done = self.commit(operation, vec![write(&lock)]).await? {
                 return Ok(true);
             }
             backoff(attempt).await;
         }
-        Err(self.contended("migration lock heartbeat"))
-    }
-
-    /// Deletes the lock if `holder` still holds it: `false` when it is gone or carries
-    /// another token.
-    async fn unlock(&self, holder: &str) -> Result<bool> {
-        let meta = self.collection(Table::Meta);
-        for attempt in 0..LOCK_CAS_ATTEMPTS {
-            let Some(lock) = self.get(meta, &self.lock_id()).await? else {
-                return Ok(false);
-            };
-            if lock.str("holder") != Some(holder) {
-                return Ok(false);
-            }
-            let write = self.delete(meta, &self.lock_id(), lock.unchanged());
-            // A conflict: a heartbeat in flight renewed it meanwhile; read it again.
-            if let Commit::Done = self.commit("migration unlock", vec![write]).await? {
-                return Ok(true);
-            }
-            backoff(attempt).await;
-        }
-        Err(self.contended("migration unlock"))
+        Err(self.contended(operation))
     }
 
     /// The guard of a lock `holder` just took: renewed by a heartbeat until released.
@@ -205,11 +189,25 @@ struct DocLease<B>(B);
 #[async_trait]
 impl<B: DocBackend> LeaseRecord for DocLease<B> {
     async fn renew(&self, holder: &str, lease: Duration) -> Result<bool> {
-        Docs::of(&self.0).renew_lock(holder, lease).await
+        let docs = Docs::of(&self.0);
+        let meta = docs.collection(Table::Meta);
+        docs.on_held_lock(holder, "migration lock heartbeat", |lock| {
+            let fields = lock_fields(holder, now_epoch_millis(), lease);
+            docs.put(meta, &docs.lock_id(), &fields, lock.unchanged())
+        })
+        .await
     }
 
     async fn remove(&self, holder: &str) -> Result<bool> {
-        Docs::of(&self.0).unlock(holder).await
+        let docs = Docs::of(&self.0);
+        docs.on_held_lock(holder, "migration unlock", |lock| {
+            docs.delete(
+                docs.collection(Table::Meta),
+                &docs.lock_id(),
+                lock.unchanged(),
+            )
+        })
+        .await
     }
 
     fn location(&self) -> String {

@@ -13,8 +13,11 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
-use crate::sessions::LEGACY_RUNS;
-use crate::{backoff, digest_id, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
+use crate::backend::given;
+use crate::{
+    backoff, digest_id, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS,
+    LEGACY_RUNS,
+};
 
 /// The next free `run_index` of each session among `rows` (one past its highest given
 /// index): where a legacy-run copy raises the sessions' counters before it writes, so an
@@ -142,13 +145,10 @@ impl<B: DocBackend> RunStore for Docs<B> {
 
     async fn get_runs(&self, query: RunQuery) -> Result<Page<RunRecord>> {
         query.pagination.validate()?;
-        let mut eq = Vec::new();
-        if let Some(s) = &query.session_id {
-            eq.push(("session_id", opt(Some(s))));
-        }
-        if let Some(u) = &query.user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[
+            ("session_id", query.session_id.as_deref()),
+            ("user_id", query.user_id.as_deref()),
+        ]);
         let docs = self.query(self.collection(Table::Runs), &eq).await?;
         let (mut rows, mut unreadable) = (Vec::new(), Vec::new());
         for d in &docs {
@@ -184,11 +184,11 @@ impl<B: DocBackend> RunStore for Docs<B> {
             if stored.fields.get(LEGACY_RUNS).is_none_or(Value::is_null) {
                 continue;
             }
-            let mut current = stored;
-            for attempt in 0..CAS_ATTEMPTS {
-                let (s, legacy) = self.decode_session(&current)?;
+            // A session still contended after every attempt is left as it is.
+            self.rewrite_session(stored, "delete runs", |current| {
+                let (s, legacy) = self.decode_session(current)?;
                 if !visible_to(s.user_id.as_deref(), user_id) {
-                    break;
+                    return Ok(None);
                 }
                 let list = legacy_runs_list(legacy.as_ref());
                 let kept: Vec<Value> = list
@@ -201,25 +201,13 @@ impl<B: DocBackend> RunStore for Docs<B> {
                     .cloned()
                     .collect();
                 if kept.len() == list.len() {
-                    break;
+                    return Ok(None);
                 }
                 let mut fields = current.fields.clone();
                 fields.insert(LEGACY_RUNS.into(), Value::Array(kept));
-                let write = self.rewrite_fields(Table::Sessions, &current, &fields);
-                match self.commit("delete runs", vec![write]).await? {
-                    Commit::Done => break,
-                    Commit::Conflict => {
-                        backoff(attempt).await;
-                        match self
-                            .get(self.collection(Table::Sessions), &current.id)
-                            .await?
-                        {
-                            Some(fresh) => current = fresh,
-                            None => break,
-                        }
-                    }
-                }
-            }
+                Ok(Some(fields))
+            })
+            .await?;
         }
         Ok(deleted)
     }

@@ -15,6 +15,7 @@ use agno_storage_core::{
 };
 use serde_json::json;
 
+use crate::backend::given;
 use crate::{backoff, object, opt, Commit, DocBackend, Docs, Pre, Stored, Table, CAS_ATTEMPTS};
 
 fn name_taken(name: &str) -> Error {
@@ -89,25 +90,18 @@ impl<B: DocBackend> Docs<B> {
     }
 
     async fn schedule_doc(&self, id: &str) -> Result<Option<(Stored<B>, Schedule)>> {
-        let Some(stored) = self
-            .get(self.collection(Table::Schedules), &self.doc_id(id))
-            .await?
-        else {
-            return Ok(None);
-        };
-        let s: Schedule = stored.decode("a schedule")?;
-        Ok((s.id == id).then_some((stored, s)))
+        self.keyed(Table::Schedules, id, "a schedule", |s: &Schedule| &s.id)
+            .await
     }
 
     async fn schedule_run_doc(&self, id: &str) -> Result<Option<(Stored<B>, ScheduleRun)>> {
-        let Some(stored) = self
-            .get(self.collection(Table::ScheduleRuns), &self.doc_id(id))
-            .await?
-        else {
-            return Ok(None);
-        };
-        let r: ScheduleRun = stored.decode("a schedule run")?;
-        Ok((r.id == id).then_some((stored, r)))
+        self.keyed(
+            Table::ScheduleRuns,
+            id,
+            "a schedule run",
+            |r: &ScheduleRun| &r.id,
+        )
+        .await
     }
 }
 
@@ -179,10 +173,7 @@ impl<B: DocBackend> ScheduleStore for Docs<B> {
         pagination: Pagination,
     ) -> Result<Page<Schedule>> {
         pagination.validate()?;
-        let mut eq = Vec::new();
-        if let Some(u) = user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[("user_id", user_id)]);
         let mut rows = Vec::new();
         for d in self.query(self.collection(Table::Schedules), &eq).await? {
             let s: Schedule = d.decode("a schedule")?;

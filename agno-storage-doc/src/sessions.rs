@@ -12,13 +12,14 @@ use agno_storage_core::{
 };
 use serde_json::Value;
 
+use crate::backend::given;
 use crate::{
     backoff, opt, run_counter_id, Commit, DocBackend, Docs, Fields, Pre, Stored, Table,
     CAS_ATTEMPTS,
 };
 
-/// The legacy `runs` field.
-pub(crate) const LEGACY_RUNS: &str = "runs";
+/// The session field in which agno 2.x kept a session's runs (`runs`).
+pub const LEGACY_RUNS: &str = "runs";
 
 impl<B: DocBackend> Docs<B> {
     /// A stored session and its legacy runs blob.
@@ -179,10 +180,7 @@ impl<B: DocBackend> SessionStore for Docs<B> {
             }
             return Ok(Page::new(items, total));
         }
-        let mut eq = Vec::new();
-        if let Some(u) = &query.user_id {
-            eq.push(("user_id", opt(Some(u))));
-        }
+        let eq = given(&[("user_id", query.user_id.as_deref())]);
         let docs = self.query(self.collection(Table::Sessions), &eq).await?;
         let matches = query.matcher();
         let mut rows: Vec<(Session, Option<Value>)> = Vec::new();

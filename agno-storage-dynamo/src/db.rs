@@ -89,17 +89,8 @@ pub(crate) trait KeySchema {
 impl KeySchema for Table {
     fn key(self) -> &'static str {
         match self {
-            Table::Sessions => "session_id",
-            Table::Runs | Table::Evals => "run_id",
-            Table::Memories => "memory_id",
-            Table::Learnings => "learning_id",
-            Table::Versions => "table_name",
             Table::Meta => "pk",
-            Table::Metrics
-            | Table::Knowledge
-            | Table::Schedules
-            | Table::ScheduleRuns
-            | Table::Jobs => "id",
+            table => table.key_field(),
         }
     }
 
@@ -488,14 +479,7 @@ impl DynamoDb {
 
     /// One handle over every store of this database.
     pub fn agno_db(&self) -> AgnoDb {
-        let docs = Arc::new(Docs(self.clone()));
-        AgnoDb::builder(BACKEND)
-            .max_id_chars(MAX_ID_CHARS)
-            .all_stores(docs.clone())
-            .migrations(docs)
-            .durable(true)
-            .tables(self.inner.names.clone())
-            .build()
+        agno_storage_doc::agno_db(self)
     }
 
     pub(crate) fn name(&self, tbl: Table) -> &str {
@@ -765,12 +749,6 @@ impl DynamoDb {
             Err(e) if is_condition_failed(&e) => Ok(false),
             Err(e) => Err(sdk_err("put item")(e)),
         }
-    }
-
-    /// Replaces `old` by `new` if the stored item is still `old` (see [`Cond::unchanged`]).
-    pub(crate) async fn cas(&self, tbl: Table, old: Option<&Item>, new: Item) -> Result<bool> {
-        let cond = Cond::unchanged(tbl, old, &new);
-        self.put(tbl, new, Some(cond)).await
     }
 
     /// Deletes the item keyed `key` when `cond` holds; `false` when it does not or when

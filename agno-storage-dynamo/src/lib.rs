@@ -41,21 +41,14 @@
 //!   credentials and region, on tokio with the SDK's default HTTPS client.
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+#![cfg(feature = "dynamodb")]
 
-#[cfg(feature = "dynamodb")]
 mod codec;
-#[cfg(feature = "dynamodb")]
 mod db;
-#[cfg(feature = "dynamodb")]
 mod doc;
-#[cfg(feature = "dynamodb")]
 mod runs;
 
-#[cfg(feature = "dynamodb")]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
-#[cfg(feature = "dynamodb")]
 pub use agno_storage_core::TableNames;
-#[cfg(feature = "dynamodb")]
 pub use aws_sdk_dynamodb;
-#[cfg(feature = "dynamodb")]
 pub use db::{DynamoDb, DynamoOptions, StaticCredentials};

@@ -6,15 +6,13 @@
 //! `session_id-created_at-index` instead of scanning the runs table.
 
 use agno_storage_core::legacy::{InsertedRuns, LegacySessionRuns};
-use agno_storage_core::{
-    now_epoch_seconds, owned_by_another_user, writable_by, Error, ErrorKind, Result, RunRecord,
-};
+use agno_storage_core::{now_epoch_seconds, Error, ErrorKind, Result, RunRecord};
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 
 use crate::codec::{self, from_item, from_json, n, nv, record_item, s, sv, Item};
-use agno_storage_doc::{backoff, DocBackend, CAS_ATTEMPTS};
+use agno_storage_doc::{backoff, updated_run, DocBackend, CAS_ATTEMPTS};
 
 use crate::db::{Cond, Table};
 use crate::DynamoDb;
@@ -167,17 +165,7 @@ impl DynamoDb {
             let old = self.get(Table::Runs, &id).await?;
             let next = match &old {
                 Some(item) => {
-                    let mut stored = decode_run(item)?;
-                    if !writable_by(stored.user_id.as_deref(), run.user_id.as_deref()) {
-                        return Err(owned_by_another_user("run", &id));
-                    }
-                    stored.status = run.status.clone();
-                    stored.run_data = run.run_data.clone();
-                    if run.user_id.is_some() {
-                        stored.user_id = run.user_id.clone();
-                    }
-                    stored.parent_run_id = run.parent_run_id.clone();
-                    stored.updated_at = Some(now);
+                    let mut stored = updated_run(decode_run(item)?, &run, now)?;
                     if let (None, Some(given)) = (stored.run_index, run.run_index) {
                         self.raise_run_counter(&stored.session_id, given + 1)
                             .await?;
@@ -196,7 +184,8 @@ impl DynamoDb {
                 }
             };
             let item = record_item(&next, "a run")?;
-            if self.cas(Table::Runs, old.as_ref(), item).await? {
+            let unchanged = Cond::unchanged(Table::Runs, old.as_ref(), &item);
+            if self.put(Table::Runs, item, Some(unchanged)).await? {
                 return Ok(next);
             }
         }

@@ -32,16 +32,22 @@ pub(crate) type Stored = agno_storage_doc::Stored<FirestoreDb>;
 /// The precondition of one write: `At(None)` only requires the document to exist.
 pub(crate) type Pre = agno_storage_doc::Pre<FirestoreDb>;
 
-fn precondition(pre: Pre) -> Option<pb::Precondition> {
+/// One write of `operation` under `pre`.
+fn write(operation: pb::write::Operation, pre: Pre) -> Write {
     use pb::precondition::ConditionType as C;
     let condition = match pre {
-        Pre::Any => return None,
-        Pre::Absent => C::Exists(false),
-        Pre::At(None) => C::Exists(true),
-        Pre::At(Some(t)) => C::UpdateTime(t),
+        Pre::Any => None,
+        Pre::Absent => Some(C::Exists(false)),
+        Pre::At(None) => Some(C::Exists(true)),
+        Pre::At(Some(t)) => Some(C::UpdateTime(t)),
     };
-    Some(pb::Precondition {
-        condition_type: Some(condition),
+    Write(pb::Write {
+        operation: Some(operation),
+        update_mask: None,
+        update_transforms: vec![],
+        current_document: condition.map(|c| pb::Precondition {
+            condition_type: Some(c),
+        }),
     })
 }
 
@@ -155,17 +161,8 @@ impl FirestoreDb {
         )
     }
 
-    /// Applies `(field, transform)` server-side on document `id` (creating it when absent).
-    pub(crate) fn transform(
-        &self,
-        collection: &str,
-        id: &str,
-        transforms: Vec<(&str, pb::document_transform::field_transform::TransformType)>,
-    ) -> Write {
-        self.transform_if(collection, id, transforms, Pre::Any)
-    }
-
-    /// [`FirestoreDb::transform`] when `pre` holds (`Pre::At(None)`: never creates it).
+    /// Applies `(field, transform)` server-side on document `id` when `pre` holds
+    /// (`Pre::Any` creates it when absent, `Pre::At(None)` never does).
     pub(crate) fn transform_if(
         &self,
         collection: &str,
@@ -173,21 +170,17 @@ impl FirestoreDb {
         transforms: Vec<(&str, pb::document_transform::field_transform::TransformType)>,
         pre: Pre,
     ) -> Write {
-        Write(pb::Write {
-            operation: Some(pb::write::Operation::Transform(pb::DocumentTransform {
-                document: self.doc_name(collection, id),
-                field_transforms: transforms
-                    .into_iter()
-                    .map(|(f, t)| pb::document_transform::FieldTransform {
-                        field_path: f.to_owned(),
-                        transform_type: Some(t),
-                    })
-                    .collect(),
-            })),
-            update_mask: None,
-            update_transforms: vec![],
-            current_document: precondition(pre),
-        })
+        let transform = pb::DocumentTransform {
+            document: self.doc_name(collection, id),
+            field_transforms: transforms
+                .into_iter()
+                .map(|(f, t)| pb::document_transform::FieldTransform {
+                    field_path: f.to_owned(),
+                    transform_type: Some(t),
+                })
+                .collect(),
+        };
+        write(pb::write::Operation::Transform(transform), pre)
     }
 
     /// Commits `writes` atomically (no transaction: each write carries its precondition):
@@ -329,27 +322,21 @@ impl DocBackend for FirestoreDb {
 
     /// Sets document `id` of `collection` to `fields` (a full replace) under `pre`.
     fn put(&self, collection: &str, id: &str, fields: &Fields, pre: Pre) -> Write {
-        Write(pb::Write {
-            operation: Some(pb::write::Operation::Update(pb::Document {
-                name: self.doc_name(collection, id),
-                fields: map_to_pb(fields),
-                create_time: None,
-                update_time: None,
-            })),
-            update_mask: None,
-            update_transforms: vec![],
-            current_document: precondition(pre),
-        })
+        let document = pb::Document {
+            name: self.doc_name(collection, id),
+            fields: map_to_pb(fields),
+            create_time: None,
+            update_time: None,
+        };
+        write(pb::write::Operation::Update(document), pre)
     }
 
     /// Deletes document `id` of `collection` under `pre`.
     fn delete(&self, collection: &str, id: &str, pre: Pre) -> Write {
-        Write(pb::Write {
-            operation: Some(pb::write::Operation::Delete(self.doc_name(collection, id))),
-            update_mask: None,
-            update_transforms: vec![],
-            current_document: precondition(pre),
-        })
+        write(
+            pb::write::Operation::Delete(self.doc_name(collection, id)),
+            pre,
+        )
     }
 
     async fn commit(&self, operation: &'static str, writes: Vec<Write>) -> Result<Commit> {

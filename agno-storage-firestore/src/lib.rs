@@ -31,26 +31,17 @@
 //!   application default credentials, `FIRESTORE_EMULATOR_HOST`).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+#![cfg(feature = "firestore")]
 
-#[cfg(feature = "firestore")]
 mod db;
-#[cfg(feature = "firestore")]
 mod doc;
-#[cfg(feature = "firestore")]
 mod legacy;
-#[cfg(feature = "firestore")]
 mod runs;
-#[cfg(feature = "firestore")]
 mod sessions;
 
-#[cfg(feature = "firestore")]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
-#[cfg(feature = "firestore")]
 pub use agno_storage_core::TableNames;
-#[cfg(feature = "firestore")]
 #[allow(deprecated)]
 pub use db::CollectionNames;
-#[cfg(feature = "firestore")]
 pub use db::{FirestoreDb, FirestoreOptions};
-#[cfg(feature = "firestore")]
 pub use firestore;

@@ -54,13 +54,14 @@ impl FirestoreDb {
             }
             // No counter yet: seed it from the stored runs, then take an index.
             let highest = Docs::of(self).next_stored_run_index(session_id).await? - 1;
-            let seed = self.transform(
+            let seed = self.transform_if(
                 meta,
                 &id,
                 vec![(
                     "next",
                     TransformType::Maximum(to_pb(&Value::from(highest + 1))),
                 )],
+                Pre::Any,
             );
             self.commit_all("next run index", vec![seed]).await?;
             if attempt > 0 {

@@ -13,18 +13,15 @@
 //! the commit, as a unique index would be. So no file but agno's own is written.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use agno_storage_core::migration::{MigrationLock, ReleasedOnDrop};
-use agno_storage_core::{
-    async_trait, Error, ErrorKind, MetricsRecord, Result, RunRecord, Table,
-};
 use agno_storage_core::legacy::InsertedRuns;
+use agno_storage_core::migration::{MigrationLock, ReleasedOnDrop};
+use agno_storage_core::{async_trait, Error, ErrorKind, MetricsRecord, Result, RunRecord, Table};
 use agno_storage_doc::{matches_eq, Commit, DocBackend, Fields, Pre, Stored};
 use serde_json::Value;
 
 use crate::files::{Files, Step};
-use crate::rows::{fingerprint, key_field, layout, row_id, text, view};
+use crate::rows::{fingerprint, layout, row_id, text, view};
 
 /// The table files of one database, shared by its clones.
 #[derive(Clone)]
@@ -140,7 +137,8 @@ fn duplicates_unique_key(table: Table, rows: &[Value]) -> bool {
                 .map(|f| r.get(*f).unwrap_or(&Value::Null))
                 .collect();
             let last = key.last()?;
-            (!last.is_null() && last.as_str() != Some("")).then(|| Value::from(key.into_iter().cloned().collect::<Vec<_>>()).to_string())
+            (!last.is_null() && last.as_str() != Some(""))
+                .then(|| Value::from(key.into_iter().cloned().collect::<Vec<_>>()).to_string())
         })
         .any(|key| !seen.insert(key))
 }
@@ -158,7 +156,12 @@ fn duplicates_session_place(table: Table, rows: &[Value]) -> bool {
             r["payload"]["serialize_session"] == Value::Bool(true)
                 && matches!(r["status"].as_str(), Some("queued" | "running" | "paused"))
         })
-        .map(|r| (r["session_id"].to_string(), r["payload"]["session_seq"].as_i64().unwrap_or(0)))
+        .map(|r| {
+            (
+                r["session_id"].to_string(),
+                r["payload"]["session_seq"].as_i64().unwrap_or(0),
+            )
+        })
         .any(|place| !seen.insert(place))
 }
 
@@ -268,7 +271,7 @@ impl DocBackend for JsonFiles {
 
     async fn get(&self, collection: &str, id: &str) -> Result<Option<Stored<Self>>> {
         let table = table_of(collection).ok_or_else(|| unknown_collection(collection))?;
-        let key = key_field(table);
+        let key = table.key_field();
         Ok(self
             .rows(collection, &[(key, Value::String(id.to_owned()))])
             .await?
@@ -331,14 +334,13 @@ impl DocBackend for JsonFiles {
         Ok(Box::new(ReleasedOnDrop(guard)))
     }
 
-    fn lock_lease(&self) -> Duration {
-        agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE
-    }
-
     fn lock_location(&self) -> String {
         #[cfg(feature = "fs")]
         if let Some(dir) = &self.dir {
-            return format!("the lock file {}", dir.join(".agno_migrations.lock").display());
+            return format!(
+                "the lock file {}",
+                dir.join(".agno_migrations.lock").display()
+            );
         }
         format!("this process ({})", self.files.backend())
     }

@@ -189,8 +189,10 @@ impl JsonDb {
             let present = files.existing_files().await?;
             let known: Vec<String> = table_files().map(TableFile::file_name).collect();
             if !present.iter().any(|f| known.contains(f)) {
-                return Err(OpenMode::no_database(what, "none of agno's table files exists")
-                    .with_backend(files.backend()));
+                return Err(
+                    OpenMode::no_database(what, "none of agno's table files exists")
+                        .with_backend(files.backend()),
+                );
             }
         }
         let backend = files.backend();

@@ -55,6 +55,17 @@ pub(crate) enum Step<T> {
     Keep(T),
 }
 
+impl<T> Step<T> {
+    /// `Write(value)` when the rows `changed`, else `Keep(value)`.
+    pub(crate) fn when(changed: bool, value: T) -> Self {
+        if changed {
+            Step::Write(value)
+        } else {
+            Step::Keep(value)
+        }
+    }
+}
+
 /// How writers are kept from losing each other's updates.
 pub(crate) enum Concurrency {
     /// Conditional puts on the version that was read (memory, GCS, S3).

@@ -63,27 +63,19 @@
 //! - `s3`: JSON files in an Amazon S3 or S3-compatible bucket (`JsonDb::open_s3`).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+#![cfg(any(feature = "fs", feature = "memory", feature = "gcs", feature = "s3"))]
 
-/// Compiles the items only when at least one object store is enabled.
-macro_rules! with_a_store {
-    ($($item:item)*) => {
-        $(#[cfg(any(feature = "fs", feature = "memory", feature = "gcs", feature = "s3"))] $item)*
-    };
-}
+mod backend;
+mod db;
+mod files;
+mod migrate;
+mod rows;
+mod runs;
 
-with_a_store! {
-    mod backend;
-    mod db;
-    mod files;
-    mod migrate;
-    mod rows;
-    mod runs;
-
-    pub use db::JsonDb;
-    /// The `object_store` release this crate is built on, for building stores to pass to
-    /// [`JsonDb::open_store`].
-    pub use object_store;
-}
+pub use db::JsonDb;
+/// The `object_store` release this crate is built on, for building stores to pass to
+/// [`JsonDb::open_store`].
+pub use object_store;
 
 #[cfg(feature = "fs")]
 mod lockfile;

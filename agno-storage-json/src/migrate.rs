@@ -46,11 +46,7 @@ impl JsonFiles {
                         changed = true;
                     }
                 }
-                Ok(if changed {
-                    Step::Write(())
-                } else {
-                    Step::Keep(())
-                })
+                Ok(Step::when(changed, ()))
             })
             .await
     }

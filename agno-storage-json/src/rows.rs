@@ -73,23 +73,6 @@ pub(crate) fn normalize_timestamps(row: &mut Value, keys: &[&str]) {
     }
 }
 
-/// A table's key field: its rows' document id.
-pub(crate) fn key_field(table: Table) -> &'static str {
-    match table {
-        Table::Sessions => "session_id",
-        Table::Runs | Table::Evals => "run_id",
-        Table::Memories => "memory_id",
-        Table::Learnings => "learning_id",
-        Table::Versions => "table_name",
-        Table::Metrics
-        | Table::Knowledge
-        | Table::Schedules
-        | Table::ScheduleRuns
-        | Table::Jobs
-        | Table::Meta => "id",
-    }
-}
-
 /// The row the engine's `fields` become in `table`, over `existing` (the row they replace),
 /// laid out as agno's JSON stores write it. A session's legacy `runs` blob is the engine's
 /// to keep or drop; every other key of `existing` the fields lack is carried forward.
@@ -172,7 +155,7 @@ pub(crate) fn view(table: Table, mut row: Value) -> Result<Fields> {
 
 /// The error of reading a row this crate cannot decode.
 fn undecodable_row(table: Table, row: &Value, stored: &str) -> Error {
-    let key = key_field(table);
+    let key = table.key_field();
     let id = undecodable_field(row, key).unwrap_or_else(|| "?".to_owned());
     Error::new(
         ErrorKind::Serialization,
@@ -229,7 +212,7 @@ pub(crate) fn fingerprint(row: &Value) -> u64 {
 
 /// The document id of a stored row: its key, read from the text of an undecodable row.
 pub(crate) fn row_id(table: Table, row: &Value) -> Option<String> {
-    let key = key_field(table);
+    let key = table.key_field();
     match undecodable(row) {
         Some(_) => undecodable_field(row, key),
         None => text(row, key).map(str::to_owned),
@@ -312,12 +295,18 @@ mod tests {
     fn shape_orders_and_carries_unknown_keys() {
         let existing = json!({"b": 1, "legacy": [1], "a": 0});
         let row = shape(
-            json!({"a": 5, "c": null, "z": 2}).as_object().cloned().unwrap(),
+            json!({"a": 5, "c": null, "z": 2})
+                .as_object()
+                .cloned()
+                .unwrap(),
             &["b", "a", "c"],
             Nulls::Keep,
             Some(&existing),
         );
-        assert_eq!(row, json!({"b": 1, "a": 5, "c": null, "z": 2, "legacy": [1]}));
+        assert_eq!(
+            row,
+            json!({"b": 1, "a": 5, "c": null, "z": 2, "legacy": [1]})
+        );
         assert_eq!(
             serde_json::to_string(&row).unwrap(),
             r#"{"b":1,"a":5,"c":null,"z":2,"legacy":[1]}"#

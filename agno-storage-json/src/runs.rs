@@ -59,10 +59,8 @@ pub(crate) async fn write_run(db: &JsonFiles, run: RunRecord) -> Result<RunRecor
         .modify(Table::Runs, |rows| {
             let (next, at) = match run_position(rows, &run.run_id) {
                 Some(i) => {
-                    let stored: RunRecord = db.decode_fields(
-                        crate::rows::view(Table::Runs, rows[i].clone())?,
-                        "a run",
-                    )?;
+                    let stored: RunRecord = db
+                        .decode_fields(crate::rows::view(Table::Runs, rows[i].clone())?, "a run")?;
                     let mut current = updated_run(stored, &run, now)?;
                     current.run_index = current.run_index.or(run.run_index);
                     (current, Some(i))
@@ -102,11 +100,7 @@ pub(crate) async fn copy_runs(db: &JsonFiles, runs: Vec<RunRecord>) -> Result<In
                 }
                 outcome.present += 1;
             }
-            Ok(if outcome.inserted > 0 {
-                Step::Write(outcome)
-            } else {
-                Step::Keep(outcome)
-            })
+            Ok(Step::when(outcome.inserted > 0, outcome))
         })
         .await
 }
@@ -126,11 +120,8 @@ pub(crate) async fn delete_session(
                 !(text(r, "session_id") == Some(session_id)
                     && visible_to(text(r, "user_id"), user_id))
             });
-            Ok(if rows.len() == before {
-                Step::Keep(false)
-            } else {
-                Step::Write(true)
-            })
+            let deleted = rows.len() != before;
+            Ok(Step::when(deleted, deleted))
         })
         .await?;
     if deleted {
@@ -138,11 +129,7 @@ pub(crate) async fn delete_session(
             .modify(Table::Runs, |rows| {
                 let before = rows.len();
                 rows.retain(|r| text(r, "session_id") != Some(session_id));
-                Ok(if rows.len() == before {
-                    Step::Keep(())
-                } else {
-                    Step::Write(())
-                })
+                Ok(Step::when(rows.len() != before, ()))
             })
             .await?;
     }

@@ -9,7 +9,6 @@
 //! scripts.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agno_storage_core::metrics::{is_legacy_metric_json, SHARED_BUCKET};
 use agno_storage_core::{
@@ -139,12 +138,13 @@ pub(crate) fn score_arg(score: f64) -> String {
 }
 
 /// Which server a [`KvDocs`] talks to: the name the engine's errors carry.
-pub(crate) trait Server: Send + Sync + 'static {
+pub(crate) trait Server: Clone + Send + Sync + 'static {
     /// `redis` or `valkey`.
     const NAME: &'static str;
 }
 
 /// Redis.
+#[derive(Clone)]
 pub(crate) struct Redis;
 
 impl Server for Redis {
@@ -152,6 +152,7 @@ impl Server for Redis {
 }
 
 /// Valkey.
+#[derive(Clone)]
 pub(crate) struct Valkey;
 
 impl Server for Valkey {
@@ -164,18 +165,10 @@ pub(crate) fn commit_script() -> redis::Script {
 }
 
 /// The engine's backend over one Redis/Valkey database and key prefix.
+#[derive(Clone)]
 pub(crate) struct KvDocs<S> {
     store: Arc<KvStore>,
     server: std::marker::PhantomData<S>,
-}
-
-impl<S> Clone for KvDocs<S> {
-    fn clone(&self) -> Self {
-        KvDocs {
-            store: self.store.clone(),
-            server: std::marker::PhantomData,
-        }
-    }
 }
 
 impl<S> std::fmt::Debug for KvDocs<S> {
@@ -435,6 +428,15 @@ pub(crate) fn score(fields: &Fields, key: &str) -> f64 {
     fields.get(key).and_then(Value::as_f64).unwrap_or_default()
 }
 
+/// A record's `updated_at` as a score; its `created_at` when it has none (a record agno
+/// wrote without one is ordered by its creation).
+pub(crate) fn updated_or_created(fields: &Fields) -> f64 {
+    match fields.get("updated_at").filter(|v| !v.is_null()) {
+        Some(_) => score(fields, "updated_at"),
+        None => score(fields, "created_at"),
+    }
+}
+
 /// The string field `key` of `fields`.
 pub(crate) fn text<'a>(fields: &'a Fields, key: &str) -> Option<&'a str> {
     fields.get(key).and_then(Value::as_str)
@@ -488,61 +490,17 @@ pub(crate) fn body(segment: &str, fields: &Fields, existing: Option<&Value>) -> 
     }
 }
 
-/// How record `id` of `segment` stored as `raw` is indexed, when the table is served by the
-/// engine (`None` for the other tables): the rule the follower and rebuilds apply.
-pub(crate) fn record_index(
-    store: &KvStore,
-    segment: &str,
-    id: &str,
-    raw: &str,
-) -> Result<Option<RecordIndex>> {
-    let Some(l) = layout(segment) else {
-        return Ok(None);
-    };
-    // Keys of the table without the records' prefix are not records (the queue's sets).
-    let Some(id) = id.strip_prefix(l.key_prefix) else {
-        return Ok(None);
-    };
-    let fields = view(store, segment, id, raw)?;
-    let entries = l.entries(store, id, &fields);
-    Ok(Some(RecordIndex {
-        prunes: l.prunes(store, &entries),
-        entries,
-        name_claim: l
-            .unique_key
-            .and_then(|key| key(store, &fields))
-            .map(|key| (key, id.to_owned())),
-    }))
-}
-
 impl<S: Server> KvDocs<S> {
     pub(crate) fn store(&self) -> &KvStore {
         &self.store
     }
 
-    fn view(&self, segment: &str, id: &str, raw: &str) -> Result<Fields> {
-        view(&self.store, segment, id, raw)
-    }
-
     pub(crate) fn stored(&self, segment: &str, id: &str, raw: String) -> Result<Stored<Self>> {
         Ok(Stored {
             id: id.to_owned(),
-            fields: self.view(segment, id, &raw)?,
+            fields: view(&self.store, segment, id, &raw)?,
             version: raw,
         })
-    }
-
-    /// The documents `ids` of `collection` that exist, in one `MGET`.
-    pub(crate) async fn get_many(
-        &self,
-        collection: &str,
-        ids: &[String],
-    ) -> Result<Vec<Stored<Self>>> {
-        self.get_many_raw(collection, ids)
-            .await?
-            .into_iter()
-            .map(|item| item.map_err(|(_, _, e)| e))
-            .collect()
     }
 
     /// The documents `ids` of `collection` that exist, in one `MGET`; one whose text does
@@ -559,7 +517,7 @@ impl<S: Server> KvDocs<S> {
         let mut out = Vec::with_capacity(ids.len());
         for (id, raw) in ids.iter().zip(self.store.mget(&keys).await?) {
             if let Some(raw) = raw {
-                out.push(match self.view(collection, id, &raw) {
+                out.push(match view(&self.store, collection, id, &raw) {
                     Ok(fields) => Ok(Stored {
                         id: id.clone(),
                         fields,
@@ -573,11 +531,41 @@ impl<S: Server> KvDocs<S> {
     }
 }
 
-/// Commits: plans of writes and their index moves, and the script that applies them.
+/// Index entries and commits: plans of writes and their index moves, and the script that
+/// applies them.
 impl KvStore {
     /// The index entries of record `id` of `segment` holding `fields`.
     pub(crate) fn entries(&self, segment: &str, id: &str, fields: &Fields) -> Vec<Entry> {
         layout(segment).map_or_else(Vec::new, |l| l.entries(self, id, fields))
+    }
+
+    /// The index entries of one record of `segment` with id `id` (as in its key) and stored
+    /// text `raw`: the one per-record rule every rebuild and the follower use. `Ok(None)` for
+    /// the tables the engine does not serve and keys of a table that are not records (job
+    /// queue helpers); an error when `raw` does not decode.
+    pub(crate) fn record_index(
+        &self,
+        segment: &str,
+        id: &str,
+        raw: &str,
+    ) -> Result<Option<RecordIndex>> {
+        let Some(l) = layout(segment) else {
+            return Ok(None);
+        };
+        // Keys of the table without the records' prefix are not records (the queue's sets).
+        let Some(id) = id.strip_prefix(l.key_prefix) else {
+            return Ok(None);
+        };
+        let fields = view(self, segment, id, raw)?;
+        let entries = l.entries(self, id, &fields);
+        Ok(Some(RecordIndex {
+            prunes: l.prunes(self, &entries),
+            entries,
+            name_claim: l
+                .unique_key
+                .and_then(|key| key(self, &fields))
+                .map(|key| (key, id.to_owned())),
+        }))
     }
 
     /// The owner set entries of `old` that `new` lacks, as prunes.
@@ -1109,7 +1097,8 @@ impl<S: Server> DocBackend for KvDocs<S> {
         ids.extend(stale);
         ids.sort();
         ids.dedup();
-        self.get_many(crate::schedules::TABLE, &ids).await
+        let found = self.get_each(crate::schedules::TABLE, &ids).await?;
+        Ok(found.into_iter().flatten().collect())
     }
 
     async fn write_run(&self, run: RunRecord) -> Result<RunRecord> {
@@ -1215,10 +1204,6 @@ impl<S: Server> DocBackend for KvDocs<S> {
 
     fn is_legacy_metric(&self, fields: &Fields) -> bool {
         is_legacy_metric_json(fields)
-    }
-
-    fn lock_lease(&self) -> Duration {
-        crate::migrate::DEFAULT_MIGRATION_LOCK_LEASE
     }
 
     fn lock_location(&self) -> String {

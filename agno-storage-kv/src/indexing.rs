@@ -163,19 +163,6 @@ impl KvStore {
         })
     }
 
-    /// The index entries of one record of `segment` with id `id` (as in its key) and stored
-    /// text `raw`: the one per-record rule every rebuild and the follower use. `Ok(None)` for
-    /// keys of the table that are not records (job queue helpers); an error when `raw` does
-    /// not decode.
-    pub(crate) fn record_index(
-        &self,
-        segment: &str,
-        id: &str,
-        raw: &str,
-    ) -> Result<Option<RecordIndex>> {
-        crate::docs::record_index(self, segment, id, raw)
-    }
-
     /// The ledger operations of `ix` and the score of each (`""` for non-sorted-set ones).
     fn ledger_ops(ix: &RecordIndex) -> (Vec<LedgerOp>, Vec<String>) {
         let mut ops = Vec::new();

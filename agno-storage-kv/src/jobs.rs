@@ -193,9 +193,10 @@ impl<S: Server> KvDocs<S> {
             return Ok(Vec::new());
         }
         Ok(self
-            .get_many(TABLE, &ids)
+            .get_each(TABLE, &ids)
             .await?
             .iter()
+            .flatten()
             // One that does not decode is failed by the claim that meets it.
             .filter_map(|d| d.decode("a job").ok())
             .collect())

@@ -4,18 +4,14 @@
 
 use agno_storage_core::Learning;
 
-use crate::docs::{score, TableLayout, DEFAULT_LAYOUT};
+use crate::docs::{updated_or_created, TableLayout, DEFAULT_LAYOUT};
 
 pub(crate) const TABLE: &str = "learnings";
 
 pub(crate) const LAYOUT: TableLayout = TableLayout {
     order: |_| Learning::FIELDS,
     key_field: "learning_id",
-    // A learning agno wrote without `updated_at` is ordered by its creation.
-    score: |f| match f.get("updated_at").filter(|v| !v.is_null()) {
-        Some(_) => score(f, "updated_at"),
-        None => score(f, "created_at"),
-    },
+    score: updated_or_created,
     by_owner: |s, user| {
         Some(match user {
             Some(u) => s.idx(TABLE, &format!("updated:user:{u}")),

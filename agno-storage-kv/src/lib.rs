@@ -53,60 +53,37 @@
 //! - `valkey`: Valkey, which speaks the Redis protocol: the same client and code.
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+#![cfg(feature = "redis")]
 
-#[cfg(feature = "redis")]
 mod codec;
-#[cfg(feature = "redis")]
 mod docs;
-#[cfg(feature = "redis")]
 mod evals;
-#[cfg(feature = "redis")]
 mod follower;
-#[cfg(feature = "redis")]
 mod indexing;
-#[cfg(feature = "redis")]
 mod jobs;
-#[cfg(feature = "redis")]
 mod knowledge;
-#[cfg(feature = "redis")]
 mod learnings;
-#[cfg(feature = "redis")]
 mod legacy;
-#[cfg(feature = "redis")]
 mod memories;
-#[cfg(feature = "redis")]
 mod metrics;
-#[cfg(feature = "redis")]
 mod migrate;
-#[cfg(feature = "redis")]
 mod runs;
-#[cfg(feature = "redis")]
 mod schedules;
-#[cfg(feature = "redis")]
 mod sessions;
-#[cfg(feature = "redis")]
 mod store;
 
-#[cfg(feature = "redis")]
 pub use client::{IndexReport, KvDb, KvOptions};
-#[cfg(feature = "redis")]
 pub use follower::{
     FollowError, FollowerStatus, IndexFollower, KEYSPACE_EVENTS_SETTING, REQUIRED_KEYSPACE_EVENTS,
 };
-#[cfg(feature = "redis")]
 pub use migrate::DEFAULT_MIGRATION_LOCK_LEASE;
 /// The `redis` crate this one is built on, for an application that builds its own client.
-#[cfg(feature = "redis")]
 pub use redis;
 
-#[cfg(feature = "redis")]
 mod client {
     use std::sync::Arc;
 
-    use agno_storage_core::{
-        AgnoDb, Error, ErrorKind, EvalStore, JobStore, KnowledgeStore, LearningStore, MemoryStore,
-        MetricsStore, OpenMode, Result, RunStore, ScheduleStore, SessionStore, TableType,
-    };
+    use agno_storage_core::{AgnoDb, Error, ErrorKind, OpenMode, Result, TableType};
 
     use agno_storage_doc::{DocBackend, Docs, Unwrapped, Wrap};
 
@@ -313,26 +290,24 @@ mod client {
         /// the engine's default paths instead of the sorted-set ones).
         pub fn agno_db_with<W: Wrap>(&self) -> AgnoDb {
             let s = self.store.clone();
-            let (sessions, runs, memories, metrics, evals, knowledge, schedules, learnings, jobs) =
-                if s.server == "valkey" {
-                    engine_stores(Docs(W::wrap(KvDocs::<Valkey>::new(s.clone()))))
-                } else {
-                    engine_stores(Docs(W::wrap(KvDocs::<Redis>::new(s.clone()))))
-                };
+            if s.server == "valkey" {
+                self.agno_db_over(W::wrap(KvDocs::<Valkey>::new(s)))
+            } else {
+                self.agno_db_over(W::wrap(KvDocs::<Redis>::new(s)))
+            }
+        }
+
+        /// The handle whose stores are the document engine's over `backend`, with this
+        /// database's legacy-runs access, migrations and durability.
+        fn agno_db_over<B: DocBackend>(&self, backend: B) -> AgnoDb {
+            let docs = Arc::new(Docs(backend));
+            let s = self.store.clone();
             AgnoDb::builder(s.server)
+                .all_stores(docs.clone())
                 .legacy(s.clone())
-                .sessions(sessions)
-                .runs(runs)
-                .memories(memories)
-                .metrics(metrics)
-                .evals(evals)
-                .knowledge(knowledge)
-                .schedules(schedules)
-                .learnings(learnings.clone())
-                .jobs(jobs)
                 .migrations(Arc::new(KvMigrations {
                     store: s,
-                    learnings,
+                    learnings: docs,
                     lease: self.lock_lease,
                 }))
                 .durable(self.durable)
@@ -417,33 +392,5 @@ mod client {
         ) -> std::result::Result<IndexFollower, FollowError> {
             Follower::start(self.store.clone(), self.client.clone()).await
         }
-    }
-
-    type EngineStores = (
-        Arc<dyn SessionStore>,
-        Arc<dyn RunStore>,
-        Arc<dyn MemoryStore>,
-        Arc<dyn MetricsStore>,
-        Arc<dyn EvalStore>,
-        Arc<dyn KnowledgeStore>,
-        Arc<dyn ScheduleStore>,
-        Arc<dyn LearningStore>,
-        Arc<dyn JobStore>,
-    );
-
-    /// The stores served by the document engine.
-    fn engine_stores<B: DocBackend>(docs: Docs<B>) -> EngineStores {
-        let docs = Arc::new(docs);
-        (
-            docs.clone(),
-            docs.clone(),
-            docs.clone(),
-            docs.clone(),
-            docs.clone(),
-            docs.clone(),
-            docs.clone(),
-            docs.clone(),
-            docs,
-        )
     }
 }

@@ -4,7 +4,7 @@
 
 use agno_storage_core::{MemoryStats, Page, Pagination, Result};
 
-use crate::docs::{score, TableLayout, DEFAULT_LAYOUT};
+use crate::docs::{updated_or_created, TableLayout, DEFAULT_LAYOUT};
 use crate::store::KvStore;
 
 pub(crate) const TABLE: &str = "memories";
@@ -26,10 +26,7 @@ pub(crate) const LAYOUT: TableLayout = TableLayout {
         ]
     },
     key_field: "memory_id",
-    score: |f| match f.get("updated_at").filter(|v| !v.is_null()) {
-        Some(_) => score(f, "updated_at"),
-        None => score(f, "created_at"),
-    },
+    score: updated_or_created,
     by_owner: |s, user| user.map(|u| s.idx(TABLE, &format!("updated:user:{u}"))),
     all: Some(|s| s.idx(TABLE, "updated:all")),
     owners: Some(|s| s.idx(TABLE, "users")),

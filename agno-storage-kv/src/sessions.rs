@@ -7,7 +7,9 @@
 use std::collections::BTreeSet;
 
 use agno_storage_core::{validate_sort, visible_to, Result, Session, SessionQuery, SortOrder};
-use agno_storage_doc::{backoff, Commit, DocBackend, Docs, Fields, Stored, CAS_ATTEMPTS};
+use agno_storage_doc::{
+    backoff, Commit, DocBackend, Docs, Fields, Stored, CAS_ATTEMPTS, LEGACY_RUNS,
+};
 use serde_json::Value;
 
 use crate::docs::{
@@ -16,9 +18,6 @@ use crate::docs::{
 use crate::store::{bound, KvStore};
 
 pub(crate) const TABLE: &str = "sessions";
-
-/// The legacy runs blob agno 2.x kept in a session.
-const LEGACY_RUNS: &str = "runs";
 
 /// `RedisDb.upsert_session`'s layouts, per session type.
 const AGENT_KEYS: &[&str] = &[
@@ -176,6 +175,7 @@ impl<S: Server> KvDocs<S> {
             (None, None) => store.sessions_all(),
         };
         let matches = query.matcher();
+        let key = |id: &str| store.key(TABLE, id);
         let decoded = |stored: &Stored<Self>| Docs::of(self).decode_session(stored);
         let by_index = query.session_type.is_none()
             && query.session_name.is_none()
@@ -191,9 +191,9 @@ impl<S: Server> KvDocs<S> {
                 None => SortOrder::Asc,
             };
             let page = store
-                .page_index(
-                    TABLE,
+                .page_by(
                     &base,
+                    key,
                     (&min, &max),
                     order,
                     &query.pagination,
@@ -207,7 +207,8 @@ impl<S: Server> KvDocs<S> {
             return Ok(Some(page));
         }
         let mut matched = Vec::new();
-        for (id, raw) in store.load_index(TABLE, &base, &min, &max).await? {
+        let ids = store.members(&base, &min, &max).await?;
+        for (id, raw) in store.load_with(&base, ids, key).await? {
             let stored = self.stored(TABLE, &id, raw)?;
             let (session, _) = decoded(&stored)?;
             if matches(&session) {
@@ -250,7 +251,8 @@ impl<S: Server> KvDocs<S> {
             }
         }
         let ids: Vec<String> = ids.into_iter().collect();
-        found.extend(store.load(TABLE, &store.sessions_legacy(), ids).await?);
+        let key = |id: &str| store.key(TABLE, id);
+        found.extend(store.load_with(&store.sessions_legacy(), ids, key).await?);
         let mut out = Vec::new();
         for (id, raw) in found {
             let stored = self.stored(TABLE, &id, raw)?;
@@ -289,7 +291,8 @@ impl<S: Server> KvDocs<S> {
                     store.check(by_session.clone(), Expect::Zcard(run_ids.len()))
                 )),
             ];
-            for run in self.get_many(crate::runs::TABLE, &run_ids).await? {
+            let runs = self.get_each(crate::runs::TABLE, &run_ids).await?;
+            for run in runs.into_iter().flatten() {
                 writes.push(self.delete(crate::runs::TABLE, &run.id, run.unchanged()));
             }
             writes.push(KvWrite(Ok(store.drop_key(by_session.clone()))));

@@ -224,19 +224,9 @@ impl KvStore {
         }
     }
 
-    /// The records behind index members: `(id, raw)` for those that exist. Members whose
-    /// record is gone (deleted by a writer that does not maintain this index) are dropped
-    /// from `index`.
-    pub(crate) async fn load(
-        &self,
-        table: &str,
-        index: &str,
-        ids: Vec<String>,
-    ) -> Result<Vec<(String, String)>> {
-        self.load_with(index, ids, |id| self.key(table, id)).await
-    }
-
-    /// [`KvStore::load`] for records whose key is `key(id)`.
+    /// The records behind index members, whose keys are `key(id)`: `(id, raw)` for those
+    /// that exist. Members whose record is gone (deleted by a writer that does not maintain
+    /// this index) are dropped from `index`.
     pub(crate) async fn load_with(
         &self,
         index: &str,
@@ -260,44 +250,12 @@ impl KvStore {
         Ok(out)
     }
 
-    /// Every record listed in `index` with a score in `[min, max]`, ascending by score.
-    pub(crate) async fn load_index(
-        &self,
-        table: &str,
-        index: &str,
-        min: &str,
-        max: &str,
-    ) -> Result<Vec<(String, String)>> {
-        let ids = self.members(index, min, max).await?;
-        self.load(table, index, ids).await
-    }
-
-    /// One page of the records listed in `index` with scores in `[min, max]`, in score
-    /// order, and how many members are in that range: `ZCOUNT` plus one ranged read,
-    /// O(log n + page). `decode` turns a record into a row, or `None` when the record no
-    /// longer belongs in this index (another writer changed it); such members, and those
-    /// whose record is gone, are dropped from `index` and the page is read again.
-    pub(crate) async fn page_index<T>(
-        &self,
-        table: &str,
-        index: &str,
-        range: (&str, &str),
-        order: SortOrder,
-        pagination: &Pagination,
-        decode: impl Fn(&str, &str) -> Result<Option<T>>,
-    ) -> Result<(Vec<T>, u64)> {
-        self.page_by(
-            index,
-            |id| self.key(table, id),
-            range,
-            order,
-            pagination,
-            decode,
-        )
-        .await
-    }
-
-    /// [`KvStore::page_index`] for records whose key is `key(id)`.
+    /// One page of the records listed in `index` (whose keys are `key(id)`) with scores in
+    /// `[min, max]`, in score order, and how many members are in that range: `ZCOUNT` plus
+    /// one ranged read, O(log n + page). `decode` turns a record into a row, or `None` when
+    /// the record no longer belongs in this index (another writer changed it); such
+    /// members, and those whose record is gone, are dropped from `index` and the page is
+    /// read again.
     pub(crate) async fn page_by<T>(
         &self,
         index: &str,

@@ -40,22 +40,7 @@ impl Default for LinkTables {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub(crate) tables: TableNames,
-    pub(crate) agents: String,
-    pub(crate) teams: String,
-    pub(crate) workflows: String,
-    pub(crate) users: String,
-}
-
-impl Layout {
-    fn new(tables: TableNames, links: LinkTables) -> Self {
-        Layout {
-            tables,
-            agents: links.agents,
-            teams: links.teams,
-            workflows: links.workflows,
-            users: links.users,
-        }
-    }
+    pub(crate) links: LinkTables,
 }
 
 impl std::ops::Deref for Layout {
@@ -81,10 +66,10 @@ impl Layout {
             &self.jobs,
             &self.versions,
             &self.meta,
-            &self.agents,
-            &self.teams,
-            &self.workflows,
-            &self.users,
+            &self.links.agents,
+            &self.links.teams,
+            &self.links.workflows,
+            &self.links.users,
         ]
     }
 
@@ -110,7 +95,14 @@ impl Layout {
         };
         let mut sql = String::new();
         for t in self.all() {
-            if [&self.agents, &self.teams, &self.workflows, &self.users].contains(&&t.to_owned()) {
+            if [
+                &self.links.agents,
+                &self.links.teams,
+                &self.links.workflows,
+                &self.links.users,
+            ]
+            .contains(&&t.to_owned())
+            {
                 continue;
             }
             sql.push_str(&format!("DEFINE TABLE IF NOT EXISTS {t} SCHEMALESS;\n"));
@@ -345,7 +337,10 @@ impl SurrealDb {
         mode: OpenMode,
     ) -> Result<Self> {
         check_lease(options.migration_lock_lease)?;
-        let names = Layout::new(options.names, options.links);
+        let names = Layout {
+            tables: options.names,
+            links: options.links,
+        };
         for t in names.all() {
             check_ident(t)?;
         }

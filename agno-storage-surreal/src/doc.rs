@@ -117,10 +117,10 @@ impl Layout {
 
     fn link_table(&self, link: LinkTable) -> &str {
         match link {
-            LinkTable::Agents => &self.agents,
-            LinkTable::Teams => &self.teams,
-            LinkTable::Workflows => &self.workflows,
-            LinkTable::Users => &self.users,
+            LinkTable::Agents => &self.links.agents,
+            LinkTable::Teams => &self.links.teams,
+            LinkTable::Workflows => &self.links.workflows,
+            LinkTable::Users => &self.links.users,
         }
     }
 }
@@ -329,6 +329,17 @@ enum Op {
     DeleteWhere(SValue),
 }
 
+impl Write {
+    fn new(table: &str, id: &str, op: Op, pre: Pre) -> Write {
+        Write {
+            table: table.to_owned(),
+            id: id.to_owned(),
+            op,
+            pre,
+        }
+    }
+}
+
 /// `surrealdb::Error` as ours.
 pub(crate) fn db_err(operation: &'static str, e: surrealdb::Error) -> Error {
     let kind = if e.is_connection() {
@@ -462,34 +473,20 @@ impl SurrealDb {
 
     /// Writes nothing; fails the commit unless record `id` of `table` meets `pre`.
     pub(crate) fn check(&self, table: &str, id: &str, pre: Pre) -> Write {
-        Write {
-            table: table.to_owned(),
-            id: id.to_owned(),
-            op: Op::Check,
-            pre,
-        }
+        Write::new(table, id, Op::Check, pre)
     }
 
     /// Sets `touched_at` on run-index counter `id` of `table` (creating it), so that this
     /// commit and any other writing that record cannot both commit; a seeded counter is
     /// raised past `run_index`.
     pub(crate) fn touch(&self, table: &str, id: &str, run_index: Option<i64>) -> Write {
-        Write {
-            table: table.to_owned(),
-            id: id.to_owned(),
-            op: Op::Touch(run_index),
-            pre: Pre::Any,
-        }
+        Write::new(table, id, Op::Touch(run_index), Pre::Any)
     }
 
     /// Deletes every record of `table` whose plain field `field` equals `value`.
     pub(crate) fn delete_where(&self, table: &str, field: &'static str, value: &str) -> Write {
-        Write {
-            table: table.to_owned(),
-            id: field.to_owned(),
-            op: Op::DeleteWhere(SValue::String(value.to_owned())),
-            pre: Pre::Any,
-        }
+        let value = SValue::String(value.to_owned());
+        Write::new(table, field, Op::DeleteWhere(value), Pre::Any)
     }
 
     async fn query_limit(
@@ -498,7 +495,6 @@ impl SurrealDb {
         eq: &[(&str, Value)],
         limit: Option<usize>,
     ) -> Result<Vec<Stored>> {
-        check_ident(table)?;
         let mut conds = Vec::new();
         let mut vars = Vec::new();
         for (i, (field, value)) in eq.iter().enumerate() {
@@ -511,20 +507,14 @@ impl SurrealDb {
                 vars.push((format!("p{i}"), v));
             }
         }
-        let mut sql = format!("SELECT * FROM {table}");
+        let mut clause = String::new();
         if !conds.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&conds.join(" AND "));
+            clause = format!("WHERE {}", conds.join(" AND "));
         }
         if let Some(n) = limit {
-            sql.push_str(&format!(" LIMIT {n}"));
+            clause.push_str(&format!(" LIMIT {n}"));
         }
-        sql.push(';');
-        let out = self.run("query", &sql, vars).await?;
-        Ok(rows(out)
-            .into_iter()
-            .filter_map(|raw| self.inner.names.decode(table, raw))
-            .collect())
+        self.select(table, &clause, vars).await
     }
 
     /// `SELECT * FROM table {clause}` (clause: `WHERE …`, `ORDER BY …`, `LIMIT …` over plain
@@ -566,22 +556,17 @@ impl DocBackend for SurrealDb {
     /// Sets record `id` of `table` to `fields` (a full replace, in agno's encoding) under
     /// `pre`.
     fn put(&self, table: &str, id: &str, fields: &Fields, pre: Pre) -> Write {
-        Write {
-            table: table.to_owned(),
-            id: id.to_owned(),
-            op: Op::Put(self.inner.names.encode(table, fields)),
+        Write::new(
+            table,
+            id,
+            Op::Put(self.inner.names.encode(table, fields)),
             pre,
-        }
+        )
     }
 
     /// Deletes record `id` of `table` under `pre`.
     fn delete(&self, table: &str, id: &str, pre: Pre) -> Write {
-        Write {
-            table: table.to_owned(),
-            id: id.to_owned(),
-            op: Op::Delete,
-            pre,
-        }
+        Write::new(table, id, Op::Delete, pre)
     }
 
     /// Commits `writes` in one transaction; [`Commit::Conflict`] when a precondition failed

@@ -40,23 +40,15 @@
 //! - `remote`: a SurrealDB 3.x server over WebSocket (`ws://`).
 //! - `full`: all of the above.
 #![deny(missing_docs)]
+#![cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod db;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod doc;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod jobs;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod legacy;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 mod runs;
 
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use agno_storage_core::lease::DEFAULT_MIGRATION_LOCK_LEASE;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use agno_storage_core::TableNames;
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use db::{LinkTables, SurrealDb, SurrealOptions};
-#[cfg(any(feature = "kv-mem", feature = "surrealkv", feature = "remote"))]
 pub use surrealdb;
