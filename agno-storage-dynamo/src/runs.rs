@@ -12,12 +12,11 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 
 use crate::codec::{self, from_item, from_json, n, nv, record_item, s, sv, Item};
-use agno_storage_doc::{backoff, updated_run, DocBackend, CAS_ATTEMPTS};
+use agno_storage_doc::{backoff, updated_run, DocBackend, CAS_ATTEMPTS, LEGACY_RUNS};
 
 use crate::db::{Cond, Table};
 use crate::DynamoDb;
 
-const LEGACY: &str = "runs";
 /// The object fields of a session item (stored as `S` JSON).
 pub(crate) const SESSION_JSON: &[&str] = &[
     "session_data",
@@ -26,7 +25,7 @@ pub(crate) const SESSION_JSON: &[&str] = &[
     "workflow_data",
     "metadata",
     "summary",
-    LEGACY,
+    LEGACY_RUNS,
 ];
 
 /// A run item as a record. `run_data` is JSON text agno writes with Python's `json`; text
@@ -229,7 +228,7 @@ impl DynamoDb {
         loop {
             let (items, next) = self.scan_page(Table::Sessions, &[], start.take()).await?;
             for item in &items {
-                let Some(raw) = item.get(LEGACY) else {
+                let Some(raw) = item.get(LEGACY_RUNS) else {
                     continue;
                 };
                 if matches!(raw, AttributeValue::Null(_)) {

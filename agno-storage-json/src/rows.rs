@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use agno_storage_core::{Error, ErrorKind, EvalRun, Result};
 use agno_storage_doc::layout::{shape, shape_serde, Nulls, KNOWLEDGE_ROW, METRICS_ROW, RUN_ROW};
-use agno_storage_doc::Fields;
+use agno_storage_doc::{Fields, LEGACY_RUNS};
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use serde_json::Value;
 
@@ -14,9 +14,6 @@ use crate::files::{
     undecodable, undecodable_error, undecodable_field, undecodable_fields, undecodable_raw_field,
     Table, TableFile,
 };
-
-/// A session's legacy runs blob (agno 2.x kept a session's runs inside its row).
-pub(crate) const LEGACY_RUNS: &str = "runs";
 
 /// The string value of `key` in `row`.
 pub(crate) fn text<'a>(row: &'a Value, key: &str) -> Option<&'a str> {

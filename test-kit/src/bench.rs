@@ -170,7 +170,8 @@ pub fn sizes(default: &str) -> Vec<usize> {
 /// hours if the bench dies before cleaning up).
 pub fn fresh_name(what: &str) -> String {
     format!(
-        "agno_ct_{}_bench_{what}_{}",
+        "{}{}_bench_{what}_{}",
+        crate::servers::TEST_STEM,
         agno_storage_core::now_epoch_seconds(),
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     )

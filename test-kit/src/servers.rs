@@ -237,11 +237,9 @@ pub const TEST_STEM: &str = "agno_ct_";
 /// `agno_ct_<epoch>_<8 hex>`: a fresh stem for this process's names ([`TEST_STEM`], then the
 /// epoch the leftover sweeps read).
 pub fn run_stem() -> String {
-    let epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     format!(
-        "{TEST_STEM}{epoch}_{}",
+        "{TEST_STEM}{}_{}",
+        agno_storage_core::now_epoch_seconds(),
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     )
 }
